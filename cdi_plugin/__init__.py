@@ -1,0 +1,3 @@
+"""cdi-plugin: host devices for containers through the Container Device Interface (CDI)."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,5 @@
+"""``python -m cdi_plugin`` runs ``cdi-gen``."""
+
+from cdi_plugin.cli.gen import main
+
+main()

@@ -1,0 +1,116 @@
+"""CDI names: kinds (``vendor/class``) and fully-qualified device names (``vendor/class=name``).
+
+The character rules are those of the CDI library's parser; on top of them a vendor or class of one
+character is rejected, because every released CDI library panics on it (it indexes ``name[1:-1]``
+without a length check), which would crash the runtime that reads the spec.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from cdi_plugin.errors import InvalidNameError
+
+_VENDOR_CLASS = re.compile(r"[A-Za-z](?:[A-Za-z0-9_.-]*[A-Za-z0-9])?")
+_DEVICE = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9_.:-]*[A-Za-z0-9])?")
+
+VENDOR_MAX = 253
+CLASS_MAX = 63
+
+
+def _check_vendor_or_class(what: str, value: str) -> None:
+    rule = f"{what}-name"
+    if not value:
+        raise InvalidNameError(f"empty {what} name", rule)
+    if len(value) == 1:
+        raise InvalidNameError(
+            f"{what} name {value!r} has 1 character: released CDI runtimes crash on a 1-character "
+            f"vendor or class, use at least 2",
+            "short-name",
+        )
+    if not _VENDOR_CLASS.fullmatch(value):
+        raise InvalidNameError(
+            f"invalid {what} name {value!r}: must start with a letter, end with a letter or digit, "
+            f"and contain only letters, digits, '_', '.' and '-'",
+            rule,
+        )
+
+
+def validate_vendor(vendor: str) -> None:
+    _check_vendor_or_class("vendor", vendor)
+
+
+def validate_class(class_: str) -> None:
+    """Dots are accepted here; they need cdiVersion 0.6.0 (see :mod:`cdi_plugin.cdi.version`)."""
+    _check_vendor_or_class("class", class_)
+
+
+def validate_device_name(name: str) -> None:
+    """A digit first needs cdiVersion 0.5.0 (see :mod:`cdi_plugin.cdi.version`)."""
+    if not name:
+        raise InvalidNameError("empty device name", "device-name")
+    if not _DEVICE.fullmatch(name):
+        raise InvalidNameError(
+            f"invalid device name {name!r}: must start and end with a letter or digit, and contain "
+            f"only letters, digits, '_', '.', ':' and '-'",
+            "device-name",
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Kind:
+    vendor: str
+    class_: str
+
+    def __str__(self) -> str:
+        return f"{self.vendor}/{self.class_}"
+
+
+@dataclass(frozen=True, slots=True)
+class QualifiedName:
+    vendor: str
+    class_: str
+    name: str
+
+    @property
+    def kind(self) -> Kind:
+        return Kind(self.vendor, self.class_)
+
+    def __str__(self) -> str:
+        return f"{self.vendor}/{self.class_}={self.name}"
+
+
+def parse_kind(kind: str) -> Kind:
+    """Parse and validate ``vendor/class``."""
+    vendor, sep, class_ = kind.partition("/")
+    if not sep:
+        raise InvalidNameError(f"invalid kind {kind!r}: expected 'vendor/class'", "kind-format")
+    if "/" in class_:
+        raise InvalidNameError(f"invalid kind {kind!r}: more than one '/'", "kind-format")
+    validate_vendor(vendor)
+    validate_class(class_)
+    return Kind(vendor, class_)
+
+
+def parse_qualified_name(qualified: str) -> QualifiedName:
+    """Parse and validate ``vendor/class=name``, splitting where the CDI library does."""
+    left, sep, name = qualified.partition("=")
+    if not sep:
+        raise InvalidNameError(
+            f"invalid device name {qualified!r}: expected 'vendor/class=name'", "qualified-name"
+        )
+    try:
+        kind = parse_kind(left)
+    except InvalidNameError as exc:
+        raise InvalidNameError(f"invalid device name {qualified!r}: {exc}", exc.rule) from None
+    validate_device_name(name)
+    return QualifiedName(kind.vendor, kind.class_, name)
+
+
+def qualified_name(vendor: str, class_: str, name: str) -> str:
+    """Format a fully-qualified name, validating every part."""
+    validate_vendor(vendor)
+    validate_class(class_)
+    validate_device_name(name)
+    return f"{vendor}/{class_}={name}"

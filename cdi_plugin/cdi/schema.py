@@ -1,0 +1,80 @@
+"""The project's JSON Schemas (``schemas/``, shipped as package data), compiled with jsonschema-rs.
+
+Each error becomes a :class:`Problem` whose rule comes from the keyword (unknown field, missing
+field, wrong type) or from the ``x-rule``/``x-hint`` annotations of the failing subschema.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from importlib import resources
+from typing import Any
+
+import jsonschema_rs
+
+from cdi_plugin.cdi.problems import Problem, pointer_join
+
+SPEC_SCHEMA = "cdi-spec.schema.json"
+
+_KEYWORD_RULES = {"additionalProperties": "unknown-field", "required": "required", "type": "type"}
+
+
+@functools.cache
+def load(name: str) -> dict[str, Any]:
+    """A schema from the package's ``schemas`` directory."""
+    text = resources.files("cdi_plugin").joinpath("schemas", name).read_text(encoding="utf-8")
+    schema: dict[str, Any] = json.loads(text)
+    return schema
+
+
+@functools.cache
+def _validator(name: str) -> Any:
+    return jsonschema_rs.validator_for(load(name))
+
+
+def _subschema(schema: dict[str, Any], fragment: str) -> dict[str, Any]:
+    node: Any = schema
+    for part in fragment.strip("/").split("/") if fragment.strip("/") else []:
+        node = node[int(part)] if isinstance(node, list) else node[part.replace("~1", "/").replace("~0", "~")]
+    return node if isinstance(node, dict) else {}
+
+
+def _problems(schema: dict[str, Any], error: Any) -> list[Problem]:
+    pointer = pointer_join("", *error.instance_path)
+    fragment = str(error.absolute_keyword_location or "").partition("#")[2]
+    parent, _, keyword = fragment.rpartition("/")
+    owner = _subschema(schema, parent)
+    kind = error.kind
+    if keyword == "additionalProperties":
+        return [
+            Problem(pointer_join(pointer, key), "unknown-field", f"unknown field {key!r}")
+            for key in kind.unexpected
+        ]
+    if keyword == "required":
+        return [Problem(pointer or "/", "required", f"missing required field {kind.property!r}")]
+    if keyword == "propertyNames":
+        key = kind.error.instance
+        names = owner["propertyNames"]
+        return [Problem(pointer_join(pointer, key), names["x-rule"], f"invalid key {key!r}", names["x-hint"])]
+    rule = _KEYWORD_RULES.get(keyword) or owner.get("x-rule", "schema")
+    hint = owner.get("x-hint", "")
+    if hint and keyword in {"pattern", "enum", "not", "minLength"}:
+        last = error.instance_path[-1] if error.instance_path else "value"
+        what = "entry" if isinstance(last, int) else repr(last)
+        message = f"invalid {what}: {json.dumps(error.instance)}"
+    else:
+        message = str(error.message)
+    return [Problem(pointer or "/", rule, message, hint)]
+
+
+def problems(instance: Any, name: str = SPEC_SCHEMA) -> list[Problem]:
+    """Every schema violation of ``instance``; empty when it is valid."""
+    validator = _validator(name)
+    if validator.is_valid(instance):
+        return []
+    schema = load(name)
+    out: list[Problem] = []
+    for error in validator.iter_errors(instance):
+        out.extend(_problems(schema, error))
+    return out

@@ -1,0 +1,107 @@
+"""Everything ``cdi-gen`` prints for people (rich) or scripts (JSON). The only importer of rich."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from cdi_plugin.cdi.problems import Problem
+from cdi_plugin.cli.checks import ValidationReport
+from cdi_plugin.store.registry import Snapshot
+
+_out = Console(highlight=False)
+if not _out.is_terminal:  # logs and pipes: no wrapping inside table cells
+    _out.width = 200
+
+
+def print_json(obj: Any) -> None:
+    sys.stdout.write(json.dumps(obj, indent=2) + "\n")
+
+
+def _problem_table(problems: list[Problem]) -> Table:
+    table = Table(box=None, show_header=True, header_style="bold", pad_edge=False)
+    for name in ("where", "rule", "problem", "hint"):
+        table.add_column(name, overflow="fold")
+    for p in problems:
+        style = "red" if p.is_error else "yellow"
+        table.add_row(escape(p.pointer or "-"), f"[{style}]{p.rule}[/]", escape(p.message), escape(p.hint))
+    return table
+
+
+def print_validation(report: ValidationReport) -> None:
+    if not report.files:
+        where = ", ".join(str(p) for p in report.searched)
+        _out.print(f"no spec files found in {escape(where)}")
+        return
+    for f in report.files:
+        path = escape(str(f.path))
+        if f.valid and f.spec is not None:
+            n = len(f.spec.devices)
+            _out.print(
+                f"[green]✓[/] {path}  {escape(f.spec.kind)}, {n} device{'s' * (n != 1)}, "
+                f"cdiVersion {escape(f.spec.cdi_version)}"
+            )
+        elif len(f.problems) == 1 and not f.problems[0].pointer:
+            _out.print(f"[red]✗[/] {path}: {escape(f.problems[0].message)}")
+            continue
+        else:
+            _out.print(f"[red]✗[/] {path}")
+        if f.problems:
+            _out.print(_problem_table(f.problems))
+    bad = sum(not f.valid for f in report.files)
+    total = len(report.files)
+    summary = f"{total} file{'s' * (total != 1)}: {total - bad} valid, {bad} invalid"
+    _out.print(f"[{'red' if bad else 'green'}]{summary}[/]")
+
+
+def listing_json(snapshot: Snapshot) -> dict[str, Any]:
+    return {
+        "dirs": [str(d) for d in snapshot.dirs],
+        "devices": [
+            {
+                "kind": str(d.kind),
+                "name": d.device.name,
+                "qualifiedName": d.qualified_name,
+                "path": str(d.path),
+                "priority": d.priority,
+            }
+            for d in sorted(snapshot.devices.values(), key=lambda d: d.qualified_name)
+        ],
+        "conflicts": [
+            {"qualifiedName": c.qualified_name, "priority": c.priority, "paths": [str(p) for p in c.paths]}
+            for c in snapshot.conflicts
+        ],
+        "broken": [
+            {"path": str(f.path), "priority": f.priority, "problems": [p.to_json() for p in f.problems]}
+            for f in snapshot.broken
+        ],
+    }
+
+
+def print_listing(snapshot: Snapshot) -> None:
+    if snapshot.devices:
+        table = Table(box=None, header_style="bold", pad_edge=False)
+        for name in ("kind", "name", "qualified name", "file", "priority"):
+            table.add_column(name, overflow="fold")
+        for d in sorted(snapshot.devices.values(), key=lambda d: d.qualified_name):
+            table.add_row(
+                escape(str(d.kind)), escape(d.device.name), escape(d.qualified_name),
+                escape(str(d.path)), str(d.priority),
+            )  # fmt: skip
+        _out.print(table)
+    else:
+        _out.print(f"no resolvable devices in {escape(', '.join(str(d) for d in snapshot.dirs))}")
+    for c in snapshot.conflicts:
+        files = ", ".join(str(p) for p in c.paths)
+        _out.print(
+            f"[red]conflict[/] {escape(c.qualified_name)}: defined in {escape(files)} "
+            f"(priority {c.priority}); it does not resolve"
+        )
+    for f in snapshot.broken:
+        _out.print(f"[red]broken[/] {escape(str(f.path))}")
+        _out.print(_problem_table(list(f.problems)))

@@ -1,0 +1,1 @@
+"""Host device discovery (udev). Nothing here knows about CDI."""

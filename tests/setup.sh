@@ -1,0 +1,12 @@
+#!/bin/sh
+# Install everything the tests need on Debian 12, as root: Debian packages and a virtualenv in .venv.
+set -eu
+cd "$(dirname "$0")/.."
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends \
+    python3-venv podman runc busybox-static \
+    umockdev gir1.2-umockdev-1.0 libumockdev0 python3-gi >/dev/null
+python3 -m venv .venv
+.venv/bin/pip install -q --upgrade pip
+.venv/bin/pip install -q -e '.[test]'
