@@ -1,0 +1,46 @@
+"""Atomic file replacement: a reader sees the old file or the new one, never a partial one.
+
+The temporary file lives in the target directory (so the rename cannot cross file systems) and
+is named ``.<name>.<random>.tmp``, which runtimes never read (they read only ``*.json`` and
+``*.yaml``). Data is fsynced before the rename and the directory after it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from pathlib import Path
+
+from cdi_plugin.errors import SpecWriteError
+
+
+def write_atomic(path: Path, data: bytes, mode: int = 0o644) -> None:
+    """Replace ``path`` with ``data``; on any failure the old file is left as it was."""
+    directory = path.parent
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
+    except OSError as exc:
+        raise SpecWriteError(f"{path}: cannot create a file in {directory}: {exc.strerror}") from None
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fchmod(fh.fileno(), mode)
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise SpecWriteError(f"{path}: cannot write: {exc.strerror or exc}") from None
+    fsync_dir(directory)
+
+
+def fsync_dir(directory: Path) -> None:
+    """Make a rename or unlink in ``directory`` durable (best effort)."""
+    with contextlib.suppress(OSError):
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)

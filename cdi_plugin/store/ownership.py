@@ -1,0 +1,80 @@
+"""Which spec files in a directory cdi-gen wrote, so it never touches a file it did not write.
+
+The record is ``.cdi-gen-owned`` in the spec directory itself: it moves with the directory, needs
+no extra mount, is ignored by runtimes (not ``*.json``/``*.yaml``) and keeps ownership data out
+of the specs (a spec annotation would raise the spec to cdiVersion 0.6.0). For each file it keeps
+the kind and the SHA-256 of the bytes written: a file whose bytes differ was edited by someone
+else and is no longer cdi-gen's to change. The device plugin reads the same record to learn
+which kinds cdi-gen generated.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from cdi_plugin.store.atomic import write_atomic
+
+log = logging.getLogger(__name__)
+
+RECORD_NAME = ".cdi-gen-owned"
+_FORMAT_VERSION = 1
+
+
+@dataclass(frozen=True, slots=True)
+class OwnedFile:
+    name: str  # file name inside the directory
+    kind: str
+    sha256: str
+
+
+def digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def read_record(directory: Path) -> dict[str, OwnedFile]:
+    """The files recorded as cdi-gen's in ``directory``; empty if there is no usable record.
+
+    An unreadable or corrupt record counts as owning nothing, the safe side: cdi-gen then treats
+    every existing file as foreign.
+    """
+    path = directory / RECORD_NAME
+    try:
+        raw = json.loads(path.read_bytes())
+        files = raw["files"]
+        return {
+            name: OwnedFile(name, str(entry["kind"]), str(entry["sha256"]))
+            for name, entry in files.items()
+            if "/" not in name and name not in {"", ".", ".."}
+        }
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        log.warning("%s: ignoring unusable ownership record (%s); treating every spec as foreign", path, exc)
+        return {}
+
+
+def write_record(directory: Path, owned: Mapping[str, OwnedFile]) -> None:
+    """Atomically replace the record (the spec writer calls this after each change)."""
+    body = {
+        "version": _FORMAT_VERSION,
+        "files": {n: {"kind": f.kind, "sha256": f.sha256} for n, f in sorted(owned.items())},
+    }
+    write_atomic(directory / RECORD_NAME, (json.dumps(body, indent=2) + "\n").encode())
+
+
+def owned_kinds(directories: Iterable[Path]) -> set[str]:
+    """Kinds whose spec file cdi-gen wrote and nobody changed since, over several directories."""
+    kinds: set[str] = set()
+    for directory in directories:
+        for owned in read_record(directory).values():
+            try:
+                if digest((directory / owned.name).read_bytes()) == owned.sha256:
+                    kinds.add(owned.kind)
+            except OSError:
+                continue
+    return kinds
