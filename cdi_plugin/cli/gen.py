@@ -75,7 +75,7 @@ def main(ctx: click.Context, debug: bool) -> None:
 
 
 @main.command()
-@click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
+@click.argument("paths", nargs=-1, type=click.Path(path_type=Path, readable=False))
 @json_option
 @version_max_option
 def validate(paths: tuple[Path, ...], as_json: bool, cdi_version_max: str | None) -> None:
