@@ -10,6 +10,8 @@ CdiPluginError
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 
 class CdiPluginError(Exception):
     """Root of every error this package raises on purpose."""
@@ -33,7 +35,13 @@ class SpecLoadError(CdiPluginError):
 
 
 class ConfigError(CdiPluginError):
-    pass
+    """``problems`` holds every schema problem when the file failed validation."""
+
+    problems: Sequence[object]
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.problems = []
 
 
 class SpecWriteError(CdiPluginError):

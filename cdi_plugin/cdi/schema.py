@@ -16,6 +16,9 @@ import jsonschema_rs
 from cdi_plugin.cdi.problems import Problem, pointer_join
 
 SPEC_SCHEMA = "cdi-spec.schema.json"
+CONFIG_SCHEMA = "config.schema.json"
+#: Every schema's ``$id`` is this prefix plus its file name; ``$ref`` between files resolves here.
+BASE_URI = "https://cdi-plugin.io/schemas/"
 
 _KEYWORD_RULES = {"additionalProperties": "unknown-field", "required": "required", "type": "type"}
 
@@ -28,9 +31,15 @@ def load(name: str) -> dict[str, Any]:
     return schema
 
 
+def _retrieve(uri: str) -> dict[str, Any]:
+    if not uri.startswith(BASE_URI):
+        raise ValueError(f"schema {uri} is not one of cdi-plugin's")
+    return load(uri.removeprefix(BASE_URI))
+
+
 @functools.cache
 def _validator(name: str) -> Any:
-    return jsonschema_rs.validator_for(load(name))
+    return jsonschema_rs.validator_for(load(name), retriever=_retrieve)
 
 
 def _subschema(schema: dict[str, Any], fragment: str) -> dict[str, Any]:
@@ -40,11 +49,11 @@ def _subschema(schema: dict[str, Any], fragment: str) -> dict[str, Any]:
     return node if isinstance(node, dict) else {}
 
 
-def _problems(schema: dict[str, Any], error: Any) -> list[Problem]:
+def _problems(error: Any) -> list[Problem]:
     pointer = pointer_join("", *error.instance_path)
-    fragment = str(error.absolute_keyword_location or "").partition("#")[2]
+    uri, _, fragment = str(error.absolute_keyword_location or "").partition("#")
     parent, _, keyword = fragment.rpartition("/")
-    owner = _subschema(schema, parent)
+    owner = _subschema(_retrieve(uri), parent) if uri.startswith(BASE_URI) else {}
     kind = error.kind
     if keyword == "additionalProperties":
         return [
@@ -73,8 +82,7 @@ def problems(instance: Any, name: str = SPEC_SCHEMA) -> list[Problem]:
     validator = _validator(name)
     if validator.is_valid(instance):
         return []
-    schema = load(name)
     out: list[Problem] = []
     for error in validator.iter_errors(instance):
-        out.extend(_problems(schema, error))
+        out.extend(_problems(error))
     return out

@@ -1,0 +1,59 @@
+"""Reading the configuration file (see ``schemas/config.schema.json``), shared by both programs.
+
+The file is parsed strictly (duplicate keys are errors) and validated as a whole against the
+schema before either program uses its section, so a bad file is refused before anything is
+written. Errors name the file, the key (``classes[0].match.subsystem``) and the reason.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from cdi_plugin.cdi import codec, schema
+from cdi_plugin.cdi.problems import Problem
+from cdi_plugin.errors import ConfigError, SpecLoadError
+from cdi_plugin.store.files import read_spec_bytes
+
+MAX_CONFIG_BYTES = 1024 * 1024
+
+
+def key_path(pointer: str) -> str:
+    """``/classes/0/match/subsystem`` -> ``classes[0].match.subsystem``."""
+    out = ""
+    for raw in pointer.strip("/").split("/") if pointer.strip("/") else []:
+        part = raw.replace("~1", "/").replace("~0", "~")
+        out += f"[{part}]" if part.isdigit() else (f".{part}" if out else part)
+    return out or "(top level)"
+
+
+def config_error(source: str, problems: list[Problem]) -> ConfigError:
+    first = problems[0]
+    more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+    hint = f" ({first.hint})" if first.hint else ""
+    error = ConfigError(f"{source}: {key_path(first.pointer)}: {first.message}{hint}{more}")
+    error.problems = problems
+    return error
+
+
+def parse_config(data: bytes, source: str) -> dict[str, Any]:
+    """Parse and validate configuration text; raises :class:`ConfigError`."""
+    try:
+        obj, _ = codec.parse(data, source, "yaml")
+    except SpecLoadError as exc:
+        raise ConfigError(f"{source}: {exc.message}") from None
+    if not isinstance(obj, dict):
+        raise ConfigError(f"{source}: the configuration must be a mapping with 'classes' and/or 'plugin'")
+    problems = schema.problems(obj, schema.CONFIG_SCHEMA)
+    if problems:
+        raise config_error(source, problems)
+    return obj
+
+
+def load_config(path: Path) -> dict[str, Any]:
+    """Read, parse and validate a configuration file; raises :class:`ConfigError`."""
+    try:
+        data = read_spec_bytes(path, MAX_CONFIG_BYTES)
+    except SpecLoadError as exc:
+        raise ConfigError(f"{path}: {exc.message}") from None
+    return parse_config(data, str(path))
