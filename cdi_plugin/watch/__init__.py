@@ -1,0 +1,1 @@
+"""cdi-gen watch: reacting to udev events and config edits."""

@@ -1,0 +1,61 @@
+"""Coalescing bursts of events into batches.
+
+A burst (a USB hub with many devices, a thousand binder nodes created at once) should cause one
+rescan, not one per event: a batch is released once no new event arrived for ``quiet`` seconds,
+or ``max_delay`` seconds after its first event even while events keep coming, so a sustained
+storm cannot postpone the update forever. Only the distinct keys of a batch are kept, so memory
+does not grow with the number of events.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Hashable
+from typing import Generic, TypeVar
+
+K = TypeVar("K", bound=Hashable)
+
+
+class Coalescer(Generic[K]):
+    def __init__(
+        self, quiet: float = 0.1, max_delay: float = 0.25, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        if quiet <= 0 or max_delay < quiet:
+            raise ValueError("need 0 < quiet <= max_delay")
+        self.quiet = quiet
+        self.max_delay = max_delay
+        self._clock = clock
+        self._keys: set[K] = set()
+        self._first = 0.0
+        self._last = 0.0
+        self._events = 0
+        self._pending = asyncio.Event()
+
+    def add(self, key: K) -> None:
+        """Record an event; cheap enough to call for every uevent."""
+        now = self._clock()
+        if not self._keys:
+            self._first = now
+        self._keys.add(key)
+        self._last = now
+        self._events += 1
+        self._pending.set()
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    async def next_batch(self) -> tuple[frozenset[K], int]:
+        """Wait for the next batch; returns its distinct keys and how many events it held."""
+        while True:
+            await self._pending.wait()
+            deadline = min(self._last + self.quiet, self._first + self.max_delay)
+            delay = deadline - self._clock()
+            if delay <= 0:
+                break
+            await asyncio.sleep(delay)
+        keys, events = frozenset(self._keys), self._events
+        self._keys.clear()
+        self._events = 0
+        self._pending.clear()
+        return keys, events
