@@ -5,7 +5,8 @@ CdiPluginError
  ├── SpecLoadError         a spec file cannot be read or decoded (file, pointer, rule)
  ├── ConfigError           a device-class config is invalid (file, key, reason)
  ├── SpecWriteError        a spec could not be written; nothing on disk was changed
- └── DiscoveryError        udev or sysfs could not be read
+ ├── DiscoveryError        udev or sysfs could not be read
+ └── GenerateError         devices could not become specs (name collision, version above the maximum)
 """
 
 from __future__ import annotations
@@ -50,3 +51,7 @@ class SpecWriteError(CdiPluginError):
 
 class DiscoveryError(CdiPluginError):
     pass
+
+
+class GenerateError(CdiPluginError):
+    """Discovered devices could not be turned into specs (a name collision, a version above the maximum)."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from cdi_plugin.cdi import codec, names, schema
@@ -171,8 +171,17 @@ def validate_object(obj: Any, max_version: str | None = None, source: str = "<sp
     Semantic problems come first; a schema problem is added only where none stands yet (the
     schema mostly restates a semantic rule, in vaguer words).
     An unknown field stops the runtime's loader, but the semantic rules still run on the rest
-    (decoded leniently), so one pass reports everything.
+    (decoded leniently), so one pass reports everything. A string UTF-8 cannot encode (a lone
+    surrogate, e.g. from bytes decoded with ``surrogateescape``) is reported, not raised.
     """
+    try:
+        return _validate_object(obj, max_version, source)
+    except UnicodeEncodeError:
+        where, what = codec.find_unencodable(obj) or ("", "string")
+        return Validation(None, [Problem(where or "/", "syntax", f"a {what} {codec.UNPAIRED_SURROGATE}")])
+
+
+def _validate_object(obj: Any, max_version: str | None, source: str) -> Validation:
     problems: list[Problem] = []
     spec = checked = None
     try:
@@ -201,6 +210,12 @@ def validate_bytes(
     except SpecLoadError as exc:
         return Validation(None, [from_error(exc)])
     result = validate_object(obj, max_version, source)
+    if parsed_as == "yaml" and result.problems:
+        lines = codec.yaml_lines(data, {p.pointer for p in result.problems})
+        result.problems[:] = [
+            replace(p, message=f"line {lines[p.pointer]}: {p.message}") if p.pointer in lines else p
+            for p in result.problems
+        ]
     if parsed_as != fmt:
         result.problems.append(
             Problem("", "not-strict-json", "the file is not strict JSON, only YAML",

@@ -123,14 +123,16 @@ def check_version(spec: Spec, maximum: str | None = None) -> list[Problem]:
                 f"the earliest released version is {EARLIEST}",
             )
         )
-    for req in requirements(spec):
+    needed = requirements(spec)
+    minimum = KNOWN_VERSIONS[max((version_key(r.version) for r in needed), default=version_key(EARLIEST))]
+    for req in needed:
         if version_key(req.version) > version_key(declared):
             problems.append(
                 Problem(
                     req.pointer,
                     "version-too-low",
                     f"{req.feature} needs cdiVersion {req.version}, the spec declares {spec.cdi_version}",
-                    f"set cdiVersion to at least {minimum_version(spec)} or drop the feature",
+                    f"set cdiVersion to at least {minimum} or drop the feature",
                 )
             )
     for base, edits in spec.all_edits():
@@ -159,10 +161,9 @@ def check_version(spec: Spec, maximum: str | None = None) -> list[Problem]:
                     )
                 )
     if maximum is not None and version_key(declared) > version_key(maximum):
-        need = requirements(spec)
         why = (
-            "; needed by " + max(need, key=lambda r: version_key(r.version)).feature
-            if need and minimum_version(spec) == declared
+            "; needed by " + max(needed, key=lambda r: version_key(r.version)).feature
+            if needed and minimum == declared
             else ""
         )
         dropped = ", ".join(runtimes_below(declared))

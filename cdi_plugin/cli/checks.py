@@ -9,9 +9,9 @@ from typing import Any
 from cdi_plugin.cdi import codec
 from cdi_plugin.cdi.model import Spec
 from cdi_plugin.cdi.problems import Problem, Severity, from_error
-from cdi_plugin.cdi.validate import validate_bytes
+from cdi_plugin.cdi.validate import runtime_problems, validate_bytes
 from cdi_plugin.errors import SpecLoadError
-from cdi_plugin.store.files import DEFAULT_SPEC_DIRS, list_spec_files, read_spec_bytes, spec_format
+from cdi_plugin.store.files import DEFAULT_SPEC_DIRS, read_spec_bytes, scan_spec_dir, spec_format
 from cdi_plugin.store.registry import SpecFile, resolve
 
 
@@ -71,39 +71,48 @@ def _check_file(path: Path, priority: int, max_version: str | None) -> FileRepor
 
 
 def _add_conflicts(reports: list[FileReport]) -> None:
-    """Report what the runtime's cache would do with names defined in several files."""
+    """Report what the runtime's cache would do with names defined in several files.
+
+    Every file a runtime loads takes part, including those only the stricter rules reject.
+    """
     by_path = {r.path: r for r in reports}
-    files = [SpecFile(r.path, r.priority, r.spec) for r in reports if r.valid]
+    files = [SpecFile(r.path, r.priority, r.spec) for r in reports if _runtime_loads(r)]
     files.sort(key=lambda f: (f.priority, f.path.name))
     devices, conflicts = resolve(files)
+    pointers: dict[Path, dict[str, str]] = {}
     for conflict in conflicts:
         for path in conflict.paths:
+            if path not in pointers:
+                pointers[path] = _device_pointers(by_path[path].spec)
             others = ", ".join(str(p) for p in conflict.paths if p != path)
             by_path[path].problems.append(
-                Problem(_device_pointer(by_path[path].spec, conflict.qualified_name), "conflict",
+                Problem(pointers[path].get(conflict.qualified_name.partition("=")[2], ""), "conflict",
                         f"{conflict.qualified_name} is also defined in {others} at the same priority; "
                         "runtimes drop every definition of it",
                         "define each device in one file per directory")
             )  # fmt: skip
     for f in files:
         assert f.spec is not None
-        for dev in f.spec.devices:
+        for i, dev in enumerate(f.spec.devices):
             name = f"{f.spec.kind}={dev.name}"
             winner = devices.get(name)
             if winner is not None and winner.path != f.path:
                 by_path[f.path].problems.append(
-                    Problem(_device_pointer(f.spec, name), "shadowed",
+                    Problem(f"/devices/{i}/name", "shadowed",
                             f"{name} is overridden by {winner.path}, which has a higher priority",
                             "", Severity.WARNING)
                 )  # fmt: skip
 
 
-def _device_pointer(spec: Spec | None, qualified: str) -> str:
-    name = qualified.partition("=")[2]
-    for i, dev in enumerate(spec.devices if spec else ()):
-        if dev.name == name:
-            return f"/devices/{i}/name"
-    return ""
+def _runtime_loads(report: FileReport) -> bool:
+    spec = report.spec
+    return report.valid or (spec is not None and not any(p.is_error for p in runtime_problems(spec)))
+
+
+def _device_pointers(spec: Spec | None) -> dict[str, str]:
+    """Device name -> JSON pointer to the name of its first definition in ``spec``."""
+    devices = list(enumerate(spec.devices if spec else ()))
+    return {dev.name: f"/devices/{i}/name" for i, dev in reversed(devices)}
 
 
 def validate_paths(paths: list[Path], max_version: str | None = None) -> ValidationReport:
@@ -118,7 +127,12 @@ def validate_paths(paths: list[Path], max_version: str | None = None) -> Validat
     for path in searched:
         if path.is_dir():
             priority = priorities.setdefault(path.resolve(), len(priorities))
-            reports += [_check_file(p, priority, max_version) for p in list_spec_files(path)]
+            try:
+                files = scan_spec_dir(path)
+            except SpecLoadError as exc:
+                reports.append(FileReport(path, priority, problems=[from_error(exc)]))
+                continue
+            reports += [_check_file(p, priority, max_version) for p in files]
         elif path.exists() or path.is_symlink() or paths:
             priority = priorities.setdefault(path.parent.resolve(), len(priorities))
             reports.append(_check_file(path, priority, max_version))

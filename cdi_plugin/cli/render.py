@@ -19,6 +19,11 @@ if not _out.is_terminal:  # logs and pipes: no wrapping inside table cells
     _out.width = 200
 
 
+def _line(text: str) -> None:
+    """One line of output that is never wrapped, so that it stays one line in logs and pipes."""
+    _out.print(text, soft_wrap=True)
+
+
 def print_json(obj: Any) -> None:
     sys.stdout.write(json.dumps(obj, indent=2) + "\n")
 
@@ -36,27 +41,27 @@ def _problem_table(problems: list[Problem]) -> Table:
 def print_validation(report: ValidationReport) -> None:
     if not report.files:
         where = ", ".join(str(p) for p in report.searched)
-        _out.print(f"no spec files found in {escape(where)}")
+        _line(f"no spec files found in {escape(where)}")
         return
     for f in report.files:
         path = escape(str(f.path))
         if f.valid and f.spec is not None:
             n = len(f.spec.devices)
-            _out.print(
+            _line(
                 f"[green]✓[/] {path}  {escape(f.spec.kind)}, {n} device{'s' * (n != 1)}, "
                 f"cdiVersion {escape(f.spec.cdi_version)}"
             )
         elif len(f.problems) == 1 and not f.problems[0].pointer:
-            _out.print(f"[red]✗[/] {path}: {escape(f.problems[0].message)}")
+            _line(f"[red]✗[/] {path}: {escape(f.problems[0].message)}")
             continue
         else:
-            _out.print(f"[red]✗[/] {path}")
+            _line(f"[red]✗[/] {path}")
         if f.problems:
             _out.print(_problem_table(f.problems))
     bad = sum(not f.valid for f in report.files)
     total = len(report.files)
     summary = f"{total} file{'s' * (total != 1)}: {total - bad} valid, {bad} invalid"
-    _out.print(f"[{'red' if bad else 'green'}]{summary}[/]")
+    _line(f"[{'red' if bad else 'green'}]{summary}[/]")
 
 
 def listing_json(snapshot: Snapshot) -> dict[str, Any]:
@@ -95,13 +100,13 @@ def print_listing(snapshot: Snapshot) -> None:
             )  # fmt: skip
         _out.print(table)
     else:
-        _out.print(f"no resolvable devices in {escape(', '.join(str(d) for d in snapshot.dirs))}")
+        _line(f"no resolvable devices in {escape(', '.join(str(d) for d in snapshot.dirs))}")
     for c in snapshot.conflicts:
         files = ", ".join(str(p) for p in c.paths)
-        _out.print(
+        _line(
             f"[red]conflict[/] {escape(c.qualified_name)}: defined in {escape(files)} "
             f"(priority {c.priority}); it does not resolve"
         )
     for f in snapshot.broken:
-        _out.print(f"[red]broken[/] {escape(str(f.path))}")
+        _line(f"[red]broken[/] {escape(str(f.path))}")
         _out.print(_problem_table(list(f.problems)))

@@ -3,6 +3,10 @@
 The temporary file lives in the target directory (so the rename cannot cross file systems) and
 is named ``.<name>.<random>.tmp``, which runtimes never read (they read only ``*.json`` and
 ``*.yaml``). Data is fsynced before the rename and the directory after it.
+
+:class:`StagedFile` splits the same steps in two, so that several files can be written before
+any of them replaces its target: a full disk or a read-only file system shows up while staging,
+when nothing visible has changed yet.
 """
 
 from __future__ import annotations
@@ -44,3 +48,46 @@ def fsync_dir(directory: Path) -> None:
             os.fsync(fd)
         finally:
             os.close(fd)
+
+
+class StagedFile:
+    """New contents for ``path``, written and fsynced to a temporary file beside it.
+
+    :meth:`commit` renames it into place; :meth:`discard` removes it. Raises
+    :class:`SpecWriteError` (and leaves nothing behind) when the data cannot be written.
+    """
+
+    def __init__(self, path: Path, data: bytes, mode: int = 0o644) -> None:
+        self.path = path
+        directory = path.parent
+        try:
+            fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
+        except OSError as exc:
+            raise SpecWriteError(f"{path}: cannot create a file in {directory}: {exc.strerror}") from None
+        self._tmp: str | None = tmp
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
+                fh.flush()
+                os.fchmod(fh.fileno(), mode)
+                os.fsync(fh.fileno())
+        except OSError as exc:
+            self.discard()
+            raise SpecWriteError(f"{path}: cannot write: {exc.strerror or exc}") from None
+
+    def commit(self) -> None:
+        """Replace the target with the staged data (the directory is fsynced by the caller)."""
+        if self._tmp is None:
+            raise SpecWriteError(f"{self.path}: nothing staged")
+        try:
+            os.replace(self._tmp, self.path)
+        except OSError as exc:
+            self.discard()
+            raise SpecWriteError(f"{self.path}: cannot replace: {exc.strerror or exc}") from None
+        self._tmp = None
+
+    def discard(self) -> None:
+        if self._tmp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(self._tmp)
+            self._tmp = None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import stat
 from pathlib import Path
@@ -10,6 +11,8 @@ from pathlib import Path
 from cdi_plugin.cdi import codec
 from cdi_plugin.cdi.names import Kind
 from cdi_plugin.errors import SpecLoadError
+
+log = logging.getLogger(__name__)
 
 STATIC_DIR = Path("/etc/cdi")
 DYNAMIC_DIR = Path("/var/run/cdi")
@@ -32,11 +35,27 @@ def spec_file_name(kind: Kind, fmt: codec.Format = "json") -> str:
 
 
 def list_spec_files(directory: Path) -> list[Path]:
-    """The files a runtime would read from ``directory``, in its order; [] if it does not exist."""
+    """The files a runtime would read from ``directory``, in its order.
+
+    A directory that does not exist yields []; one that cannot be listed (not a directory, no
+    permission) is skipped with a warning, as runtimes skip it: one bad directory must not stop
+    the others from being read. :func:`scan_spec_dir` raises instead.
+    """
+    try:
+        return scan_spec_dir(directory)
+    except SpecLoadError as exc:
+        log.warning("skipping spec directory %s", exc)
+        return []
+
+
+def scan_spec_dir(directory: Path) -> list[Path]:
+    """Like :func:`list_spec_files`, but a directory that cannot be listed raises :class:`SpecLoadError`."""
     try:
         entries = sorted(os.scandir(directory), key=lambda e: e.name)
     except FileNotFoundError:
         return []
+    except OSError as exc:
+        raise SpecLoadError(str(directory), "", *_os_reason(exc)) from None
     return [
         Path(e.path)
         for e in entries
@@ -44,28 +63,38 @@ def list_spec_files(directory: Path) -> list[Path]:
     ]
 
 
+def _os_reason(exc: OSError) -> tuple[str, str]:
+    """The rule and a short reason for an OS error."""
+    return {
+        errno.ENOENT: ("not-found", "no such file or directory"),
+        errno.EACCES: ("unreadable", "permission denied"),
+        errno.EPERM: ("unreadable", "operation not permitted"),
+        errno.EISDIR: ("not-a-file", "is a directory, not a spec file"),
+        errno.ENOTDIR: ("not-a-directory", "not a directory"),
+        errno.ELOOP: ("unreadable", "too many levels of symbolic links"),
+    }.get(exc.errno or 0, ("unreadable", exc.strerror or str(exc)))
+
+
 def read_spec_bytes(path: Path, max_bytes: int = MAX_SPEC_BYTES) -> bytes:
     """Read a spec file, turning every OS failure into a one-line :class:`SpecLoadError`."""
     source = str(path)
     try:
-        with open(path, "rb") as fh:
-            info = os.fstat(fh.fileno())
-            if stat.S_ISDIR(info.st_mode):
-                raise SpecLoadError(source, "", "not-a-file", "is a directory, not a spec file")
-            if not stat.S_ISREG(info.st_mode):
-                raise SpecLoadError(source, "", "not-a-file", "is not a regular file")
-            data = fh.read(max_bytes + 1)
-    except SpecLoadError:
-        raise
+        # O_NONBLOCK: opening a FIFO named like a spec must not wait for a writer.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as exc:
-        reason = {
-            errno.ENOENT: ("not-found", "no such file or directory"),
-            errno.EACCES: ("unreadable", "permission denied"),
-            errno.EPERM: ("unreadable", "operation not permitted"),
-            errno.EISDIR: ("not-a-file", "is a directory, not a spec file"),
-            errno.ELOOP: ("unreadable", "too many levels of symbolic links"),
-        }.get(exc.errno or 0, ("unreadable", exc.strerror or str(exc)))
-        raise SpecLoadError(source, "", *reason) from None
+        raise SpecLoadError(source, "", *_os_reason(exc)) from None
+    try:
+        info = os.fstat(fd)
+        if stat.S_ISDIR(info.st_mode):
+            raise SpecLoadError(source, "", "not-a-file", "is a directory, not a spec file")
+        if not stat.S_ISREG(info.st_mode):
+            raise SpecLoadError(source, "", "not-a-file", "is not a regular file")
+        with os.fdopen(fd, "rb", closefd=False) as fh:
+            data = fh.read(max_bytes + 1)
+    except OSError as exc:
+        raise SpecLoadError(source, "", *_os_reason(exc)) from None
+    finally:
+        os.close(fd)
     if len(data) > max_bytes:
         raise SpecLoadError(
             source,

@@ -49,22 +49,27 @@ def read_record(directory: Path) -> dict[str, OwnedFile]:
         return {
             name: OwnedFile(name, str(entry["kind"]), str(entry["sha256"]))
             for name, entry in files.items()
-            if "/" not in name and name not in {"", ".", ".."}
+            if "/" not in name and "\x00" not in name and name not in {"", ".", ".."}
         }
     except FileNotFoundError:
         return {}
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
         log.warning("%s: ignoring unusable ownership record (%s); treating every spec as foreign", path, exc)
         return {}
 
 
-def write_record(directory: Path, owned: Mapping[str, OwnedFile]) -> None:
-    """Atomically replace the record (the spec writer calls this after each change)."""
+def encode_record(owned: Mapping[str, OwnedFile]) -> bytes:
+    """The bytes of a record listing ``owned``."""
     body = {
         "version": _FORMAT_VERSION,
         "files": {n: {"kind": f.kind, "sha256": f.sha256} for n, f in sorted(owned.items())},
     }
-    write_atomic(directory / RECORD_NAME, (json.dumps(body, indent=2) + "\n").encode())
+    return (json.dumps(body, indent=2) + "\n").encode()
+
+
+def write_record(directory: Path, owned: Mapping[str, OwnedFile]) -> None:
+    """Atomically replace the record (the spec writer calls this after each change)."""
+    write_atomic(directory / RECORD_NAME, encode_record(owned))
 
 
 def owned_kinds(directories: Iterable[Path]) -> set[str]:

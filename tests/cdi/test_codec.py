@@ -1,0 +1,507 @@
+"""The strict codec: Go-like decoding, error locations, canonical encoding, round trips."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+from cdi_plugin.cdi import codec, model
+from cdi_plugin.errors import SpecLoadError
+from tests.cdi.helpers import doc
+from tests.cdi.strategies import specs
+
+ROUND_TRIP = settings(deadline=None, max_examples=150, suppress_health_check=[HealthCheck.too_slow])
+DEV = "/devices/0/containerEdits"
+NODE = f"{DEV}/deviceNodes/0"
+
+
+def node_doc(**fields: Any) -> dict[str, Any]:
+    return doc(edits={"deviceNodes": [{"path": "/dev/widget0", **fields}]})
+
+
+def load_error(obj: Any) -> SpecLoadError:
+    with pytest.raises(SpecLoadError) as caught:
+        codec.spec_from_obj(obj, "spec.json")
+    return caught.value
+
+
+# -- strict decoding ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("document", "pointer", "field", "hint"),
+    [
+        ({**doc(), "devicez": []}, "/devicez", "devicez", "did you mean 'devices'?"),
+        (node_doc(hostpath="/dev/x"), f"{NODE}/hostpath", "hostpath", "did you mean 'hostPath'?"),
+        (
+            doc(edits={"env": ["A=1"], "intelNetDevices": []}),
+            f"{DEV}/intelNetDevices",
+            "intelNetDevices",
+            "did you mean 'netDevices'?",
+        ),
+        (
+            doc(edits={"intelRdt": {"schema": []}}),
+            f"{DEV}/intelRdt/schema",
+            "schema",
+            "did you mean 'schemata'?",
+        ),
+        (
+            {**doc(), "devices": [{"name": "w", "containerEdits": {"env": ["A=1"]}, "zzz": 1}]},
+            "/devices/0/zzz",
+            "zzz",
+            "known fields: name, annotations, containerEdits",
+        ),
+        (
+            doc(containerEdits={"mounts": [{"hostPath": "/a", "containerPath": "/a", "readOnly": True}]}),
+            "/containerEdits/mounts/0/readOnly",
+            "readOnly",
+            "known fields: hostPath, containerPath, options, type",
+        ),
+        (
+            doc(edits={"hooks": [{"hookName": "prestart", "path": "/h", "timeoutSeconds": 1}]}),
+            f"{DEV}/hooks/0/timeoutSeconds",
+            "timeoutSeconds",
+            "did you mean 'timeout'?",
+        ),
+        ({**doc(), "annotations": {}, "a/b~c": 1}, "/a~1b~0c", "a/b~c", None),
+    ],
+)
+def test_unknown_field_names_the_field_and_its_json_pointer(
+    document: dict[str, Any], pointer: str, field: str, hint: str | None
+) -> None:
+    err = load_error(document)
+    assert err.rule == "unknown-field"
+    assert err.pointer == pointer
+    assert err.message == f"unknown field {field!r}"
+    if hint is not None:
+        assert err.hint == hint
+    assert str(err) == f"spec.json: {pointer}: unknown field {field!r}"
+
+
+def test_lenient_decoding_skips_unknown_fields() -> None:
+    s = codec.spec_from_obj({**node_doc(bogus=1), "extra": {}}, lenient=True)
+    assert s.devices[0].container_edits.device_nodes == (model.DeviceNode(path="/dev/widget0"),)
+
+
+YAML_UNKNOWN = b"""\
+cdiVersion: 0.3.0
+kind: example.com/widget
+devices:
+  - name: widget0
+    containerEdits:
+      deviceNodes:
+        - path: /dev/widget0
+          hostpath: /dev/widget0
+"""
+
+
+def test_unknown_field_in_yaml_names_the_field_and_its_line() -> None:
+    with pytest.raises(SpecLoadError) as caught:
+        codec.decode(YAML_UNKNOWN, "spec.yaml", "yaml")
+    err = caught.value
+    assert (err.rule, err.pointer) == ("unknown-field", f"{NODE}/hostpath")
+    assert err.message == "line 8: unknown field 'hostpath'"
+
+
+@pytest.mark.parametrize(
+    ("text", "pointer", "key"),
+    [
+        ('{"cdiVersion": "0.3.0", "cdiVersion": "0.4.0"}', "/", "cdiVersion"),
+        ('{"devices": [{"name": "a"}, {"name": "b", "name": "c"}]}', "/devices/1", "name"),
+        ('{"devices": [{"containerEdits": {"deviceNodes": [{"path": "/a", "uid": 0, "uid": 1}]}}]}',
+         "/devices/0/containerEdits/deviceNodes/0", "uid"),
+        ('{"annotations": {"a/b": "1", "a/b": "2"}}', "/annotations", "a/b"),
+    ],
+)  # fmt: skip
+def test_duplicate_json_key_names_the_key_and_its_pointer(text: str, pointer: str, key: str) -> None:
+    with pytest.raises(SpecLoadError) as caught:
+        codec.parse(text.encode(), "spec.json", "json")
+    err = caught.value
+    assert (err.rule, err.pointer, err.message) == ("duplicate-key", pointer, f"duplicate key {key!r}")
+    assert err.hint == "remove one of them"
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "key"),
+    [
+        ("cdiVersion: 0.3.0\nkind: a\nkind: b\n", 3, "kind"),
+        ("devices:\n  - name: a\n    containerEdits:\n      env: []\n      env: [A=1]\n", 5, "env"),
+        ("a: {x: 1, y: 2, x: 3}\n", 1, "x"),
+    ],
+)
+def test_duplicate_yaml_key_names_the_key_and_its_line(text: str, line: int, key: str) -> None:
+    with pytest.raises(SpecLoadError) as caught:
+        codec.parse(text.encode(), "spec.yaml", "yaml")
+    err = caught.value
+    assert err.rule == "duplicate-key"
+    assert err.message == f"line {line}: duplicate key {key!r}"
+
+
+def test_yaml_key_that_is_not_a_string() -> None:
+    with pytest.raises(SpecLoadError) as caught:
+        codec.parse(b"cdiVersion: 0.3.0\n7: x\n", "spec.yaml", "yaml")
+    assert (caught.value.rule, caught.value.message) == ("type", "line 2: a key must be a string, got 7")
+
+
+# -- Go-like types -----------------------------------------------------------------------------
+
+UINT32_MAX = 2**32 - 1
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
+
+@pytest.mark.parametrize("field", ["uid", "gid", "fileMode"])
+@pytest.mark.parametrize("value", [0, 1, 0o644, UINT32_MAX])
+def test_uint32_fields_accept_their_range(field: str, value: int) -> None:
+    s = codec.spec_from_obj(node_doc(**{field: value}))
+    attr = {"fileMode": "file_mode"}.get(field, field)
+    assert getattr(s.devices[0].container_edits.device_nodes[0], attr) == value  # type: ignore[index]
+
+
+@pytest.mark.parametrize("field", ["uid", "gid", "fileMode"])
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        (-1, "-1 is out of range for an unsigned 32-bit integer (0 to 4294967295)"),
+        (UINT32_MAX + 1, "4294967296 is out of range for an unsigned 32-bit integer (0 to 4294967295)"),
+        (1.0, "expected an unsigned 32-bit integer, got number 1.0"),
+        (True, "expected an unsigned 32-bit integer, got boolean True"),
+        ("0644", "expected an unsigned 32-bit integer, got string '0644'"),
+        ([1], "expected an unsigned 32-bit integer, got array [1]"),
+    ],
+)
+def test_uint32_fields_reject_other_values(field: str, value: Any, message: str) -> None:
+    err = load_error(node_doc(**{field: value}))
+    assert (err.rule, err.pointer, err.message) == ("type", f"{NODE}/{field}", message)
+
+
+@pytest.mark.parametrize("field", ["major", "minor"])
+@pytest.mark.parametrize("value", [INT64_MIN, -1, 0, 226, INT64_MAX])
+def test_int64_fields_accept_their_range(field: str, value: int) -> None:
+    s = codec.spec_from_obj(node_doc(**{field: value}))
+    assert getattr(s.devices[0].container_edits.device_nodes[0], field) == value  # type: ignore[index]
+
+
+@pytest.mark.parametrize("field", ["major", "minor"])
+@pytest.mark.parametrize("value", [INT64_MIN - 1, INT64_MAX + 1, 1.5, float("nan"), False, "7"])
+def test_int64_fields_reject_other_values(field: str, value: Any) -> None:
+    err = load_error(node_doc(**{field: value}))
+    assert (err.rule, err.pointer) == ("type", f"{NODE}/{field}")
+
+
+@pytest.mark.parametrize(
+    ("edits", "pointer"),
+    [
+        ({"additionalGids": [0, -1]}, f"{DEV}/additionalGids/1"),
+        ({"additionalGids": [UINT32_MAX + 1]}, f"{DEV}/additionalGids/0"),
+        ({"intelRdt": {"enableMonitoring": 1}}, f"{DEV}/intelRdt/enableMonitoring"),
+        ({"intelRdt": {"enableCMT": "true"}}, f"{DEV}/intelRdt/enableCMT"),
+        ({"intelRdt": {"schemata": "L3:0=f"}}, f"{DEV}/intelRdt/schemata"),
+        ({"intelRdt": []}, f"{DEV}/intelRdt"),
+        ({"env": "A=1"}, f"{DEV}/env"),
+        ({"env": ["A=1", 2]}, f"{DEV}/env/1"),
+        ({"env": [None]}, f"{DEV}/env/0"),
+        ({"deviceNodes": [None]}, f"{DEV}/deviceNodes/0"),
+        ({"deviceNodes": {"path": "/a"}}, f"{DEV}/deviceNodes"),
+        ({"hooks": [{"hookName": "prestart", "path": "/h", "timeout": "5"}]}, f"{DEV}/hooks/0/timeout"),
+        ({"mounts": [{"hostPath": 1, "containerPath": "/a"}]}, f"{DEV}/mounts/0/hostPath"),
+        ({"netDevices": [{"hostInterfaceName": "e", "name": 0}]}, f"{DEV}/netDevices/0/name"),
+    ],
+)
+def test_type_errors_name_the_pointer(edits: dict[str, Any], pointer: str) -> None:
+    err = load_error(doc(edits=edits))
+    assert (err.rule, err.pointer) == ("type", pointer)
+
+
+@pytest.mark.parametrize(
+    ("document", "pointer"),
+    [
+        ([], "/"),
+        ("spec", "/"),
+        (None, "/"),
+        ({**doc(), "cdiVersion": 0.3}, "/cdiVersion"),
+        ({**doc(), "annotations": {"a": 1}}, "/annotations/a"),
+        ({**doc(), "annotations": ["a"]}, "/annotations"),
+        ({**doc(), "devices": {}}, "/devices"),
+    ],
+)
+def test_document_level_type_errors(document: Any, pointer: str) -> None:
+    err = load_error(document)
+    assert (err.rule, err.pointer) == ("type", pointer)
+
+
+def test_null_means_absent() -> None:
+    document = doc(
+        edits={
+            "env": None,
+            "deviceNodes": [
+                {"path": "/dev/a", "hostPath": None, "uid": None, "fileMode": None, "type": None}
+            ],
+            "intelRdt": None,
+            "additionalGids": None,
+            "mounts": [{"hostPath": "/a", "containerPath": "/a", "options": None, "type": None}],
+        },
+        annotations=None,
+        containerEdits=None,
+    )
+    s = codec.spec_from_obj(document)
+    assert s.annotations is None
+    assert s.container_edits is None
+    edits = s.devices[0].container_edits
+    assert edits == model.ContainerEdits(
+        device_nodes=(model.DeviceNode(path="/dev/a"),),
+        mounts=(model.Mount(host_path="/a", container_path="/a"),),
+    )
+    assert codec.spec_to_obj(s)["devices"][0]["containerEdits"] == {
+        "deviceNodes": [{"path": "/dev/a"}],
+        "mounts": [{"hostPath": "/a", "containerPath": "/a"}],
+    }
+
+
+@pytest.mark.parametrize(
+    ("document", "pointer", "field"),
+    [
+        ({"kind": "a.b/c", "devices": []}, "/", "cdiVersion"),
+        ({"cdiVersion": "0.3.0", "kind": None, "devices": []}, "/", "kind"),
+        ({"cdiVersion": "0.3.0", "kind": "a.b/c"}, "/", "devices"),
+        (
+            {"cdiVersion": "0.3.0", "kind": "a.b/c", "devices": [{"name": "a"}]},
+            "/devices/0",
+            "containerEdits",
+        ),
+        ({"cdiVersion": "0.3.0", "kind": "a.b/c", "devices": [{"containerEdits": {}}]}, "/devices/0", "name"),
+        (doc(edits={"deviceNodes": [{"hostPath": "/a"}]}), f"{DEV}/deviceNodes/0", "path"),
+        (doc(edits={"mounts": [{"containerPath": "/a"}]}), f"{DEV}/mounts/0", "hostPath"),
+        (doc(edits={"hooks": [{"path": "/a"}]}), f"{DEV}/hooks/0", "hookName"),
+        (doc(edits={"netDevices": [{"name": "n"}]}), f"{DEV}/netDevices/0", "hostInterfaceName"),
+    ],
+)
+def test_required_fields(document: dict[str, Any], pointer: str, field: str) -> None:
+    err = load_error(document)
+    assert (err.rule, err.pointer, err.message) == ("required", pointer, f"missing required field {field!r}")
+
+
+# -- parsing text ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("data", "rule", "message"),
+    [
+        (b"", "empty-file", "the file is empty (no spec data)"),
+        (b" \n\t\n", "empty-file", "the file is empty (no spec data)"),
+        (b"\xef\xbb\xbf\n", "empty-file", "the file is empty (no spec data)"),
+        (b'{"a": "\xff"}', "syntax", "not UTF-8 text (binary data at byte 7)"),
+        (b'{"a":\x00 1}', "syntax", "binary data (NUL byte at offset 5)"),
+        (b'{"a": [1, 2}', "syntax", "invalid JSON: line 1 column 12: Expecting ',' delimiter"),
+        (b'{\n  "a": 1\n', "syntax", "invalid JSON: line 3 column 1: Expecting ',' delimiter"),
+    ],
+)
+def test_parse_errors(data: bytes, rule: str, message: str) -> None:
+    with pytest.raises(SpecLoadError) as caught:
+        codec.parse(data, "spec.json", "json")
+    assert (caught.value.rule, caught.value.message) == (rule, message)
+    assert str(caught.value) == f"spec.json: {message}"
+
+
+def test_yaml_syntax_error_names_line_and_column() -> None:
+    with pytest.raises(SpecLoadError) as caught:
+        codec.parse(b"devices:\n  - name: a\n   kind: b\n", "spec.yaml", "yaml")
+    assert caught.value.rule == "syntax"
+    assert caught.value.message.startswith("invalid YAML: line 3 column ")
+
+
+def test_byte_order_mark_is_accepted() -> None:
+    obj, fmt = codec.parse(b'\xef\xbb\xbf{"a": 1}', "spec.json", "json")
+    assert (obj, fmt) == ({"a": 1}, "json")
+
+
+def test_json_that_is_only_yaml_is_parsed_as_yaml() -> None:
+    obj, fmt = codec.parse(b'{"a": [1, 2,], b: c}  # comment\n', "spec.json", "json")
+    assert (obj, fmt) == ({"a": [1, 2], "b": "c"}, "yaml")
+
+
+@pytest.mark.parametrize(
+    ("data", "fmt"),
+    [
+        (b"[" * 70 + b"]" * 70, "json"),
+        (b'{"x": ' + b"[" * 5000 + b"]" * 5000 + b"}", "json"),
+        (b"[" * 200_000, "json"),
+        (b"x: " + b"[" * 70 + b"]" * 70, "yaml"),
+        (b"x: " + b"{a: " * 3000 + b"}" * 3000, "yaml"),
+        (b"".join(b"  " * i + b"- \n" for i in range(80)), "yaml"),
+    ],
+)
+def test_deep_nesting_is_a_syntax_error(data: bytes, fmt: codec.Format) -> None:
+    with pytest.raises(SpecLoadError) as caught:
+        codec.parse(data, "spec", fmt)
+    assert caught.value.rule == "syntax"
+    assert "nested more than 64 levels deep" in caught.value.message
+
+
+def test_very_deep_yaml_does_not_crash_the_process() -> None:
+    """libyaml's composer recurses on the C stack; the depth check must run before it."""
+    code = (
+        "from cdi_plugin.cdi import codec\n"
+        "from cdi_plugin.errors import SpecLoadError\n"
+        "try:\n"
+        "    codec.parse(b'a: ' + b'[' * 300000, 'deep.yaml', 'yaml')\n"
+        "except SpecLoadError as exc:\n"
+        "    print(exc)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert "deep.yaml: line 1: nested more than 64 levels deep" in done.stdout
+
+
+def test_nesting_up_to_the_limit_is_fine() -> None:
+    obj, _ = codec.parse(b'{"x": ' + b"[" * 60 + b"]" * 60 + b"}", "spec.json", "json")
+    assert isinstance(obj["x"], list)
+
+
+def test_lone_surrogate_escape_is_rejected() -> None:
+    with pytest.raises(SpecLoadError) as caught:
+        codec.parse(b'{"env": ["A=\\ud800"], "ok": "\\ud83d\\ude00"}', "spec.json", "json")
+    assert (caught.value.rule, caught.value.pointer) == ("syntax", "/env/0")
+    assert "surrogate" in caught.value.message
+
+
+def test_surrogate_pair_escape_is_fine() -> None:
+    obj, _ = codec.parse(b'{"a": "\\ud83d\\ude00"}', "spec.json", "json")
+    assert obj == {"a": "\U0001f600"}
+
+
+def test_yaml_dates_stay_strings_like_in_runtimes() -> None:
+    obj, _ = codec.parse(b"cdiVersion: 2024-01-02\nwhen: 2001-12-14t21:59:43.10-05:00\n", "s.yaml", "yaml")
+    assert obj == {"cdiVersion": "2024-01-02", "when": "2001-12-14t21:59:43.10-05:00"}
+
+
+@pytest.mark.parametrize(
+    "tag", ["!!binary aGVsbG8=", "!!set {a, b}", "!!omap [a: 1]", "!!timestamp 2001-12-14"]
+)
+def test_yaml_types_without_a_json_equivalent_are_rejected(tag: str) -> None:
+    with pytest.raises(SpecLoadError) as caught:
+        codec.parse(f"a: 1\nb: {tag}\n".encode(), "s.yaml", "yaml")
+    assert caught.value.rule == "type"
+    assert caught.value.message.startswith("line 2: ")
+
+
+# -- canonical encoding ------------------------------------------------------------------------
+
+FULL = {
+    "containerEdits": {
+        "additionalGids": [0],
+        "intelRdt": {"closID": "c"},
+        "mounts": [{"type": "bind", "options": ["ro"], "containerPath": "/m", "hostPath": "/m"}],
+        "hooks": [{"timeout": 5, "env": ["A=1"], "args": ["h"], "path": "/h", "hookName": "prestart"}],
+        "deviceNodes": [{"gid": 0, "uid": 0, "permissions": "rw", "fileMode": 0, "minor": 0, "major": 0,
+                         "type": "c", "hostPath": "/dev/b", "path": "/dev/a"}],
+        "env": ["B=2"],
+    },
+    "devices": [{"containerEdits": {"env": ["A=1"]}, "annotations": {"z": "1", "a": "2"}, "name": "d0"}],
+    "annotations": {"b": "1", "a": "2"},
+    "kind": "example.com/widget",
+    "cdiVersion": "0.7.0",
+}  # fmt: skip
+
+
+def test_encoding_uses_the_cdi_library_field_order_and_sorted_annotations() -> None:
+    obj = codec.spec_to_obj(codec.spec_from_obj(FULL))
+    assert list(obj) == ["cdiVersion", "kind", "annotations", "devices", "containerEdits"]
+    assert list(obj["annotations"]) == ["a", "b"]
+    assert list(obj["devices"][0]) == ["name", "annotations", "containerEdits"]
+    assert list(obj["devices"][0]["annotations"]) == ["a", "z"]
+    edits = obj["containerEdits"]
+    assert list(edits) == ["env", "deviceNodes", "hooks", "mounts", "intelRdt", "additionalGids"]
+    assert list(edits["deviceNodes"][0]) == [
+        "path", "hostPath", "type", "major", "minor", "fileMode", "permissions", "uid", "gid",
+    ]  # fmt: skip
+    assert list(edits["mounts"][0]) == ["hostPath", "containerPath", "options", "type"]
+    assert list(edits["hooks"][0]) == ["hookName", "path", "args", "env", "timeout"]
+
+
+def test_json_encoding_is_indented_by_two_spaces_with_a_trailing_newline() -> None:
+    s = codec.spec_from_obj(doc(edits={"env": ["GREETING=grüße"]}))
+    text = codec.encode(s).decode()
+    assert text == (
+        "{\n"
+        '  "cdiVersion": "0.3.0",\n'
+        '  "kind": "example.com/widget",\n'
+        '  "devices": [\n'
+        "    {\n"
+        '      "name": "widget0",\n'
+        '      "containerEdits": {\n'
+        '        "env": [\n'
+        '          "GREETING=grüße"\n'
+        "        ]\n"
+        "      }\n"
+        "    }\n"
+        "  ]\n"
+        "}\n"
+    )
+
+
+def test_yaml_encoding_starts_with_a_document_marker_and_round_trips() -> None:
+    s = codec.spec_from_obj(FULL)
+    text = codec.encode(s, "yaml").decode()
+    assert text.startswith("---\ncdiVersion: 0.7.0\nkind: example.com/widget\n")
+    assert text.endswith("\n")
+    assert codec.decode(text.encode(), "s.yaml", "yaml") == s
+
+
+def test_same_spec_gives_the_same_bytes_whatever_the_input_order() -> None:
+    reordered = json.loads(json.dumps(FULL, sort_keys=True))
+    a = codec.encode(codec.spec_from_obj(FULL))
+    b = codec.encode(codec.spec_from_obj(reordered))
+    assert a == b
+    assert codec.encode(codec.decode(a)) == a
+
+
+def test_present_but_empty_and_zero_values_survive_a_round_trip() -> None:
+    document = doc(
+        "0.7.0",
+        edits={
+            "env": [],
+            "deviceNodes": [{"path": "/dev/a", "major": 0, "minor": 0, "fileMode": 0, "uid": 0, "gid": 0,
+                             "hostPath": "", "permissions": ""}],
+            "mounts": [],
+            "hooks": [{"hookName": "prestart", "path": "/h", "args": [], "env": []}],
+            "intelRdt": {},
+            "additionalGids": [],
+            "netDevices": [],
+        },
+        annotations={},
+        containerEdits={},
+    )  # fmt: skip
+    formats: list[codec.Format] = ["json", "yaml"]
+    for fmt in formats:
+        s = codec.spec_from_obj(document)
+        data = codec.encode(s, fmt)
+        again = codec.decode(data, "s", fmt)
+        assert again == s
+        assert codec.spec_to_obj(again) == document
+
+
+@ROUND_TRIP
+@given(specs())
+def test_json_round_trip(spec: model.Spec) -> None:
+    data = codec.encode(spec, "json")
+    assert codec.decode(data, "spec.json", "json") == spec
+    assert codec.encode(codec.decode(data)) == data
+    assert json.loads(data) == codec.spec_to_obj(spec)
+
+
+@ROUND_TRIP
+@given(specs())
+def test_yaml_round_trip(spec: model.Spec) -> None:
+    data = codec.encode(spec, "yaml")
+    obj, fmt = codec.parse(data, "spec.yaml", "yaml")
+    assert fmt == "yaml"
+    assert obj == codec.spec_to_obj(spec)
+    assert codec.decode(data, "spec.yaml", "yaml") == spec
+    assert codec.encode(codec.decode(data, "spec.yaml", "yaml"), "yaml") == data

@@ -1,0 +1,95 @@
+"""``cdi-gen list``: what resolves, from which file and priority, and what conflicts or is broken."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.cli.conftest import Invoke, report, run_cdi_gen
+from tests.store.specfiles import write_spec
+
+
+@pytest.fixture
+def dirs(tmp_path: Path) -> tuple[Path, Path]:
+    etc, run = tmp_path / "etc", tmp_path / "run"
+    write_spec(etc, "gpu.json", "acme.example/gpu", "card0", "card1")
+    write_spec(etc, "fuse-a.json", "cdi-plugin.io/fuse", "fuse")
+    write_spec(etc, "fuse-b.yaml", "cdi-plugin.io/fuse", "fuse")
+    write_spec(run, "gpu.json", "acme.example/gpu", "card1")
+    (run / "broken.json").write_text('{"cdiVersion": "0.3.0"}')
+    return etc, run
+
+
+def test_list_json(cli: Invoke, dirs: tuple[Path, Path]) -> None:
+    etc, run = dirs
+    result = cli("list", "--json", "--spec-dir", etc, "--spec-dir", run)
+    assert result.exit_code == 0, result.output
+    assert report(result) == {
+        "dirs": [str(etc), str(run)],
+        "devices": [
+            {"kind": "acme.example/gpu", "name": "card0", "qualifiedName": "acme.example/gpu=card0",
+             "path": str(etc / "gpu.json"), "priority": 0},
+            {"kind": "acme.example/gpu", "name": "card1", "qualifiedName": "acme.example/gpu=card1",
+             "path": str(run / "gpu.json"), "priority": 1},
+        ],
+        "conflicts": [
+            {"qualifiedName": "cdi-plugin.io/fuse=fuse", "priority": 0,
+             "paths": [str(etc / "fuse-a.json"), str(etc / "fuse-b.yaml")]},
+        ],
+        "broken": [
+            {"path": str(run / "broken.json"), "priority": 1,
+             "problems": [{"pointer": "/", "rule": "required", "severity": "error",
+                           "message": "missing required field 'kind'", "hint": ""}]},
+        ],
+    }  # fmt: skip
+
+
+def test_list_text(cli: Invoke, dirs: tuple[Path, Path]) -> None:
+    etc, run = dirs
+    result = cli("list", "--spec-dir", etc, "--spec-dir", run)
+    assert result.exit_code == 0
+    lines = result.stdout.splitlines()
+    assert lines[0].split() == ["kind", "name", "qualified", "name", "file", "priority"]
+    assert lines[1].split() == [
+        "acme.example/gpu",
+        "card0",
+        "acme.example/gpu=card0",
+        str(etc / "gpu.json"),
+        "0",
+    ]
+    assert lines[2].split() == [
+        "acme.example/gpu",
+        "card1",
+        "acme.example/gpu=card1",
+        str(run / "gpu.json"),
+        "1",
+    ]
+    assert (
+        f"conflict cdi-plugin.io/fuse=fuse: defined in {etc / 'fuse-a.json'}, {etc / 'fuse-b.yaml'} "
+        "(priority 0); it does not resolve"
+    ) in lines
+    assert f"broken {run / 'broken.json'}" in lines
+    assert "missing required field 'kind'" in result.stdout
+
+
+def test_list_with_nothing_to_show(cli: Invoke, tmp_path: Path) -> None:
+    result = cli("list", "--spec-dir", tmp_path / "missing")
+    assert result.exit_code == 0
+    assert result.stdout == f"no resolvable devices in {tmp_path / 'missing'}\n"
+    assert report(cli("list", "--json", "--spec-dir", tmp_path / "missing")) == {
+        "dirs": [str(tmp_path / "missing")],
+        "devices": [],
+        "conflicts": [],
+        "broken": [],
+    }
+
+
+def test_list_as_a_real_program(dirs: tuple[Path, Path]) -> None:
+    etc, run = dirs
+    done = run_cdi_gen("list", "--json", "--spec-dir", etc, "--spec-dir", run)
+    assert done.returncode == 0, done.stderr
+    assert [d["qualifiedName"] for d in report(done)["devices"]] == [
+        "acme.example/gpu=card0",
+        "acme.example/gpu=card1",
+    ]

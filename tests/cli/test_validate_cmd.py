@@ -1,0 +1,207 @@
+"""``cdi-gen validate``: exit codes, the JSON report, the corpus, directories and conflicts."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.cli.conftest import SPECS, Invoke, report, run_cdi_gen
+from tests.store.specfiles import write_spec
+
+GOOD = sorted(p for p in (SPECS / "good").glob("*") if p.is_file())
+BAD = sorted(p for p in (SPECS / "bad").iterdir() if p.is_file())
+
+
+def test_good_corpus_directory_is_valid(cli: Invoke) -> None:
+    result = cli("validate", SPECS / "good")
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert lines[-1] == f"{len(GOOD)} files: {len(GOOD)} valid, 0 invalid"
+    for path in GOOD:
+        assert any(line.startswith(f"✓ {path}  ") for line in lines), path
+
+
+@pytest.mark.parametrize("path", BAD, ids=lambda p: p.name)
+def test_bad_corpus_file_fails_with_its_rule(cli: Invoke, path: Path) -> None:
+    result = cli("validate", "--json", path)
+    assert result.exit_code == 1, result.output
+    [file] = report(result)["files"]
+    assert file["valid"] is False
+    assert path.name.split("--")[0] in {p["rule"] for p in file["problems"] if p["severity"] == "error"}
+
+
+def test_conflict_directory(cli: Invoke) -> None:
+    conflict = SPECS / "bad" / "conflict"
+    result = cli("validate", "--json", conflict)
+    assert result.exit_code == 1
+    files = report(result)["files"]
+    assert len(files) == 2
+    for f in files:
+        [problem] = f["problems"]
+        assert (problem["rule"], problem["pointer"]) == ("conflict", "/devices/0/name")
+        assert problem["message"].startswith("example.com/widget=widget0 is also defined in ")
+        other = next(g["path"] for g in files if g is not f)
+        assert other in problem["message"]
+
+
+def test_two_files_of_one_directory_named_separately_also_conflict(cli: Invoke) -> None:
+    conflict = SPECS / "bad" / "conflict"
+    result = cli("validate", "--json", *sorted(conflict.iterdir()))
+    assert result.exit_code == 1
+    assert all(f["problems"][0]["rule"] == "conflict" for f in report(result)["files"])
+
+
+def test_strictly_invalid_file_still_conflicts_like_at_runtime(cli: Invoke, tmp_path: Path) -> None:
+    """A runtime loads a spec with a relative path, so its devices still clash with other files."""
+    (tmp_path / "a.json").write_text(
+        '{"cdiVersion": "0.3.0", "kind": "example.com/widget",'
+        ' "devices": [{"name": "w0", "containerEdits": {"deviceNodes": [{"path": "dev/w0"}]}}]}'
+    )
+    write_spec(tmp_path, "b.json", "example.com/widget", "w0")
+    files = {Path(f["path"]).name: f for f in report(cli("validate", "--json", tmp_path))["files"]}
+    assert {p["rule"] for p in files["a.json"]["problems"]} == {"absolute-path", "conflict"}
+    assert [p["rule"] for p in files["b.json"]["problems"]] == ["conflict"]
+    assert files["b.json"]["valid"] is False
+
+
+def test_priority_directories_shadow_without_error(cli: Invoke) -> None:
+    etc, run = SPECS / "good" / "priority" / "etc", SPECS / "good" / "priority" / "run"
+    result = cli("validate", "--json", etc, run)
+    assert result.exit_code == 0
+    files = {Path(f["path"]).parent.name: f for f in report(result)["files"]}
+    [shadowed] = files["etc"]["problems"]
+    assert (shadowed["rule"], shadowed["severity"]) == ("shadowed", "warning")
+    assert str(run / "example-vpu.json") in shadowed["message"]
+    assert files["run"]["problems"] == []
+
+
+def test_json_report_shape(cli: Invoke) -> None:
+    good = SPECS / "good" / "v0.3.0-fuse.json"
+    bad = SPECS / "bad" / "env-format--no-equals.json"
+    result = cli("validate", "--json", good, bad)
+    assert result.exit_code == 1
+    assert report(result) == {
+        "valid": False,
+        "files": [
+            {
+                "path": str(good),
+                "valid": True,
+                "kind": "cdi-plugin.io/fuse",
+                "cdiVersion": "0.3.0",
+                "devices": 1,
+                "problems": [],
+            },
+            {
+                "path": str(bad),
+                "valid": False,
+                "kind": "example.com/widget",
+                "cdiVersion": "0.3.0",
+                "devices": 1,
+                "problems": [
+                    {
+                        "pointer": "/devices/0/containerEdits/env/0",
+                        "rule": "env-format",
+                        "severity": "error",
+                        "message": "invalid env entry 'WIDGET'",
+                        "hint": "use NAME=VALUE",
+                    }
+                ],
+            },
+        ],
+    }
+
+
+def test_json_report_of_a_file_that_does_not_load(cli: Invoke, tmp_path: Path) -> None:
+    path = tmp_path / "a.json"
+    path.write_text("{")
+    [file] = report(cli("validate", "--json", path))["files"]
+    assert file == {
+        "path": str(path),
+        "valid": False,
+        "kind": None,
+        "cdiVersion": None,
+        "devices": None,
+        "problems": [
+            {"pointer": "", "rule": "syntax", "severity": "error", "hint": "",
+             "message": "invalid JSON: line 1 column 2: Expecting property name enclosed in double quotes"}
+        ],
+    }  # fmt: skip
+
+
+def test_text_report_of_an_invalid_file_shows_pointer_rule_and_hint(cli: Invoke) -> None:
+    result = cli("validate", SPECS / "bad" / "version-too-low--mount-type.json")
+    assert result.exit_code == 1
+    text = result.stdout
+    assert "/devices/0/containerEdits/mounts/0/type" in text
+    assert "version-too-low" in text
+    assert "mount 'type' needs cdiVersion 0.4.0, the spec declares 0.3.0" in text
+    assert "set cdiVersion to at least 0.4.0" in text
+    assert text.splitlines()[-1] == "1 file: 0 valid, 1 invalid"
+
+
+def test_cdi_version_max(cli: Invoke) -> None:
+    path = SPECS / "good" / "v0.6.0-annotations.json"
+    assert cli("validate", path).exit_code == 0
+    assert cli("validate", "--cdi-version-max", "0.6.0", path).exit_code == 0
+    result = cli("validate", "--json", "--cdi-version-max", "0.5.0", path)
+    assert result.exit_code == 1
+    [problem] = report(result)["files"][0]["problems"]
+    assert problem["rule"] == "version-above-max"
+    assert (
+        problem["message"]
+        == "cdiVersion 0.6.0 is above the allowed maximum 0.5.0; needed by spec 'annotations'"
+    )
+    assert "podman 4.3" in problem["hint"]
+
+
+@pytest.mark.parametrize("value", ["0.9.0", "v0.5.0", "0.1.0", ""])
+def test_cdi_version_max_must_be_a_released_version(cli: Invoke, value: str) -> None:
+    result = cli("validate", "--cdi-version-max", value, SPECS / "good")
+    assert result.exit_code == 2
+    assert "Invalid value for '--cdi-version-max'" in result.stderr
+
+
+def test_usage_errors_exit_2(cli: Invoke) -> None:
+    assert cli("validate", "--no-such-option").exit_code == 2
+    assert cli("no-such-command").exit_code == 2
+    assert cli("list", "--spec-dir", SPECS / "good" / "v0.3.0-fuse.json").exit_code == 2
+
+
+def test_empty_directory(cli: Invoke, tmp_path: Path) -> None:
+    result = cli("validate", tmp_path)
+    assert result.exit_code == 0
+    assert result.stdout == f"no spec files found in {tmp_path}\n"
+    assert report(cli("validate", "--json", tmp_path)) == {"valid": True, "files": []}
+
+
+def test_files_runtimes_ignore_get_a_warning(cli: Invoke, tmp_path: Path) -> None:
+    path = write_spec(tmp_path, "a.yml", "example.com/widget", "w0")
+    result = cli("validate", "--json", path)
+    assert result.exit_code == 0
+    [problem] = report(result)["files"][0]["problems"]
+    assert (problem["rule"], problem["severity"]) == ("ignored-suffix", "warning")
+
+
+def test_directories_read_only_what_runtimes_read(cli: Invoke, tmp_path: Path) -> None:
+    write_spec(tmp_path, "a.json", "example.com/widget", "w0")
+    (tmp_path / "b.yml").write_text("{")
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "c.json").write_text("{")
+    result = cli("validate", "--json", tmp_path)
+    assert result.exit_code == 0
+    assert [Path(f["path"]).name for f in report(result)["files"]] == ["a.json"]
+
+
+def test_validate_as_a_real_program() -> None:
+    good = run_cdi_gen("validate", SPECS / "good")
+    assert good.returncode == 0, good.stderr
+    assert good.stdout.splitlines()[-1] == f"{len(GOOD)} files: {len(GOOD)} valid, 0 invalid"
+    bad = run_cdi_gen(
+        "validate", "--json", SPECS / "bad" / "conflict", SPECS / "bad" / "no-devices--empty-list.json"
+    )
+    assert bad.returncode == 1
+    assert bad.stderr == ""
+    rules = [p["rule"] for f in json.loads(bad.stdout)["files"] for p in f["problems"]]
+    assert rules == ["conflict", "conflict", "no-devices"]

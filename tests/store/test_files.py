@@ -1,0 +1,158 @@
+"""Spec files on disk: names, listing, and reading with one-line errors."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from cdi_plugin.cdi.names import Kind
+from cdi_plugin.errors import SpecLoadError
+from cdi_plugin.store import files
+from tests.store.unprivileged import python_as_nobody, world_dir
+
+
+def read_error(path: Path, **kwargs: int) -> SpecLoadError:
+    with pytest.raises(SpecLoadError) as caught:
+        files.read_spec_bytes(path, **kwargs)
+    return caught.value
+
+
+def test_default_directories_in_priority_order() -> None:
+    assert files.DEFAULT_SPEC_DIRS == (files.STATIC_DIR, files.DYNAMIC_DIR)
+    assert [str(d) for d in files.DEFAULT_SPEC_DIRS] == ["/etc/cdi", "/var/run/cdi"]
+
+
+@pytest.mark.parametrize(
+    ("name", "fmt"),
+    [
+        ("a.json", "json"),
+        ("a.yaml", "yaml"),
+        ("a.yml", None),
+        ("a.JSON", None),
+        ("a.json.bak", None),
+        ("a", None),
+    ],
+)
+def test_spec_format(name: str, fmt: str | None) -> None:
+    assert files.spec_format(Path(name)) == fmt
+
+
+def test_spec_file_name() -> None:
+    kind = Kind("acme.example", "net.tun")
+    assert files.spec_file_name(kind) == "acme.example-net.tun.json"
+    assert files.spec_file_name(kind, "yaml") == "acme.example-net.tun.yaml"
+
+
+def test_read_spec_bytes(tmp_path: Path) -> None:
+    path = tmp_path / "a.json"
+    path.write_bytes(b"{}")
+    assert files.read_spec_bytes(path) == b"{}"
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    err = read_error(tmp_path / "missing.json")
+    assert (err.rule, str(err)) == ("not-found", f"{tmp_path / 'missing.json'}: no such file or directory")
+
+
+def test_directory(tmp_path: Path) -> None:
+    err = read_error(tmp_path)
+    assert (err.rule, str(err)) == ("not-a-file", f"{tmp_path}: is a directory, not a spec file")
+
+
+@pytest.mark.timeout(30)
+def test_fifo_is_refused_without_waiting_for_a_writer(tmp_path: Path) -> None:
+    fifo = tmp_path / "a.json"
+    os.mkfifo(fifo)
+    err = read_error(fifo)
+    assert (err.rule, err.message) == ("not-a-file", "is not a regular file")
+
+
+def test_symlink_loop(tmp_path: Path) -> None:
+    (tmp_path / "a.json").symlink_to(tmp_path / "b.json")
+    (tmp_path / "b.json").symlink_to(tmp_path / "a.json")
+    err = read_error(tmp_path / "a.json")
+    assert (err.rule, err.message) == ("unreadable", "too many levels of symbolic links")
+
+
+def test_file_larger_than_the_limit(tmp_path: Path) -> None:
+    path = tmp_path / "big.json"
+    path.write_bytes(b" " * (files.MAX_SPEC_BYTES + 1))
+    err = read_error(path)
+    assert err.rule == "too-large"
+    assert str(err) == f"{path}: the file is larger than 4 MiB, too large for a device spec"
+
+
+def test_file_at_the_limit_is_read(tmp_path: Path) -> None:
+    path = tmp_path / "big.json"
+    path.write_bytes(b" " * files.MAX_SPEC_BYTES)
+    assert len(files.read_spec_bytes(path)) == files.MAX_SPEC_BYTES
+
+
+@pytest.mark.root
+def test_unreadable_file_as_an_unprivileged_user() -> None:
+    with world_dir() as d:
+        path = d / "secret.json"
+        path.write_text("{}")
+        path.chmod(0o600)
+        done = python_as_nobody(
+            "import sys\n"
+            "from pathlib import Path\n"
+            "from cdi_plugin.store.files import read_spec_bytes\n"
+            "from cdi_plugin.errors import SpecLoadError\n"
+            "try:\n"
+            f"    read_spec_bytes(Path({str(path)!r}))\n"
+            "except SpecLoadError as exc:\n"
+            "    print(exc.rule, exc, sep='|')\n"
+        )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == f"unreadable|{path}: permission denied\n"
+
+
+def test_list_spec_files(tmp_path: Path) -> None:
+    for name in ["b.yaml", "a.json", "c.yml", "d.txt"]:
+        (tmp_path / name).write_text("")
+    (tmp_path / "sub.json").mkdir()
+    assert [p.name for p in files.list_spec_files(tmp_path)] == ["a.json", "b.yaml"]
+    assert files.scan_spec_dir(tmp_path) == files.list_spec_files(tmp_path)
+
+
+def test_missing_directory_lists_nothing(tmp_path: Path) -> None:
+    assert files.list_spec_files(tmp_path / "missing") == []
+    assert files.scan_spec_dir(tmp_path / "missing") == []
+
+
+def test_a_file_in_place_of_a_directory(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    path = tmp_path / "cdi"
+    path.write_text("")
+    with pytest.raises(SpecLoadError) as caught:
+        files.scan_spec_dir(path)
+    assert (caught.value.rule, str(caught.value)) == ("not-a-directory", f"{path}: not a directory")
+    assert files.list_spec_files(path) == []
+    assert f"skipping spec directory {path}: not a directory" in caplog.text
+
+
+@pytest.mark.root
+def test_unlistable_directory_as_an_unprivileged_user() -> None:
+    with world_dir() as d:
+        private = d / "private"
+        private.mkdir(mode=0o711)
+        (private / "a.json").write_text("{}")
+        done = python_as_nobody(
+            "import json\n"
+            "from pathlib import Path\n"
+            "from cdi_plugin.store import files\n"
+            "from cdi_plugin.errors import SpecLoadError\n"
+            f"d = Path({str(private)!r})\n"
+            "out = {'listed': [str(p) for p in files.list_spec_files(d)]}\n"
+            "try:\n"
+            "    files.scan_spec_dir(d)\n"
+            "except SpecLoadError as exc:\n"
+            "    out['error'] = [exc.rule, str(exc)]\n"
+            "print(json.dumps(out))\n"
+        )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {"listed": [], "error": ["unreadable", f"{private}: permission denied"]}
+    assert "skipping spec directory" in done.stderr
