@@ -10,9 +10,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 _EMPTY: Mapping[str, str] = MappingProxyType({})
+
+
+def _mapping() -> Any:
+    """A read-only mapping field: empty by default, left out of ``hash()`` (mappings have none)."""
+    return field(default_factory=lambda: _EMPTY, hash=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,8 +40,8 @@ class Ancestor:
     sys_name: str
     sys_path: str
     driver: str | None = None
-    properties: Mapping[str, str] = _EMPTY
-    attributes: Mapping[str, str] = _EMPTY  # only the attributes the query asked for
+    properties: Mapping[str, str] = _mapping()
+    attributes: Mapping[str, str] = _mapping()  # only the attributes the query asked for
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,8 +62,8 @@ class DiscoveredDevice:
     driver: str | None = None
     node: NodeInfo | None = None
     devlinks: tuple[str, ...] = ()
-    properties: Mapping[str, str] = _EMPTY
-    attributes: Mapping[str, str] = _EMPTY  # only the attributes the query asked for
+    properties: Mapping[str, str] = _mapping()
+    attributes: Mapping[str, str] = _mapping()  # only the attributes the query asked for
     ancestors: tuple[Ancestor, ...] = ()
 
 

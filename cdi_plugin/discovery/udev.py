@@ -1,0 +1,202 @@
+"""Discovery through udev: the only module that imports pyudev.
+
+What a :class:`UdevSource` reports for each device of the asked subsystems:
+
+- ``properties``: every udev property. libudev merges the sysfs ``uevent`` file with the udev
+  database (``/run/udev/data``) where udevd has written one; on hosts without udevd (minimal VMs,
+  containers with /sys mounted) only the ``uevent`` keys exist, and ``devlinks`` is empty.
+- ``devnode``, ``devtype``, ``driver``, ``devlinks`` as udev reports them (``devlinks`` falls back to
+  the ``DEVLINKS`` property when the database has none, as in umockdev simulations).
+- ``attributes``: only the sysfs attributes the query names, for the device and each ancestor
+  (nearest first); missing ones are left out.
+- ``node``: ``stat`` of the devnode. A node udev announces but /dev lacks (or that is not a device
+  file) gives ``node=None`` and a warning; a device without a devnode has both ``None``.
+
+Text from libudev is decoded as UTF-8; bytes that are not UTF-8 become ``\\xNN`` escapes, so hostile
+values arrive intact as text and never raise. Nodes matched by the query's devnode globs that no
+reported device owns (same path or same type/major/minor) follow as subsystem-less entries.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import time
+from collections.abc import Iterator, Mapping
+from types import MappingProxyType
+from typing import Any
+
+import pyudev
+
+from cdi_plugin.discovery import nodes
+from cdi_plugin.discovery.model import Ancestor, DiscoveredDevice, Discovery, NodeInfo, Query
+from cdi_plugin.discovery.query import DEV, add_glob_entries, check_query
+from cdi_plugin.errors import DiscoveryError
+
+log = logging.getLogger(__name__)
+
+
+def _text(raw: bytes) -> str:
+    return raw.decode("utf-8", "backslashreplace")
+
+
+def _opt(raw: bytes | None) -> str | None:
+    return None if raw is None else _text(raw)
+
+
+class _Reader:
+    """Reads devices (pyudev ``Device`` objects or raw libudev pointers) with libudev calls, once per scan."""
+
+    def __init__(self, lib: Any, attributes: frozenset[str]) -> None:
+        self.lib = lib
+        self.attribute_names = sorted((name, name.encode()) for name in attributes)
+        self.ancestors: dict[str, Ancestor] = {}  # sys_path -> ancestor, shared by siblings
+
+    def entries(self, entry: Any) -> Iterator[tuple[bytes, bytes | None]]:
+        lib = self.lib
+        while entry:
+            yield lib.udev_list_entry_get_name(entry), lib.udev_list_entry_get_value(entry)
+            entry = lib.udev_list_entry_get_next(entry)
+
+    def properties(self, dev: Any) -> Mapping[str, str]:
+        pairs = self.entries(self.lib.udev_device_get_properties_list_entry(dev))
+        return MappingProxyType({_text(k): _text(v or b"") for k, v in pairs})
+
+    def attributes(self, dev: Any) -> Mapping[str, str]:
+        found = {}
+        for name, raw_name in self.attribute_names:
+            value = self.lib.udev_device_get_sysattr_value(dev, raw_name)
+            if value is not None:
+                found[name] = _text(value)
+        return MappingProxyType(found)
+
+    def devlinks(self, dev: Any, properties: Mapping[str, str]) -> tuple[str, ...]:
+        links = tuple(_text(k) for k, _ in self.entries(self.lib.udev_device_get_devlinks_list_entry(dev)))
+        return links or tuple(properties.get("DEVLINKS", "").split())
+
+    def ancestor_chain(self, dev: Any) -> tuple[Ancestor, ...]:
+        lib = self.lib
+        chain = []
+        parent = lib.udev_device_get_parent(dev)  # borrowed: lives as long as ``dev``
+        while parent:
+            sys_path = _text(lib.udev_device_get_syspath(parent))
+            ancestor = self.ancestors.get(sys_path)
+            if ancestor is None:
+                ancestor = Ancestor(
+                    subsystem=_opt(lib.udev_device_get_subsystem(parent)) or "",
+                    sys_name=_text(lib.udev_device_get_sysname(parent)),
+                    sys_path=sys_path,
+                    driver=_opt(lib.udev_device_get_driver(parent)),
+                    properties=self.properties(parent),
+                    attributes=self.attributes(parent),
+                )
+                self.ancestors[sys_path] = ancestor
+            chain.append(ancestor)
+            parent = lib.udev_device_get_parent(parent)
+        return tuple(chain)
+
+
+@functools.cache
+def _udev() -> Any:
+    """The process's libudev context (loading it runs ``ldconfig`` through ctypes, ~5 ms)."""
+    try:
+        return pyudev.Context()
+    except (ImportError, OSError) as exc:
+        raise DiscoveryError(f"udev: cannot load libudev: {exc}") from exc
+
+
+class UdevSource:
+    """The live host as udev sees it (pyudev over libudev).
+
+    ``dev_root`` is where the host's /dev is visible (``stat`` and globs look there; reported
+    paths stay ``/dev/...``). The sysfs root is not configurable: libudev always reads /sys, so
+    simulated hardware comes from umockdev, which redirects /sys and /dev for the process.
+    """
+
+    def __init__(self, *, dev_root: str = DEV) -> None:
+        self._dev_root = dev_root.rstrip("/") or "/"
+
+    def _enumerate(self, query: Query) -> list[Any]:
+        context = _udev()
+        try:
+            enumerator = context.list_devices()
+            for subsystem in sorted(query.subsystems):
+                enumerator.match_subsystem(subsystem)
+            return list(enumerator)
+        except (OSError, pyudev.DeviceNotFoundError) as exc:
+            wanted = ", ".join(sorted(query.subsystems)) or "all subsystems"
+            raise DiscoveryError(f"udev: cannot enumerate devices ({wanted}): {exc}") from exc
+
+    def discover(self, query: Query) -> Discovery:
+        check_query(query)
+        started = time.perf_counter()
+        found = self._enumerate(query)
+        reader = _Reader(_udev()._libudev, query.attributes)
+        warnings: list[str] = []
+        devices = [
+            device for dev in found if (device := self._device(reader, dev, query, warnings)) is not None
+        ]
+        devices.sort(key=lambda d: d.sys_path)
+        hits = nodes.expand_globs(query.devnode_globs, self._dev_root, warnings)
+        add_glob_entries(devices, hits)
+        log.debug(
+            "udev: %d devices (%d by devnode glob) in %.1f ms",
+            len(devices),
+            sum(1 for d in devices if not d.subsystem),
+            (time.perf_counter() - started) * 1000,
+        )
+        return Discovery(tuple(devices), tuple(warnings))
+
+    def _device(
+        self, reader: _Reader, dev: Any, query: Query, warnings: list[str]
+    ) -> DiscoveredDevice | None:
+        lib = reader.lib
+        subsystem = _opt(lib.udev_device_get_subsystem(dev))
+        if not subsystem:
+            return None
+        sys_name = _text(lib.udev_device_get_sysname(dev))
+        devnode = _opt(lib.udev_device_get_devnode(dev))
+        properties = reader.properties(dev)
+        node = None
+        if devnode is not None:
+            node = self._node(subsystem, sys_name, devnode, properties, warnings)
+        return DiscoveredDevice(
+            subsystem=subsystem,
+            sys_name=sys_name,
+            sys_path=_text(lib.udev_device_get_syspath(dev)),
+            devnode=devnode,
+            devtype=_opt(lib.udev_device_get_devtype(dev)),
+            driver=_opt(lib.udev_device_get_driver(dev)),
+            node=node,
+            devlinks=reader.devlinks(dev, properties),
+            properties=properties,
+            attributes=reader.attributes(dev),
+            ancestors=reader.ancestor_chain(dev) if query.with_ancestors else (),
+        )
+
+    def _node(
+        self, subsystem: str, sys_name: str, devnode: str, properties: Mapping[str, str], warnings: list[str]
+    ) -> NodeInfo | None:
+        def warn(problem: str) -> None:
+            who = nodes.printable(f"{subsystem} {sys_name}")
+            warnings.append(f"{who}: {nodes.printable(devnode)}{problem}")
+
+        try:
+            node = nodes.stat_node(devnode, self._dev_root)
+        except FileNotFoundError:
+            warn(" is announced by udev but missing")
+            return None
+        except OSError as exc:
+            warn(f": cannot stat: {exc.strerror}")
+            return None
+        if node is None:
+            warn(" is not a character or block device")
+            return None
+        expected = "b" if subsystem == "block" else "c"
+        major, minor = properties.get("MAJOR"), properties.get("MINOR")
+        if node.type != expected or (
+            major is not None and minor is not None and (major, minor) != (str(node.major), str(node.minor))
+        ):
+            announced = f"{expected} {nodes.printable(major or '?')}:{nodes.printable(minor or '?')}"
+            warn(f" is {node.type} {node.major}:{node.minor} but udev announces {announced}")
+        return node
