@@ -122,3 +122,119 @@ def list_(spec_dirs: tuple[Path, ...], as_json: bool) -> None:
         render.print_json(render.listing_json(snapshot))
     else:
         render.print_listing(snapshot)
+
+
+@main.command()
+@click.option(
+    "--config",
+    type=click.Path(path_type=Path, dir_okay=False, readable=False),
+    help="The configuration file whose 'classes' define what to generate (default: the embedded default).",
+)
+@click.option(
+    "--output-dir",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=Path("/etc/cdi"),
+    show_default=True,
+    help="Where to write the specs (created if missing).",
+)
+@click.option("--dry-run", is_flag=True, help="Write nothing; show what would change, with diffs.")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["json", "yaml"]),
+    default="json",
+    show_default=True,
+    help="Spec file format (<vendor>-<class>.json or .yaml).",
+)
+@json_option
+@click.option(
+    "--cdi-version-max",
+    type=click.Choice(_VERSIONS),
+    default="0.5.0",
+    show_default=True,
+    metavar="VERSION",
+    help="Refuse a spec that needs a higher cdiVersion (0.5.0: podman 4.3 and containerd 1.7.0-1.7.2 "
+    "read it; 0.6.0: iSulad).",
+)
+@click.option("--force", is_flag=True, help="Write a kind even if a spec cdi-gen does not own defines it.")
+@click.option(
+    "--skip-refused",
+    is_flag=True,
+    help="Leave out devices whose udev data is hostile (a '/', a control character or a leading '-' "
+    "where a class uses it) and write the rest, instead of failing.",
+)
+@click.option(
+    "--spec-dir",
+    "spec_dirs",
+    multiple=True,
+    type=click.Path(path_type=Path, file_okay=False),
+    help="Another spec directory to check for specs of the same kinds (repeatable; "
+    "/etc/cdi and /var/run/cdi are always checked).",
+)
+@click.option(
+    "--source",
+    default="udev",
+    show_default=True,
+    metavar="udev|simulated|fixture:PATH",
+    help="Where devices come from: the host (udev), the bundled simulated workstation (simulated, for "
+    "trying cdi-gen without hardware) or a file recorded with python -m cdi_plugin.discovery.",
+)
+@click.option(
+    "--print-default-config", is_flag=True, help="Print the embedded default configuration and exit."
+)
+def scan(
+    *,
+    config: Path | None,
+    output_dir: Path,
+    dry_run: bool,
+    fmt: str,
+    as_json: bool,
+    cdi_version_max: str,
+    force: bool,
+    skip_refused: bool,
+    spec_dirs: tuple[Path, ...],
+    source: str,
+    print_default_config: bool,
+) -> None:
+    """Turn the host's devices into CDI specs, one file per kind.
+
+    Matches the devices udev reports against device classes (the 'classes' of --config, else the
+    embedded default), names each device by its most stable identity, and writes validated specs
+    with the lowest cdiVersion they need. Files are replaced atomically and only when their
+    content changes. cdi-gen never changes a file it did not write: a kind that another spec
+    already defines is refused unless --force, and its own spec of a kind whose last device is
+    gone is removed.
+
+    Values a device chooses itself (a USB serial number) are sanitised wherever they land; a
+    device whose values try to inject a path, an option or a line is refused, and the scan fails
+    unless --skip-refused.
+
+    Exit status: 0 on success, 1 on any error, 2 on usage errors. Every check, and a full disk
+    or a read-only file system, fails before any file changes.
+    """
+    if print_default_config:
+        from cdi_plugin.generate.config import default_config_text
+
+        click.echo(default_config_text(), nl=False)
+        return
+    from cdi_plugin.cli import render_scan
+    from cdi_plugin.cli.scan import ScanOptions, make_source, run_scan
+    from cdi_plugin.store.files import DEFAULT_SPEC_DIRS
+
+    options = ScanOptions(
+        config=config,
+        output_dir=output_dir,
+        dry_run=dry_run,
+        fmt="yaml" if fmt == "yaml" else "json",
+        max_version=cdi_version_max,
+        force=force,
+        skip_refused=skip_refused,
+        spec_dirs=(*DEFAULT_SPEC_DIRS, *spec_dirs),
+    )
+    with render_scan.progress("scanning devices"):
+        report = run_scan(options, make_source(source))
+    render_scan.print_warnings(report.warnings)
+    if as_json:
+        render_scan.print_json(report)
+    else:
+        render_scan.print_scan(report)

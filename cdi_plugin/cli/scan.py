@@ -1,0 +1,177 @@
+"""What ``cdi-gen scan`` computes, apart from how it is shown.
+
+Configuration, discovery, specs, plan and (unless a dry run) apply, in that order: every check
+(config, names, versions, validation, foreign specs) happens before the first byte is written.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from cdi_plugin.cdi import codec
+from cdi_plugin.discovery.model import DeviceSource
+from cdi_plugin.errors import DiscoveryError, GenerateError
+from cdi_plugin.generate.builder import BuildResult, BuiltSpec, build_specs
+from cdi_plugin.generate.config import DEFAULT_CONFIG_NAME, DeviceClass, default_classes, parse_classes
+from cdi_plugin.generate.match import query_for
+from cdi_plugin.store.configfile import load_config
+from cdi_plugin.store.files import DEFAULT_SPEC_DIRS, STATIC_DIR
+from cdi_plugin.store.writer import DONE, Applied, Plan, apply, locked, plan_writes
+
+DEFAULT_MAX_VERSION = "0.5.0"
+
+
+@dataclass(frozen=True, slots=True)
+class ScanOptions:
+    config: Path | None = None
+    output_dir: Path = STATIC_DIR
+    dry_run: bool = False
+    fmt: codec.Format = "json"
+    max_version: str = DEFAULT_MAX_VERSION
+    force: bool = False
+    skip_refused: bool = False
+    #: Directories searched for foreign specs of the same kinds, besides the output directory.
+    spec_dirs: tuple[Path, ...] = DEFAULT_SPEC_DIRS
+
+
+@dataclass(frozen=True, slots=True)
+class FileReport:
+    path: Path
+    kind: str
+    action: str  # created, changed, unchanged, removed
+    spec: BuiltSpec | None  # None for a removed file
+    diff: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ScanReport:
+    options: ScanOptions
+    config_source: str
+    plan: Plan
+    files: tuple[FileReport, ...]
+    warnings: tuple[str, ...] = ()
+    applied: Applied | None = None
+    forced: tuple[str, ...] = field(default=())
+
+    @property
+    def device_count(self) -> int:
+        return sum(len(f.spec.devices) for f in self.files if f.spec is not None)
+
+    def to_json(self) -> dict[str, Any]:
+        files = []
+        for f in self.files:
+            entry: dict[str, Any] = {"path": str(f.path), "kind": f.kind, "action": f.action}
+            if f.spec is not None:
+                entry["cdiVersion"] = f.spec.spec.cdi_version
+                entry["devices"] = [
+                    {
+                        "name": d.name,
+                        "qualifiedName": d.qualified_name,
+                        "hostNodes": list(d.host_nodes),
+                        "source": d.source,
+                        "naming": d.naming,
+                    }
+                    for d in f.spec.devices
+                ]
+            if self.options.dry_run:
+                entry["diff"] = f.diff
+            files.append(entry)
+        return {
+            "dryRun": self.options.dry_run,
+            "outputDir": str(self.options.output_dir),
+            "config": self.config_source,
+            "files": files,
+            "forced": list(self.forced),
+            "warnings": list(self.warnings),
+        }
+
+
+def load_classes(config: Path | None) -> tuple[list[DeviceClass], str]:
+    """The device classes of ``config`` (the embedded default without one, or without a
+    ``classes`` section) and where they came from. Raises ``ConfigError``."""
+    if config is None:
+        return default_classes(), DEFAULT_CONFIG_NAME
+    obj = load_config(config)
+    if "classes" not in obj:
+        return default_classes(), DEFAULT_CONFIG_NAME
+    return parse_classes(obj, str(config)), str(config)
+
+
+def make_source(spec: str) -> DeviceSource:
+    """``udev`` (the live host), ``simulated`` (the bundled simulated workstation) or ``fixture:PATH``
+    (a host recorded with ``python -m cdi_plugin.discovery``)."""
+    if spec == "udev":
+        try:
+            from cdi_plugin.discovery.udev import UdevSource
+        except ImportError as exc:
+            raise DiscoveryError(f"udev discovery is not available: {exc}") from None
+        return UdevSource()
+    if spec == "simulated":
+        from cdi_plugin.discovery.fixture import simulated_source
+
+        return simulated_source()
+    if spec.startswith("fixture:") and len(spec) > len("fixture:"):
+        from cdi_plugin.discovery.fixture import FixtureSource
+
+        return FixtureSource(Path(spec.removeprefix("fixture:")))
+    raise DiscoveryError(f"--source {spec!r}: must be 'udev', 'simulated' or 'fixture:PATH'")
+
+
+def _file_reports(plan: Plan, build: BuildResult, dry_run: bool) -> tuple[FileReport, ...]:
+    by_kind = {s.kind: s for s in build.specs}
+    return tuple(
+        FileReport(
+            change.path,
+            change.kind,
+            DONE[change.action],
+            by_kind.get(change.kind) if change.action != "remove" else None,
+            change.diff() if dry_run else "",
+        )
+        for change in sorted(plan.changes, key=lambda c: c.path.name)
+    )
+
+
+def run_scan(
+    options: ScanOptions, source: DeviceSource, classes: Sequence[DeviceClass] | None = None
+) -> ScanReport:
+    """Scan, build, validate, plan and (unless ``dry_run``) write; raises a ``CdiPluginError``.
+
+    ``classes`` replaces the configuration (tests, benchmarks).
+    """
+    if classes is None:
+        loaded, config_source = load_classes(options.config)
+    else:
+        loaded, config_source = list(classes), "<given classes>"
+    discovery = source.discover(query_for(loaded))
+    build = build_specs(loaded, discovery.devices, options.max_version)
+    if build.refused and not options.skip_refused:
+        n = len(build.refused)
+        raise GenerateError(
+            f"refusing {n} device{'s' * (n != 1)} with hostile udev data, nothing was written: "
+            + "; ".join(build.refused)
+            + " (--skip-refused writes the other devices)"
+        )
+    with contextlib.nullcontext() if options.dry_run else locked(options.output_dir):
+        plan = plan_writes(
+            [s.spec for s in build.specs],
+            options.output_dir,
+            fmt=options.fmt,
+            spec_dirs=options.spec_dirs,
+            force=options.force,
+            max_version=options.max_version,
+        )
+        applied = None if options.dry_run else apply(plan)
+    forced = tuple(f"{c.kind}: {c.path} ({c.reason})" for c in plan.overridden)
+    return ScanReport(
+        options,
+        config_source,
+        plan,
+        _file_reports(plan, build, options.dry_run),
+        tuple(discovery.warnings) + build.warnings + build.refused,
+        applied,
+        forced,
+    )

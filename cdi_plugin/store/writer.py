@@ -1,0 +1,388 @@
+"""Writing generated specs into a spec directory: plan every change first, then apply it.
+
+:func:`plan_writes` reads the directory and works out, for each spec, whether its file
+(``<vendor>-<class>.json``) is created, changed or unchanged, and which of cdi-gen's own files are
+removed because their kind has no devices any more. It validates every spec strictly and refuses
+(:class:`ConflictError`) a kind that a foreign spec already defines in any spec directory: a file
+cdi-gen did not write, or wrote but someone edited since (the ownership record,
+:mod:`cdi_plugin.store.ownership`). ``--dry-run`` shows a plan; :func:`apply` carries one out.
+
+:func:`apply` first checks that nothing changed since the plan, then stages every new file (and
+the record) beside its target: a full disk, a read-only file system or a missing permission
+fails there, before anything visible changed. Only then are the files renamed into place, own
+files removed and the record replaced. Unchanged files are not touched, so their mtime stays and
+watchers are not woken.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import difflib
+import fcntl
+import os
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from cdi_plugin.cdi import codec
+from cdi_plugin.cdi.model import Spec
+from cdi_plugin.cdi.names import parse_kind
+from cdi_plugin.cdi.validate import validate_object
+from cdi_plugin.errors import SpecLoadError, SpecWriteError
+from cdi_plugin.store.atomic import StagedFile, fsync_dir
+from cdi_plugin.store.files import (
+    DEFAULT_SPEC_DIRS,
+    list_spec_files,
+    read_spec_bytes,
+    spec_file_name,
+    spec_format,
+)
+from cdi_plugin.store.ownership import RECORD_NAME, OwnedFile, digest, encode_record, read_record
+
+Action = Literal["create", "change", "unchanged", "remove"]
+
+#: How a report names each action once it is done.
+DONE: Mapping[Action, str] = {
+    "create": "created",
+    "change": "changed",
+    "unchanged": "unchanged",
+    "remove": "removed",
+}
+
+
+class ConflictError(SpecWriteError):
+    """A kind cdi-gen would write is already defined by a spec it does not own."""
+
+    def __init__(self, conflicts: Sequence[Conflict]) -> None:
+        self.conflicts = tuple(conflicts)
+        first = conflicts[0]
+        more = f" (and {len(conflicts) - 1} more)" if len(conflicts) > 1 else ""
+        super().__init__(
+            f"{first.kind} is already defined by {first.path} ({first.reason}); cdi-gen does not change "
+            f"a spec it does not own: remove that file, or pass --force to write {first.kind} anyway{more}"
+        )
+
+
+class PartialWriteError(SpecWriteError):
+    """Applying stopped half-way; ``done`` lists the files already written or removed."""
+
+    def __init__(self, message: str, done: Sequence[tuple[Path, Action]]) -> None:
+        self.done = tuple(done)
+        listed = ", ".join(f"{DONE[a]} {p}" for p, a in done) or "nothing"
+        super().__init__(f"{message}; already done: {listed}")
+
+
+@dataclass(frozen=True, slots=True)
+class Conflict:
+    kind: str
+    path: Path
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class FileChange:
+    path: Path
+    kind: str
+    action: Action
+    data: bytes | None  # the new contents; None when the file is removed
+    old: bytes | None  # the contents on disk when planned; None when there is no file
+    replaces_foreign: bool = False  # --force: the file at this path was not cdi-gen's
+
+    def diff(self) -> str:
+        """A unified diff from the file on disk to the new contents ("" when unchanged)."""
+        if self.action == "unchanged":
+            return ""
+        old = (self.old or b"").decode("utf-8", "replace").splitlines(keepends=True)
+        new = (self.data or b"").decode("utf-8", "replace").splitlines(keepends=True)
+        before = str(self.path) if self.old is not None else "/dev/null"
+        after = str(self.path) if self.data is not None else "/dev/null"
+        return "".join(difflib.unified_diff(old, new, before, after))
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    output_dir: Path
+    changes: tuple[FileChange, ...]
+    record_before: Mapping[str, OwnedFile] = field(default_factory=dict)
+    record_after: Mapping[str, OwnedFile] = field(default_factory=dict)
+    overridden: tuple[Conflict, ...] = ()  # conflicts --force wrote over
+
+    @property
+    def record_changed(self) -> bool:
+        return dict(self.record_before) != dict(self.record_after)
+
+    @property
+    def writes(self) -> tuple[FileChange, ...]:
+        return tuple(c for c in self.changes if c.action in {"create", "change"})
+
+    @property
+    def removals(self) -> tuple[FileChange, ...]:
+        return tuple(c for c in self.changes if c.action == "remove")
+
+    @property
+    def is_noop(self) -> bool:
+        return not self.writes and not self.removals and not self.record_changed
+
+
+@dataclass(frozen=True, slots=True)
+class Applied:
+    done: tuple[tuple[Path, Action], ...]
+    record_written: bool
+
+
+# -- planning ----------------------------------------------------------------------------------
+
+
+def _read(path: Path) -> bytes | None:
+    """The file's bytes, None if there is none; any other problem is a :class:`SpecWriteError`."""
+    if not os.path.lexists(path):
+        return None
+    try:
+        return read_spec_bytes(path)
+    except SpecLoadError as exc:
+        raise SpecWriteError(f"{path}: cannot read the existing file: {exc.message}") from None
+
+
+def encode_checked(spec: Spec, path: Path, fmt: codec.Format, max_version: str | None) -> bytes:
+    """The file contents of ``spec``, validated strictly; raises :class:`SpecWriteError`."""
+    result = validate_object(codec.spec_to_obj(spec), max_version, str(path))
+    errors = [p for p in result.problems if p.is_error]
+    if errors:
+        first = errors[0]
+        hint = f" ({first.hint})" if first.hint else ""
+        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+        raise SpecWriteError(
+            f"{path}: {first.pointer or '/'}: {first.message}{hint}{more}; nothing was written"
+        )
+    return codec.encode(spec, fmt)
+
+
+def _spec_kind(path: Path) -> str | None:
+    """The kind a spec file defines, as a runtime would read it; None if it cannot be read."""
+    try:
+        obj, _ = codec.parse(read_spec_bytes(path), str(path), spec_format(path) or "json")
+    except SpecLoadError:
+        return None
+    kind = obj.get("kind") if isinstance(obj, dict) else None
+    return kind if isinstance(kind, str) else None
+
+
+def _unique_dirs(dirs: Iterable[Path]) -> list[Path]:
+    seen: set[Path] = set()
+    out = []
+    for d in dirs:
+        key = Path(os.path.realpath(d))
+        if key not in seen:
+            seen.add(key)
+            out.append(d)
+    return out
+
+
+def _owned_now(output_dir: Path, record: Mapping[str, OwnedFile]) -> dict[str, OwnedFile]:
+    """Record entries whose file is still exactly what cdi-gen wrote."""
+    owned = {}
+    for name, entry in record.items():
+        try:
+            data = read_spec_bytes(output_dir / name)
+        except SpecLoadError:
+            continue
+        if digest(data) == entry.sha256:
+            owned[name] = entry
+    return owned
+
+
+def _foreign_definitions(
+    kinds: set[str], output_dir: Path, skip: set[str], spec_dirs: Sequence[Path]
+) -> list[Conflict]:
+    """Spec files cdi-gen does not own (``skip`` names the output directory's files already
+    handled) that define one of ``kinds``."""
+    out = []
+    out_key = Path(os.path.realpath(output_dir))
+    for directory in _unique_dirs([output_dir, *spec_dirs]):
+        here = Path(os.path.realpath(directory)) == out_key
+        record = read_record(directory)
+        mine = set() if here else set(_owned_now(directory, record))
+        for path in list_spec_files(directory):
+            if here and path.name in skip:
+                continue
+            kind = _spec_kind(path)
+            if kind not in kinds:
+                continue
+            if path.name in mine:
+                reason = "written by cdi-gen into another output directory"
+            elif path.name in record:
+                reason = "edited since cdi-gen wrote it"
+            else:
+                reason = "not written by cdi-gen"
+            out.append(Conflict(kind, path, reason))
+    return out
+
+
+def plan_writes(
+    specs: Sequence[Spec],
+    output_dir: Path,
+    *,
+    fmt: codec.Format = "json",
+    spec_dirs: Sequence[Path] = DEFAULT_SPEC_DIRS,
+    force: bool = False,
+    max_version: str | None = None,
+) -> Plan:
+    """Everything :func:`apply` would do to make ``output_dir`` hold exactly ``specs``.
+
+    cdi-gen's own files in ``output_dir`` whose kind is not among ``specs`` are removed. Raises
+    :class:`SpecWriteError` when a spec is invalid or a file cannot be read, and
+    :class:`ConflictError` when a foreign spec in ``output_dir`` or ``spec_dirs`` defines a kind of
+    ``specs`` (unless ``force``).
+    """
+    wanted: dict[str, tuple[str, bytes]] = {}
+    for spec in specs:
+        name = spec_file_name(parse_kind(spec.kind), fmt)
+        if name in wanted:
+            raise ValueError(f"two specs of kind {spec.kind}")
+        wanted[name] = (spec.kind, encode_checked(spec, output_dir / name, fmt, max_version))
+    record = read_record(output_dir)
+    owned = _owned_now(output_dir, record)
+    conflicts: list[Conflict] = []
+    changes: list[FileChange] = []
+    for name, (kind, data) in sorted(wanted.items()):
+        path = output_dir / name
+        old = _read(path)
+        if old is None:
+            changes.append(FileChange(path, kind, "create", data, None))
+        elif name in owned:
+            changes.append(FileChange(path, kind, "unchanged" if old == data else "change", data, old))
+        else:
+            reason = "edited since cdi-gen wrote it" if name in record else "not written by cdi-gen"
+            conflicts.append(Conflict(kind, path, reason))
+            changes.append(FileChange(path, kind, "change", data, old, replaces_foreign=True))
+    kinds = {k for k, _ in wanted.values()}
+    conflicts += _foreign_definitions(kinds, output_dir, set(wanted) | set(owned), spec_dirs)
+    if conflicts and not force:
+        raise ConflictError(conflicts)
+    for name, entry in sorted(owned.items()):
+        if name not in wanted:
+            path = output_dir / name
+            changes.append(FileChange(path, entry.kind, "remove", None, _read(path)))
+    after = {name: OwnedFile(name, kind, digest(data)) for name, (kind, data) in wanted.items()}
+    return Plan(output_dir, tuple(changes), dict(record), after, tuple(conflicts))
+
+
+# -- applying ----------------------------------------------------------------------------------
+
+
+def _verify(plan: Plan) -> None:
+    for change in plan.changes:
+        try:
+            now = _read(change.path)
+        except SpecWriteError:
+            now = b"\0unreadable"
+        if now != change.old:
+            raise SpecWriteError(
+                f"{change.path} changed since the plan was made; nothing was written, run again"
+            )
+    if read_record(plan.output_dir) != dict(plan.record_before):
+        raise SpecWriteError(
+            f"{plan.output_dir / RECORD_NAME} changed since the plan was made; nothing was written, run again"
+        )
+
+
+@contextlib.contextmanager
+def locked(directory: Path) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on ``directory`` itself, so that scans run one at a time.
+
+    A directory that does not exist (yet) or cannot be opened is not locked.
+    """
+    try:
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        yield
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _make_dir(directory: Path) -> bool:
+    """Create the output directory (mode 0755) if needed; True if it was created."""
+    if directory.is_dir():
+        return False
+    try:
+        directory.mkdir(parents=True, mode=0o755, exist_ok=True)
+        os.chmod(directory, 0o755)
+    except OSError as exc:
+        raise SpecWriteError(
+            f"{directory}: cannot create the spec directory: {exc.strerror or exc}"
+        ) from None
+    return True
+
+
+def _record_after_failure(plan: Plan, done: Sequence[tuple[Path, Action]]) -> dict[str, OwnedFile]:
+    """The record that matches the disk when only ``done`` happened."""
+    names_done = {p.name for p, _ in done}
+    record = {}
+    for change in plan.changes:
+        name = change.path.name
+        if name in names_done:
+            if change.action != "remove":
+                record[name] = plan.record_after[name]
+        elif name in plan.record_before and not change.replaces_foreign:
+            record[name] = plan.record_before[name]
+    return record
+
+
+def apply(plan: Plan) -> Applied:
+    """Carry out ``plan``; raises :class:`SpecWriteError` (nothing changed) or
+    :class:`PartialWriteError` (some files were written: the message lists them)."""
+    if plan.is_noop:
+        return Applied((), False)
+    directory = plan.output_dir
+    created = _make_dir(directory)
+    staged: list[tuple[FileChange, StagedFile]] = []
+    record: StagedFile | None = None
+    try:
+        _verify(plan)
+        for change in plan.writes:
+            assert change.data is not None
+            staged.append((change, StagedFile(change.path, change.data)))
+        if plan.record_changed:
+            record = StagedFile(directory / RECORD_NAME, encode_record(plan.record_after))
+    except SpecWriteError as exc:
+        for _, s in staged:
+            s.discard()
+        if created:
+            with contextlib.suppress(OSError):
+                directory.rmdir()
+        raise SpecWriteError(f"{exc}{'' if 'nothing was' in str(exc) else '; nothing was changed'}") from None
+    done: list[tuple[Path, Action]] = []
+    try:
+        for change, s in staged:
+            s.commit()
+            done.append((change.path, change.action))
+        for change in plan.removals:
+            try:
+                os.unlink(change.path)
+            except FileNotFoundError:
+                pass
+            except OSError as exc:
+                raise SpecWriteError(f"{change.path}: cannot remove: {exc.strerror or exc}") from None
+            done.append((change.path, "remove"))
+        if record is not None:
+            record.commit()
+    except SpecWriteError as exc:
+        for _, s in staged:
+            s.discard()
+        if record is not None:
+            record.discard()
+        _try_record(directory, _record_after_failure(plan, done))
+        raise PartialWriteError(str(exc), done) from None
+    fsync_dir(directory)
+    return Applied(tuple(done), record is not None)
+
+
+def _try_record(directory: Path, owned: Mapping[str, OwnedFile]) -> None:
+    with contextlib.suppress(SpecWriteError):
+        s = StagedFile(directory / RECORD_NAME, encode_record(owned))
+        s.commit()

@@ -1,0 +1,259 @@
+"""store/writer.py: plan then apply; atomic, idempotent, and never touching a foreign file."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from cdi_plugin.discovery.fixture import dumps
+from cdi_plugin.errors import SpecWriteError
+from cdi_plugin.store import writer
+from cdi_plugin.store.ownership import RECORD_NAME, owned_kinds, read_record
+from cdi_plugin.store.writer import ConflictError, PartialWriteError, apply, plan_writes
+from tests.generate.hosts import WORKSTATION
+from tests.scan.helpers import CDI_GEN, snapshot, spec
+
+FUSE = spec("cdi-plugin.io/fuse", "fuse")
+TUN = spec("cdi-plugin.io/tun", "tun")
+KVM = spec("cdi-plugin.io/kvm", "kvm")
+
+
+def write(specs: list[object], out: Path, **kw: object) -> writer.Applied:
+    return apply(plan_writes(specs, out, spec_dirs=(), **kw))  # type: ignore[arg-type]
+
+
+def actions(plan: writer.Plan) -> dict[str, str]:
+    return {c.path.name: c.action for c in plan.changes}
+
+
+def test_first_write_creates_files_0644_and_the_record(tmp_path: Path) -> None:
+    out = tmp_path / "cdi"
+    plan = plan_writes([FUSE, TUN], out, spec_dirs=())
+    assert actions(plan) == {"cdi-plugin.io-fuse.json": "create", "cdi-plugin.io-tun.json": "create"}
+    assert not out.exists(), "planning writes nothing"
+    applied = apply(plan)
+    assert [a for _, a in applied.done] == ["create", "create"]
+    assert oct(out.stat().st_mode & 0o777) == "0o755"
+    for name, kind in (
+        ("cdi-plugin.io-fuse.json", "cdi-plugin.io/fuse"),
+        ("cdi-plugin.io-tun.json", "cdi-plugin.io/tun"),
+    ):
+        assert (out / name).stat().st_mode & 0o777 == 0o644
+        assert json.loads((out / name).read_bytes())["kind"] == kind
+    assert set(read_record(out)) == {"cdi-plugin.io-fuse.json", "cdi-plugin.io-tun.json"}
+    assert owned_kinds([out]) == {"cdi-plugin.io/fuse", "cdi-plugin.io/tun"}
+    assert sorted(p.name for p in out.iterdir()) == [
+        RECORD_NAME,
+        "cdi-plugin.io-fuse.json",
+        "cdi-plugin.io-tun.json",
+    ]
+
+
+def test_unchanged_content_is_not_rewritten(tmp_path: Path) -> None:
+    write([FUSE, TUN], tmp_path)
+    before = snapshot(tmp_path)
+    plan = plan_writes([FUSE, TUN], tmp_path, spec_dirs=())
+    assert set(actions(plan).values()) == {"unchanged"}
+    assert plan.is_noop
+    assert apply(plan).done == ()
+    assert snapshot(tmp_path) == before, "same bytes and same mtimes, the record included"
+
+
+def test_a_changed_spec_is_replaced_with_a_diff(tmp_path: Path) -> None:
+    write([FUSE, TUN], tmp_path)
+    tun_before = snapshot(tmp_path)["cdi-plugin.io-tun.json"]
+    plan = plan_writes([spec("cdi-plugin.io/fuse", "fuse", "fuse2"), TUN], tmp_path, spec_dirs=())
+    assert actions(plan) == {"cdi-plugin.io-fuse.json": "change", "cdi-plugin.io-tun.json": "unchanged"}
+    (change,) = plan.writes
+    diff = change.diff()
+    assert diff.startswith(
+        f"--- {tmp_path}/cdi-plugin.io-fuse.json\n+++ {tmp_path}/cdi-plugin.io-fuse.json\n"
+    )
+    assert '+      "name": "fuse2",' in diff
+    apply(plan)
+    assert b"fuse2" in (tmp_path / "cdi-plugin.io-fuse.json").read_bytes()
+    assert snapshot(tmp_path)["cdi-plugin.io-tun.json"] == tun_before
+    assert owned_kinds([tmp_path]) == {"cdi-plugin.io/fuse", "cdi-plugin.io/tun"}
+
+
+def test_own_spec_of_a_kind_without_devices_is_removed_and_foreign_files_stay(tmp_path: Path) -> None:
+    write([FUSE, TUN], tmp_path)
+    (tmp_path / "vendor.json").write_text(
+        json.dumps({"cdiVersion": "0.3.0", "kind": "vendor.com/x", "devices": []})
+    )
+    (tmp_path / "notes.txt").write_text("mine")
+    foreign = {k: v for k, v in snapshot(tmp_path).items() if k in {"vendor.json", "notes.txt"}}
+    plan = plan_writes([FUSE], tmp_path, spec_dirs=())
+    assert actions(plan) == {"cdi-plugin.io-fuse.json": "unchanged", "cdi-plugin.io-tun.json": "remove"}
+    assert plan.removals[0].diff().endswith("-  ]\n-}\n")
+    apply(plan)
+    assert not (tmp_path / "cdi-plugin.io-tun.json").exists()
+    assert set(read_record(tmp_path)) == {"cdi-plugin.io-fuse.json"}
+    assert {k: v for k, v in snapshot(tmp_path).items() if k in foreign} == foreign
+
+
+def test_no_devices_at_all_removes_every_own_spec(tmp_path: Path) -> None:
+    write([FUSE, TUN], tmp_path)
+    write([], tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [RECORD_NAME]
+    assert read_record(tmp_path) == {}
+
+
+def test_a_foreign_file_at_the_same_path_is_refused_unless_forced(tmp_path: Path) -> None:
+    hand_written = b'{"cdiVersion": "0.3.0", "kind": "cdi-plugin.io/fuse", "devices": []}\n'
+    (tmp_path / "cdi-plugin.io-fuse.json").write_bytes(hand_written)
+    before = snapshot(tmp_path)
+    with pytest.raises(ConflictError) as info:
+        plan_writes([FUSE, TUN], tmp_path, spec_dirs=())
+    assert str(info.value).startswith(
+        f"cdi-plugin.io/fuse is already defined by {tmp_path}/cdi-plugin.io-fuse.json "
+        "(not written by cdi-gen); "
+    )
+    assert "--force" in str(info.value)
+    assert snapshot(tmp_path) == before
+    plan = plan_writes([FUSE, TUN], tmp_path, spec_dirs=(), force=True)
+    assert [c.path.name for c in plan.overridden] == ["cdi-plugin.io-fuse.json"]
+    apply(plan)
+    assert (tmp_path / "cdi-plugin.io-fuse.json").read_bytes() != hand_written
+    assert owned_kinds([tmp_path]) == {"cdi-plugin.io/fuse", "cdi-plugin.io/tun"}
+
+
+def test_a_foreign_spec_of_the_same_kind_in_another_directory_is_refused(tmp_path: Path) -> None:
+    out, run = tmp_path / "etc", tmp_path / "run"
+    run.mkdir()
+    other = run / "my-tun.yaml"
+    other.write_text(
+        "cdiVersion: 0.3.0\nkind: cdi-plugin.io/tun\ndevices: [{name: t, containerEdits: {env: [A=1]}}]\n"
+    )
+    (run / "broken.json").write_text("{not json")
+    before = snapshot(run)
+    with pytest.raises(
+        ConflictError, match=rf"cdi-plugin.io/tun is already defined by {other} \(not written by"
+    ):
+        plan_writes([FUSE, TUN], out, spec_dirs=(out, run))
+    assert not out.exists()
+    plan = plan_writes([FUSE, TUN], out, spec_dirs=(out, run), force=True)
+    apply(plan)
+    assert snapshot(run) == before, "--force writes our file but never touches the foreign one"
+    assert (out / "cdi-plugin.io-tun.json").exists()
+
+
+def test_a_spec_cdi_gen_wrote_into_another_directory_is_reported_as_such(tmp_path: Path) -> None:
+    first, second = tmp_path / "a", tmp_path / "b"
+    write([TUN], first)
+    with pytest.raises(ConflictError, match="written by cdi-gen into another output directory"):
+        plan_writes([TUN], second, spec_dirs=(first,))
+
+
+def test_a_file_edited_by_a_user_becomes_foreign(tmp_path: Path) -> None:
+    write([FUSE, TUN], tmp_path)
+    path = tmp_path / "cdi-plugin.io-tun.json"
+    path.write_bytes(path.read_bytes().replace(b'"tun"', b'"my-tun"'))
+    edited = snapshot(tmp_path)["cdi-plugin.io-tun.json"]
+    with pytest.raises(ConflictError, match=r"cdi-plugin.io-tun.json \(edited since cdi-gen wrote it\)"):
+        plan_writes([FUSE, TUN], tmp_path, spec_dirs=())
+    # without the kind, cdi-gen does not remove the edited file: it is no longer cdi-gen's
+    plan = plan_writes([FUSE], tmp_path, spec_dirs=())
+    assert actions(plan) == {"cdi-plugin.io-fuse.json": "unchanged"}
+    apply(plan)
+    assert snapshot(tmp_path)["cdi-plugin.io-tun.json"] == edited
+    assert set(read_record(tmp_path)) == {"cdi-plugin.io-fuse.json"}
+    assert owned_kinds([tmp_path]) == {"cdi-plugin.io/fuse"}
+
+
+def test_switching_format_replaces_the_own_json_with_yaml(tmp_path: Path) -> None:
+    write([FUSE], tmp_path)
+    plan = plan_writes([FUSE], tmp_path, fmt="yaml", spec_dirs=())
+    assert actions(plan) == {"cdi-plugin.io-fuse.yaml": "create", "cdi-plugin.io-fuse.json": "remove"}
+    apply(plan)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [RECORD_NAME, "cdi-plugin.io-fuse.yaml"]
+    assert (tmp_path / "cdi-plugin.io-fuse.yaml").read_bytes().startswith(b"---\ncdiVersion: 0.3.0\n")
+
+
+def test_an_invalid_spec_is_refused_before_anything_is_written(tmp_path: Path) -> None:
+    dotted = spec("cdi-plugin.io/gpu.render", "gpu0", version="0.6.0")
+    with pytest.raises(SpecWriteError) as info:
+        plan_writes([FUSE, dotted], tmp_path, spec_dirs=(), max_version="0.5.0")
+    assert str(info.value) == (
+        f"{tmp_path}/cdi-plugin.io-gpu.render.json: /cdiVersion: cdiVersion 0.6.0 is above the allowed "
+        "maximum 0.5.0; needed by a '.' in the class of kind 'cdi-plugin.io/gpu.render' (runtimes that would "
+        "drop this spec: podman 4.3 and containerd 1.7.0-1.7.2); nothing was written"
+    )
+    empty = spec("cdi-plugin.io/fuse")
+    with pytest.raises(SpecWriteError, match="/devices: the spec defines no devices"):
+        plan_writes([empty], tmp_path, spec_dirs=())
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_apply_refuses_a_plan_whose_files_changed_meanwhile(tmp_path: Path) -> None:
+    write([FUSE], tmp_path)
+    plan = plan_writes([spec("cdi-plugin.io/fuse", "fuse", "x"), TUN], tmp_path, spec_dirs=())
+    (tmp_path / "cdi-plugin.io-tun.json").write_text("{}")  # appeared after planning
+    before = snapshot(tmp_path)
+    with pytest.raises(SpecWriteError, match=r"cdi-plugin\.io-tun\.json changed since the plan was made"):
+        apply(plan)
+    assert snapshot(tmp_path) == before
+
+
+def test_a_failure_half_way_reports_what_was_written_and_leaves_no_partial_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A rename that fails after every file was staged cannot be provoked for real (a full disk or
+    a read-only mount fails while staging), so this one fault is injected at ``os.replace``."""
+    write([FUSE, TUN], tmp_path)
+    new = [spec("cdi-plugin.io/fuse", "fuse", "f2"), spec("cdi-plugin.io/tun", "tun", "t2")]
+    plan = plan_writes(new, tmp_path, spec_dirs=())
+    tun_before = snapshot(tmp_path)["cdi-plugin.io-tun.json"]
+    real_replace = os.replace
+    calls = []
+
+    def replace_failing_second(src: str, dst: str) -> None:
+        calls.append(dst)
+        if len(calls) == 2:
+            raise OSError(28, "No space left on device")
+        real_replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", replace_failing_second)
+    with pytest.raises(PartialWriteError) as info:
+        apply(plan)
+    monkeypatch.undo()
+    assert str(info.value) == (
+        f"{tmp_path}/cdi-plugin.io-tun.json: cannot replace: No space left on device; "
+        f"already done: changed {tmp_path}/cdi-plugin.io-fuse.json"
+    )
+    assert b"f2" in (tmp_path / "cdi-plugin.io-fuse.json").read_bytes()
+    assert snapshot(tmp_path)["cdi-plugin.io-tun.json"] == tun_before
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+    assert owned_kinds([tmp_path]) == {"cdi-plugin.io/fuse", "cdi-plugin.io/tun"}, (
+        "the record matches the disk"
+    )
+
+
+def test_a_corrupt_record_owns_nothing_so_nothing_is_overwritten(tmp_path: Path) -> None:
+    write([FUSE], tmp_path)
+    (tmp_path / RECORD_NAME).write_text("garbage")
+    with pytest.raises(ConflictError, match="not written by cdi-gen"):
+        plan_writes([FUSE], tmp_path, spec_dirs=())
+
+
+def test_scans_into_one_directory_take_turns(tmp_path: Path) -> None:
+    """A scan waits for the lock another scan holds on the output directory."""
+    host = tmp_path / "host.json"
+    host.write_text(dumps(WORKSTATION))
+    out = tmp_path / "cdi"
+    out.mkdir()
+    with writer.locked(out):
+        scan = subprocess.Popen(
+            [CDI_GEN, "scan", "--source", f"fixture:{host}", "--output-dir", out],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        time.sleep(1.5)
+        assert scan.poll() is None, "the scan must wait for the lock"
+        assert not any(out.iterdir())
+    assert scan.wait(timeout=60) == 0
+    assert (out / "cdi-plugin.io-fuse.json").exists()
