@@ -1,0 +1,175 @@
+"""``cdi-plugin``: the Kubernetes device plugin that serves CDI devices by name.
+
+This module imports only click; ``serve`` imports gRPC and the plugin when it runs, so that
+``cdi-plugin --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any, NoReturn
+
+import click
+
+from cdi_plugin import __version__
+
+
+def fail(message: str, code: int = 1) -> NoReturn:
+    click.echo(f"cdi-plugin: error: {message}", err=True)
+    sys.exit(code)
+
+
+def _duration(ctx: click.Context, param: click.Parameter, value: str | None) -> float | None:
+    if value is None:
+        return None
+    from cdi_plugin.deviceplugin.settings import parse_duration
+
+    try:
+        return parse_duration(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+def _kinds(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> tuple[str, ...] | None:
+    for glob in value:
+        vendor, sep, class_ = glob.partition("/")
+        if not sep or not vendor or not class_ or "/" in class_ or any(c.isspace() for c in glob):
+            raise click.BadParameter(
+                f"{glob!r} is not a kind: use vendor/class, globs allowed (vendor.example/*)"
+            )
+    return value or None
+
+
+def _dirs(ctx: click.Context, param: click.Parameter, value: tuple[Path, ...]) -> tuple[Path, ...] | None:
+    return tuple(p.absolute() for p in value) or None
+
+
+def _absolute(ctx: click.Context, param: click.Parameter, value: Path | None) -> Path | None:
+    return None if value is None else value.absolute()
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, "--version", prog_name="cdi-plugin")
+def main() -> None:
+    """Kubernetes device plugin for CDI devices.
+
+    Serves the devices described by CDI spec files (/etc/cdi, /var/run/cdi) to the kubelet, one
+    extended resource per CDI kind, and answers Allocate with nothing but CDI device names.
+    """
+
+
+@main.command()
+@click.option(
+    "--spec-dir",
+    "spec_dirs",
+    multiple=True,
+    type=click.Path(path_type=Path, file_okay=False),
+    callback=_dirs,
+    metavar="DIR",
+    help="CDI spec directory, lowest priority first; repeat for several "
+    "[default: /etc/cdi then /var/run/cdi]. A directory that does not exist yet is watched for.",
+)
+@click.option(
+    "--plugin-dir",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=None,
+    callback=_absolute,
+    metavar="DIR",
+    help="The kubelet's device plugin directory, where the plugin's sockets go "
+    "[default: /var/lib/kubelet/device-plugins].",
+)
+@click.option(
+    "--kubelet-socket",
+    "kubelet_socket_path",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    callback=_absolute,
+    metavar="PATH",
+    help="The kubelet's registration socket [default: <plugin-dir>/kubelet.sock].",
+)
+@click.option(
+    "--kind",
+    "kinds",
+    multiple=True,
+    callback=_kinds,
+    metavar="GLOB",
+    help="Also serve the CDI kinds matching GLOB (e.g. vendor.example/*); repeatable. By default "
+    "only the kinds cdi-gen wrote are served, never a vendor's own (its device plugin owns the name).",
+)
+@click.option(
+    "--replicas",
+    type=click.IntRange(1, 1000),
+    default=None,
+    metavar="N",
+    help="Advertise each device N times so that N containers can share it [default: 1]; per-kind "
+    "values in the configuration file win.",
+)
+@click.option(
+    "--cdi-strategy",
+    type=click.Choice(["cri", "annotations", "both"]),
+    default=None,
+    help="Where Allocate puts the CDI names: the cdi_devices field (cri; kubelet >= 1.29, or 1.28 "
+    "with DevicePluginCDIDevices), cdi.k8s.io/ annotations (annotations; for runtimes that only "
+    "read those), or both [default: both]. See docs/device-plugin.md.",
+)
+@click.option(
+    "--grace-period",
+    callback=_duration,
+    metavar="DURATION",
+    help="How long a device whose spec entry disappeared stays advertised as Unhealthy before it "
+    "is dropped, e.g. 90s, 5m, 1h [default: 5m].",
+)
+@click.option(
+    "--config",
+    "config_file",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    metavar="FILE",
+    help="Configuration file (YAML); its 'plugin' section sets the defaults of these options "
+    "and per-kind replicas.",
+)
+@click.option(
+    "--log-format",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help="Log lines on stderr as text or as JSON objects.",
+)
+@click.option("-v", "--verbose", is_flag=True, help="Also log debug messages (every ListAndWatch update).")
+@click.option("--sysfs-root", type=click.Path(path_type=Path, file_okay=False), default=None, hidden=True)
+def serve(config_file: Path | None, log_format: str, verbose: bool, **flags: Any) -> None:
+    """Serve CDI devices to the kubelet until SIGTERM or SIGINT.
+
+    Every CDI kind served becomes an extended resource named after the kind (vendor/class), every
+    CDI device one or more devices of it. Allocate answers with the devices' fully-qualified CDI
+    names only; the container runtime (containerd >= 1.7, CRI-O, iSulad) applies the specs.
+    Spec files and device nodes are watched: devices come and go, turn Unhealthy when a host
+    device node disappears and Healthy when it returns, and the plugin registers again by itself
+    after a kubelet restart.
+    """
+    import asyncio
+    import logging
+
+    from cdi_plugin.cli.logs import configure
+    from cdi_plugin.deviceplugin import daemon, settings
+    from cdi_plugin.errors import CdiPluginError
+
+    configure("json" if log_format == "json" else "text", logging.DEBUG if verbose else logging.INFO)
+    try:
+        section = None
+        if config_file is not None:
+            from cdi_plugin.store.configfile import load_config
+
+            section = load_config(config_file).get("plugin")
+        config = settings.build(section, str(config_file), **flags)
+    except CdiPluginError as exc:
+        fail(str(exc))
+    try:
+        asyncio.run(daemon.run(config))
+    except OSError as exc:
+        fail(f"{exc.filename + ': ' if exc.filename else ''}{exc.strerror or exc}")
+
+
+if __name__ == "__main__":
+    main()

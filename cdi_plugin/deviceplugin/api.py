@@ -1,0 +1,180 @@
+"""The kubelet device plugin API v1beta1: the only module that imports the generated code in ``_proto``.
+
+Everything else (the plugin and the tests' fake kubelet) uses the names re-exported here, plus a
+few builders that turn plain values into messages.
+
+Services are added to a server from the proto's descriptor, with request parsing that never
+raises: a request that is not a valid message is answered INVALID_ARGUMENT (naming the message
+type and the parser's reason) before any handler runs, instead of gRPC's generic UNKNOWN.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+import grpc
+from google.protobuf.message import DecodeError
+
+from cdi_plugin.deviceplugin._proto import api_pb2 as _pb
+from cdi_plugin.deviceplugin._proto import api_pb2_grpc as _grpc
+
+__all__ = [
+    "HEALTHY",
+    "UNHEALTHY",
+    "VERSION",
+    "AllocateRequest",
+    "AllocateResponse",
+    "CDIDevice",
+    "ContainerAllocateRequest",
+    "ContainerAllocateResponse",
+    "ContainerPreferredAllocationRequest",
+    "ContainerPreferredAllocationResponse",
+    "Device",
+    "DevicePluginOptions",
+    "DevicePluginServicer",
+    "DevicePluginStub",
+    "Empty",
+    "ListAndWatchResponse",
+    "Malformed",
+    "NUMANode",
+    "PreStartContainerRequest",
+    "PreStartContainerResponse",
+    "PreferredAllocationRequest",
+    "PreferredAllocationResponse",
+    "RegisterRequest",
+    "RegistrationServicer",
+    "RegistrationStub",
+    "TopologyInfo",
+    "add_device_plugin_servicer",
+    "add_registration_servicer",
+    "allocate_response",
+    "device",
+    "preferred_response",
+]
+
+#: The API version this plugin speaks and registers with.
+VERSION = "v1beta1"
+HEALTHY = "Healthy"
+UNHEALTHY = "Unhealthy"
+
+Empty = _pb.Empty
+DevicePluginOptions = _pb.DevicePluginOptions
+RegisterRequest = _pb.RegisterRequest
+ListAndWatchResponse = _pb.ListAndWatchResponse
+Device = _pb.Device
+TopologyInfo = _pb.TopologyInfo
+NUMANode = _pb.NUMANode
+PreStartContainerRequest = _pb.PreStartContainerRequest
+PreStartContainerResponse = _pb.PreStartContainerResponse
+PreferredAllocationRequest = _pb.PreferredAllocationRequest
+PreferredAllocationResponse = _pb.PreferredAllocationResponse
+ContainerPreferredAllocationRequest = _pb.ContainerPreferredAllocationRequest
+ContainerPreferredAllocationResponse = _pb.ContainerPreferredAllocationResponse
+AllocateRequest = _pb.AllocateRequest
+AllocateResponse = _pb.AllocateResponse
+ContainerAllocateRequest = _pb.ContainerAllocateRequest
+ContainerAllocateResponse = _pb.ContainerAllocateResponse
+CDIDevice = _pb.CDIDevice
+
+DevicePluginServicer = _grpc.DevicePluginServicer
+RegistrationServicer = _grpc.RegistrationServicer
+DevicePluginStub = _grpc.DevicePluginStub
+RegistrationStub = _grpc.RegistrationStub
+
+
+class Malformed:
+    """A request whose bytes are not a valid message of the expected type."""
+
+    def __init__(self, type_name: str, reason: str) -> None:
+        self.message = f"malformed {type_name}: {reason}"
+
+
+def _parser(cls: Any) -> Callable[[bytes], Any]:
+    def parse(data: bytes) -> Any:
+        try:
+            return cls.FromString(data)
+        except DecodeError as exc:
+            return Malformed(cls.DESCRIPTOR.full_name, str(exc))
+
+    return parse
+
+
+Behavior = Callable[[Any, Any], Any]
+
+
+def _unary(behavior: Behavior) -> Callable[[Any, Any], Awaitable[Any]]:
+    async def handle(request: Any, context: Any) -> Any:
+        if isinstance(request, Malformed):
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, request.message)
+        return await behavior(request, context)
+
+    return handle
+
+
+def _stream(behavior: Behavior) -> Callable[[Any, Any], AsyncIterator[Any]]:
+    async def handle(request: Any, context: Any) -> AsyncIterator[Any]:
+        if isinstance(request, Malformed):
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, request.message)
+        async for response in behavior(request, context):
+            yield response
+
+    return handle
+
+
+def _add(service_name: str, servicer: object, server: grpc.aio.Server) -> None:
+    service = _pb.DESCRIPTOR.services_by_name[service_name]
+    handlers: dict[str, grpc.RpcMethodHandler[Any, Any]] = {}
+    for method in service.methods:
+        request = _parser(getattr(_pb, method.input_type.name))
+        response = getattr(_pb, method.output_type.name).SerializeToString
+        behavior = getattr(servicer, method.name)
+        if method.server_streaming:
+            handlers[method.name] = grpc.unary_stream_rpc_method_handler(
+                _stream(behavior), request_deserializer=request, response_serializer=response
+            )
+        else:
+            handlers[method.name] = grpc.unary_unary_rpc_method_handler(
+                _unary(behavior), request_deserializer=request, response_serializer=response
+            )
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service.full_name, handlers),))
+
+
+def add_device_plugin_servicer(servicer: DevicePluginServicer, server: grpc.aio.Server) -> None:
+    """Serve ``/v1beta1.DevicePlugin/*`` from ``servicer`` (async methods) on ``server``."""
+    _add("DevicePlugin", servicer, server)
+
+
+def add_registration_servicer(servicer: RegistrationServicer, server: grpc.aio.Server) -> None:
+    """Serve ``/v1beta1.Registration/Register`` from ``servicer`` on ``server`` (the kubelet's side)."""
+    _add("Registration", servicer, server)
+
+
+def device(device_id: str, healthy: bool, numa_nodes: Sequence[int] = ()) -> _pb.Device:
+    """One ListAndWatch entry; no topology when the NUMA node is unknown."""
+    msg = _pb.Device(ID=device_id, health=HEALTHY if healthy else UNHEALTHY)
+    if numa_nodes:
+        msg.topology.nodes.extend(_pb.NUMANode(ID=n) for n in numa_nodes)
+    return msg
+
+
+def allocate_response(
+    containers: Iterable[tuple[Sequence[str], Mapping[str, str]]],
+) -> _pb.AllocateResponse:
+    """An AllocateResponse holding, per container, only CDI names and annotations."""
+    return _pb.AllocateResponse(
+        container_responses=[
+            _pb.ContainerAllocateResponse(
+                cdi_devices=[_pb.CDIDevice(name=n) for n in names], annotations=dict(annotations)
+            )
+            for names, annotations in containers
+        ]
+    )
+
+
+def preferred_response(containers: Iterable[Sequence[str]]) -> _pb.PreferredAllocationResponse:
+    return _pb.PreferredAllocationResponse(
+        container_responses=[
+            _pb.ContainerPreferredAllocationResponse(deviceIDs=list(ids)) for ids in containers
+        ]
+    )

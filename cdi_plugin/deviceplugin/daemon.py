@@ -1,0 +1,193 @@
+"""Composition root of ``cdi-plugin serve``: spec watch, health watch, endpoints, signals.
+
+Tasks, all on one event loop:
+
+* spec dirs changed (inotify, debounced) -> :meth:`DeviceState.sync` re-reads the changed files;
+* a directory holding an advertised host device node changed -> health re-checked;
+* a device's grace period ran out -> it is dropped;
+* the state changed -> the set of endpoints (one per resource) and of watched node directories
+  follows it: a new kind is served and registered, a resource without devices is stopped.
+
+SIGTERM or SIGINT stops everything: servers stop, the sockets this process bound are removed, and
+:func:`run` returns normally (exit status 0).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import threading
+from pathlib import Path
+
+from cdi_plugin.deviceplugin.lifecycle import Endpoint
+from cdi_plugin.deviceplugin.servicer import OPTIONS, DevicePluginService
+from cdi_plugin.deviceplugin.settings import Settings
+from cdi_plugin.deviceplugin.specsource import SpecSource
+from cdi_plugin.deviceplugin.state import DeviceState
+from cdi_plugin.deviceplugin.topology import NumaLocator
+from cdi_plugin.deviceplugin.watch import FILES, DirWatch
+from cdi_plugin.store.files import SPEC_SUFFIXES
+from cdi_plugin.store.ownership import RECORD_NAME
+
+log = logging.getLogger(__name__)
+
+#: A burst of inotify events is handled once it has been quiet this long (at most DEBOUNCE_MAX).
+DEBOUNCE_QUIET = 0.01
+DEBOUNCE_MAX = 0.05
+ENDPOINT_RESTART_DELAY = 1.0
+
+
+def _spec_relevant(directory: Path, name: str) -> bool:
+    return name.endswith(tuple(SPEC_SUFFIXES)) or name == RECORD_NAME
+
+
+class Daemon:
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.source = SpecSource(settings.spec_dirs)
+        self.state = DeviceState(settings, self.source, NumaLocator(settings.sysfs_root))
+        self.endpoints: dict[str, tuple[Endpoint, asyncio.Task[None]]] = {}
+        self._node_paths: frozenset[str] = frozenset()
+        self._plugin_watch: DirWatch | None = None
+        self._node_watch: DirWatch | None = None
+
+    async def run(self, stop: asyncio.Event) -> None:
+        s = self.settings
+        log.info(
+            "starting: spec dirs %s, plugin dir %s, kubelet socket %s, kinds %s, replicas %d, "
+            "CDI strategy %s, grace period %gs",
+            ", ".join(str(d) for d in s.spec_dirs),
+            s.plugin_dir,
+            s.kubelet_socket,
+            ", ".join(s.kinds) or "cdi-gen's",
+            s.replicas,
+            s.cdi_strategy,
+            s.grace_period,
+        )
+        async with (
+            DirWatch(s.spec_dirs, name="spec dirs", events=FILES, relevant=_spec_relevant) as specs,
+            DirWatch([], name="device nodes", relevant=self._node_relevant) as nodes,
+            DirWatch({s.plugin_dir, s.kubelet_socket.parent}, name="plugin dir") as plugin_dir,
+        ):
+            self._plugin_watch, self._node_watch = plugin_dir, nodes
+            self.state.sync()
+            if not self.state.resources():
+                log.info(
+                    "nothing to serve yet: no kind written by cdi-gen%s in %s; watching for changes",
+                    " or matching --kind" if s.kinds else "",
+                    ", ".join(str(d) for d in s.spec_dirs),
+                )
+            tasks = [
+                asyncio.create_task(self._follow_specs(specs), name="specs"),
+                asyncio.create_task(self._follow_nodes(nodes), name="nodes"),
+                asyncio.create_task(self._expire(), name="expiry"),
+                asyncio.create_task(self._follow_state(), name="endpoints"),
+            ]
+            stopper = asyncio.create_task(stop.wait(), name="stop")
+            try:
+                done, _ = await asyncio.wait([stopper, *tasks], return_when=asyncio.FIRST_COMPLETED)
+                for task in done:
+                    if task is not stopper:
+                        task.result()
+            finally:
+                for task in [stopper, *tasks]:
+                    task.cancel()
+                await asyncio.gather(stopper, *tasks, return_exceptions=True)
+                await self._close_endpoints(list(self.endpoints))
+        log.info("stopped")
+
+    def _node_relevant(self, directory: Path, name: str) -> bool:
+        return str(directory / name) in self._node_paths
+
+    async def _follow_specs(self, specs: DirWatch) -> None:
+        seen = specs.pulse.count
+        while True:
+            seen = await specs.pulse.settle(seen, DEBOUNCE_QUIET, DEBOUNCE_MAX)
+            self.state.sync()
+
+    async def _follow_nodes(self, nodes: DirWatch) -> None:
+        seen = nodes.pulse.count
+        while True:
+            seen = await nodes.pulse.settle(seen, DEBOUNCE_QUIET, DEBOUNCE_MAX)
+            self.state.recheck_health()
+
+    async def _expire(self) -> None:
+        while True:
+            seen = self.state.pulse.count
+            due = self.state.next_expiry()
+            timeout = None if due is None else max(0.0, due - self.state.clock()) + 0.01
+            if not await self.state.pulse.wait_after(seen, timeout):
+                self.state.expire()
+
+    async def _follow_state(self) -> None:
+        while True:
+            seen = self.state.pulse.count
+            self._node_paths = self.state.node_paths()
+            assert self._node_watch is not None
+            before = self._node_watch.targets
+            self._node_watch.set_dirs(self.state.node_dirs())
+            if self._node_watch.targets != before:
+                # a node may have gone between its first check and its directory being watched
+                self.state.recheck_health()
+            wanted = set(self.state.resources())
+            await self._close_endpoints(sorted(set(self.endpoints) - wanted))
+            for resource in sorted(wanted - set(self.endpoints)):
+                self._open_endpoint(resource)
+            await self.state.pulse.wait_after(seen)
+
+    def _open_endpoint(self, resource: str) -> None:
+        assert self._plugin_watch is not None
+        state, strategy = self.state, self.settings.cdi_strategy
+        endpoint = Endpoint(
+            resource,
+            self.settings,
+            lambda: DevicePluginService(resource, state, strategy),
+            self._plugin_watch,
+            OPTIONS,
+        )
+        task = asyncio.create_task(self._supervise(endpoint), name=f"endpoint:{resource}")
+        self.endpoints[resource] = (endpoint, task)
+
+    async def _supervise(self, endpoint: Endpoint) -> None:
+        while True:
+            try:
+                await endpoint.run()
+            except Exception:
+                log.exception("%s: endpoint failed; restarting it", endpoint.resource)
+                await endpoint.close()
+                await asyncio.sleep(ENDPOINT_RESTART_DELAY)
+
+    async def _close_endpoints(self, resources: list[str]) -> None:
+        await asyncio.gather(*(self._close_endpoint(r) for r in resources))
+
+    async def _close_endpoint(self, resource: str) -> None:
+        endpoint, task = self.endpoints.pop(resource)
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await endpoint.close()
+        log.info("%s: stopped serving, removed %s", resource, endpoint.path, extra={"resource": resource})
+
+
+async def run(settings: Settings, stop: asyncio.Event | None = None) -> None:
+    """Serve until ``stop`` is set or SIGTERM/SIGINT arrives (handled only on the main thread)."""
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    signals = (signal.SIGTERM, signal.SIGINT)
+    on_main = threading.current_thread() is threading.main_thread()
+    if on_main:
+        for sig in signals:
+            loop.add_signal_handler(sig, _on_signal, sig, stop)
+    try:
+        await Daemon(settings).run(stop)
+    finally:
+        if on_main:
+            for sig in signals:
+                loop.remove_signal_handler(sig)
+
+
+def _on_signal(sig: signal.Signals, stop: asyncio.Event) -> None:
+    log.info("%s received, stopping", sig.name)
+    stop.set()

@@ -1,0 +1,253 @@
+"""One resource's endpoint: its gRPC server on ``<plugin dir>/<socket>`` and its kubelet registration.
+
+:meth:`Endpoint.run` loops: serve (bind the socket, mode 0600), wait for kubelet.sock, register,
+then wait until the kubelet restarts. A kubelet restart shows as our socket being deleted (the
+kubelet removes the sockets in its directory when it starts) or kubelet.sock being replaced; both
+are seen through the plugin directory's inotify watch, and lead to serving afresh and registering
+again at once. Failures are logged with their reason and retried with exponential backoff (cut
+short when kubelet.sock is recreated). The endpoint unlinks only the socket it bound itself,
+recognised by its inode.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import hashlib
+import logging
+import os
+import socket
+import stat
+from collections.abc import Callable
+from pathlib import Path
+
+import grpc
+
+from cdi_plugin.deviceplugin import api
+from cdi_plugin.deviceplugin.registration import RegistrationError, register
+from cdi_plugin.deviceplugin.servicer import DevicePluginService
+from cdi_plugin.deviceplugin.settings import Settings
+from cdi_plugin.deviceplugin.watch import DirWatch
+
+log = logging.getLogger(__name__)
+
+SOCKET_PREFIX = "cdi-plugin-"
+#: sun_path holds 108 bytes with the terminating NUL, but gRPC 1.85 refuses paths over 105 bytes.
+_MAX_SOCKET_PATH = 105
+BACKOFF_FIRST = 0.1
+BACKOFF_MAX = 10.0
+STOP_GRACE = 0.5
+
+Identity = tuple[int, int]
+
+
+def socket_name(resource: str, plugin_dir: Path) -> str:
+    """``cdi-plugin-<vendor>_<class>.sock``, hashed when the path would be too long for a socket."""
+    name = f"{SOCKET_PREFIX}{resource.replace('/', '_')}.sock"
+    if len(os.fsencode(plugin_dir / name)) > _MAX_SOCKET_PATH:
+        name = f"{SOCKET_PREFIX}{hashlib.sha256(resource.encode()).hexdigest()[:16]}.sock"
+    return name
+
+
+def identity(path: Path) -> Identity | None:
+    """(device, inode) of a socket at ``path``, or None if there is none."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino) if stat.S_ISSOCK(st.st_mode) else None
+
+
+def _someone_listens(path: Path) -> bool:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        probe.settimeout(0.5)
+        try:
+            probe.connect(str(path))
+        except OSError as exc:
+            if exc.errno in (errno.ECONNREFUSED, errno.ENOENT):
+                return False
+            raise
+        return True
+
+
+class EndpointError(Exception):
+    pass
+
+
+class Backoff:
+    def __init__(self, first: float = BACKOFF_FIRST, maximum: float = BACKOFF_MAX) -> None:
+        self.first, self.maximum = first, maximum
+        self._next = first
+
+    def next(self) -> float:
+        delay, self._next = self._next, min(self._next * 2, self.maximum)
+        return delay
+
+    def reset(self) -> None:
+        self._next = self.first
+
+
+class Endpoint:
+    def __init__(
+        self,
+        resource: str,
+        settings: Settings,
+        servicer_factory: Callable[[], DevicePluginService],
+        plugin_dir_watch: DirWatch,
+        options: api.DevicePluginOptions,
+    ) -> None:
+        self.resource = resource
+        self.settings = settings
+        self.path = settings.plugin_dir / socket_name(resource, settings.plugin_dir)
+        self._factory = servicer_factory
+        self._watch = plugin_dir_watch
+        self._options = options
+        self._server: grpc.aio.Server | None = None
+        self._servicer: DevicePluginService | None = None
+        self._bound: Identity | None = None
+        self._extra = {"resource": resource}
+        self._last_problem: str | None = None
+
+    def _log(self, level: int, message: str, *args: object) -> None:
+        log.log(level, "%s: " + message, self.resource, *args, extra=self._extra)
+
+    # -- serving ----------------------------------------------------------------------------------
+
+    def serving(self) -> bool:
+        return self._server is not None and self._bound is not None and identity(self.path) == self._bound
+
+    async def _serve(self) -> None:
+        if self.serving():
+            return
+        if self._server is not None:
+            self._log(logging.INFO, "socket %s was removed; serving on a new one", self.path)
+            await self._stop_server()
+        if not self.settings.plugin_dir.is_dir():
+            raise EndpointError(f"the device plugin directory {self.settings.plugin_dir} does not exist")
+        if os.path.lexists(self.path):
+            if identity(self.path) is None:
+                raise EndpointError(f"{self.path} exists and is not a socket; not replacing it")
+            if _someone_listens(self.path):
+                raise EndpointError(f"another process is serving {self.path}")
+            self._log(logging.INFO, "removing stale socket %s (nothing listens on it)", self.path)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.path)
+        server = grpc.aio.server(
+            options=[
+                ("grpc.max_receive_message_length", self.settings.max_message_bytes),
+                ("grpc.max_send_message_length", self.settings.max_message_bytes),
+            ]
+        )
+        servicer = self._factory()
+        api.add_device_plugin_servicer(servicer, server)
+        try:
+            # The socket is bound here, synchronously: the umask that makes it 0600 from the
+            # start is changed only for this call, never across an await (it is process-wide).
+            old_umask = os.umask(0o177)
+            try:
+                bound = server.add_insecure_port(f"unix://{self.path}")
+            finally:
+                os.umask(old_umask)
+            if not bound:
+                raise EndpointError(f"cannot listen on {self.path}")
+            os.chmod(self.path, 0o600)
+            await server.start()
+        except (RuntimeError, OSError, EndpointError) as exc:
+            await server.stop(None)
+            if isinstance(exc, EndpointError):
+                raise
+            raise EndpointError(f"cannot listen on {self.path}: {exc}") from None
+        self._server, self._servicer = server, servicer
+        self._bound = identity(self.path)
+        self._log(logging.INFO, "serving the device plugin API on %s", self.path)
+
+    async def _stop_server(self) -> None:
+        server, self._server = self._server, None
+        if self._servicer is not None:
+            self._servicer.shutdown()
+            self._servicer = None
+        if server is not None:
+            await server.stop(STOP_GRACE)
+        self._bound = None
+
+    async def close(self) -> None:
+        """Stop serving and remove the socket, if it is still the one this endpoint bound."""
+        bound = self._bound
+        await self._stop_server()
+        if bound is not None and identity(self.path) == bound:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.path)
+
+    # -- the loop ---------------------------------------------------------------------------------
+
+    def _kubelet_side(self) -> tuple[bool, Identity | None]:
+        return self.settings.plugin_dir.is_dir(), identity(self.settings.kubelet_socket)
+
+    async def _pause(self, delay: float, before: tuple[bool, Identity | None]) -> None:
+        """Sleep ``delay`` seconds, less if the plugin directory or kubelet.sock differs from ``before``."""
+        loop_time = asyncio.get_running_loop().time
+        deadline = loop_time() + delay
+        while (remaining := deadline - loop_time()) > 0:
+            seen = self._watch.pulse.count
+            if self._kubelet_side() != before:
+                return
+            await self._watch.pulse.wait_after(seen, remaining)
+
+    def _report(self, level: int, problem: str, delay: float, *, always: bool = False) -> None:
+        """Log a failure and the retry; the same problem again is logged at debug level only."""
+        repeated = problem == self._last_problem and not always
+        self._last_problem = problem
+        self._log(logging.DEBUG if repeated else level, "%s; retrying in %.1fs", problem, delay)
+
+    async def run(self) -> None:
+        """Serve and stay registered until cancelled."""
+        backoff = Backoff()
+        kubelet_sock = self.settings.kubelet_socket
+        while True:
+            seen = self._watch.pulse.count
+            side = self._kubelet_side()
+            kubelet = side[1]
+            try:
+                await self._serve()
+            except EndpointError as exc:
+                delay = backoff.next()
+                self._report(logging.WARNING, str(exc), delay)
+                await self._pause(delay, side)
+                continue
+            if kubelet is None:
+                waiting = f"waiting for the kubelet: {kubelet_sock} does not exist yet"
+                if waiting != self._last_problem:
+                    self._log(logging.INFO, "%s", waiting)
+                    self._last_problem = waiting
+                await self._watch.pulse.wait_after(seen)
+                continue
+            try:
+                await register(kubelet_sock, self.path.name, self.resource, self._options)
+            except RegistrationError as exc:
+                delay = backoff.next()
+                problem = f"registration failed: {exc}"
+                self._report(
+                    logging.ERROR if exc.refused else logging.WARNING, problem, delay, always=exc.refused
+                )
+                await self._pause(delay, side)
+                continue
+            backoff.reset()
+            self._last_problem = None
+            self._log(
+                logging.INFO, "registered with the kubelet (API %s, endpoint %s)", api.VERSION, self.path.name
+            )
+            while True:
+                seen = self._watch.pulse.count
+                if not self.serving():
+                    self._log(
+                        logging.INFO,
+                        "our socket was removed (kubelet restart?); serving and registering again",
+                    )
+                    break
+                if identity(kubelet_sock) != kubelet:
+                    self._log(
+                        logging.INFO, "%s was replaced (kubelet restart); registering again", kubelet_sock
+                    )
+                    break
+                await self._watch.pulse.wait_after(seen)

@@ -1,0 +1,171 @@
+"""Pure mapping from resolved CDI devices to kubelet resources and device IDs.
+
+* One extended resource per served CDI kind, named after the kind (``vendor/class``), provided the
+  name passes the kubelet's extended-resource check (:func:`resource_name_problem`).
+* One device per CDI device, its ID the CDI device name; with ``replicas`` N > 1 the IDs are
+  ``<name>#0`` .. ``<name>#<N-1>``. ``#`` cannot occur in a CDI device name, so a replica ID never
+  equals another device's name. IDs stay at most 63 characters: when ``<name>#<i>`` would be
+  longer, the name is cut and tagged with a hash of the full name (``<cut>~<8 hex>#<i>``), which
+  keeps it stable across restarts and unique.
+* Aggregate devices are not advertised: a device named ``all``, by the convention of CDI
+  generators (NVIDIA, AMD), stands for every other device of its kind, so advertising it would let
+  the kubelet hand out a device twice.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import re
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from cdi_plugin.store.registry import ResolvedDevice
+
+MAX_DEVICE_ID = 63
+AGGREGATE_DEVICE_NAMES = frozenset({"all"})
+REPLICA_SEPARATOR = "#"
+
+_DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+_QUALIFIED_NAME_PART = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
+_NATURAL = re.compile(r"(\d+)")
+
+
+def resource_name_problem(name: str) -> str | None:
+    """Why the kubelet would refuse ``name`` as an extended resource name, or None if it accepts it.
+
+    The kubelet's ``IsExtendedResourceName``: a ``/``, no ``kubernetes.io/``, no ``requests.``
+    prefix, and ``requests.<name>`` must be a qualified name (lowercase DNS subdomain prefix of at
+    most 253 characters, name part of at most 63).
+    """
+    if "/" not in name:
+        return "it has no '/' (a domain prefix is required)"
+    if "kubernetes.io/" in name:
+        return "names containing 'kubernetes.io/' are reserved for Kubernetes"
+    if name.startswith("requests."):
+        return "it must not start with 'requests.'"
+    prefix, _, part = f"requests.{name}".partition("/")
+    if "/" in part:
+        return "it has more than one '/'"
+    if len(prefix) > 253:
+        return f"the domain part is {len(prefix) - 9} characters long, at most 244 are allowed"
+    if not _DNS1123_SUBDOMAIN.fullmatch(prefix):
+        return "the domain part must be a lowercase DNS subdomain (a-z, 0-9, '-' and '.')"
+    if len(part) > 63:
+        return f"the part after '/' is {len(part)} characters long, at most 63 are allowed"
+    if not _QUALIFIED_NAME_PART.fullmatch(part):
+        return "the part after '/' must start and end with a letter or digit"
+    return None
+
+
+def _short_hash(text: str, length: int = 8) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:length]
+
+
+def replica_ids(device_name: str, replicas: int) -> list[str]:
+    """The kubelet device IDs of one CDI device shared by ``replicas`` containers."""
+    if replicas <= 1:
+        return [device_name]
+    ids = []
+    for i in range(replicas):
+        suffix = f"{REPLICA_SEPARATOR}{i}"
+        if len(device_name) + len(suffix) <= MAX_DEVICE_ID:
+            ids.append(device_name + suffix)
+        else:
+            tag = f"~{_short_hash(device_name)}"
+            ids.append(device_name[: MAX_DEVICE_ID - len(tag) - len(suffix)] + tag + suffix)
+    return ids
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def natural_key(text: str) -> tuple[tuple[int, int | str], ...]:
+    """Sort key that orders ``dev2`` before ``dev10``."""
+    return tuple((0, int(p)) if p.isdigit() else (1, p) for p in _NATURAL.split(text) if p)
+
+
+@dataclass(frozen=True, slots=True)
+class AdvertisedDevice:
+    id: str
+    qualified_name: str
+    #: 0-based replica index; 0 for an unshared device.
+    replica: int
+
+
+@dataclass(frozen=True, slots=True)
+class Resource:
+    name: str
+    kind: str
+    replicas: int
+    devices: tuple[AdvertisedDevice, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Note:
+    """Why something was not advertised; ``key`` identifies it so it is logged once."""
+
+    key: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Catalog:
+    resources: Mapping[str, Resource] = field(default_factory=dict)
+    notes: tuple[Note, ...] = ()
+
+
+def build_catalog(
+    devices: Mapping[str, ResolvedDevice],
+    served_kinds: Collection[str],
+    replicas_for: Callable[[str], int],
+) -> Catalog:
+    """The resources and device IDs for the served kinds among ``devices`` (a snapshot's devices)."""
+    by_kind: dict[str, list[ResolvedDevice]] = {}
+    for entry in devices.values():
+        kind = str(entry.kind)
+        if kind in served_kinds:
+            by_kind.setdefault(kind, []).append(entry)
+    resources: dict[str, Resource] = {}
+    notes: list[Note] = []
+    for kind in sorted(by_kind):
+        problem = resource_name_problem(kind)
+        if problem:
+            notes.append(
+                Note(f"kind:{kind}", f"skipping kind {kind}: not a valid extended resource name: {problem}")
+            )
+            continue
+        replicas = max(1, replicas_for(kind))
+        advertised: dict[str, AdvertisedDevice] = {}
+        for entry in sorted(by_kind[kind], key=lambda e: natural_key(e.device.name)):
+            name = entry.device.name
+            if name in AGGREGATE_DEVICE_NAMES:
+                notes.append(
+                    Note(
+                        f"aggregate:{entry.qualified_name}",
+                        f"not advertising {entry.qualified_name}: a device named {name!r} stands for "
+                        f"all devices of its kind and would let one device be allocated twice",
+                    )
+                )
+                continue
+            if len(name) > MAX_DEVICE_ID:
+                notes.append(
+                    Note(
+                        f"long:{entry.qualified_name}",
+                        f"skipping {entry.qualified_name}: the device name is {len(name)} characters "
+                        f"long, the kubelet accepts device IDs of at most {MAX_DEVICE_ID}",
+                    )
+                )
+                continue
+            for i, device_id in enumerate(replica_ids(name, replicas)):
+                if device_id in advertised:
+                    notes.append(
+                        Note(
+                            f"clash:{kind}:{device_id}",
+                            f"skipping {entry.qualified_name} replica {i}: device ID {device_id!r} "
+                            f"is already used by {advertised[device_id].qualified_name}",
+                        )
+                    )
+                    continue
+                advertised[device_id] = AdvertisedDevice(device_id, entry.qualified_name, i)
+        resources[kind] = Resource(kind, kind, replicas, tuple(advertised.values()))
+    return Catalog(MappingProxyType(resources), tuple(notes))

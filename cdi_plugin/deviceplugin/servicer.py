@@ -1,0 +1,131 @@
+"""The DevicePlugin gRPC service of one resource (grpc.aio handlers over :class:`DeviceState`)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+import grpc
+
+from cdi_plugin.deviceplugin import api
+from cdi_plugin.deviceplugin.allocate import AllocationError, Lookup, allocate
+from cdi_plugin.deviceplugin.preferred import Candidate, preferred
+from cdi_plugin.deviceplugin.settings import Strategy
+from cdi_plugin.deviceplugin.state import DeviceState, ResourceView
+
+log = logging.getLogger(__name__)
+
+Context = grpc.aio.ServicerContext[Any, Any]
+
+OPTIONS = api.DevicePluginOptions(pre_start_required=False, get_preferred_allocation_available=True)
+
+_STATUS = {
+    "invalid-argument": grpc.StatusCode.INVALID_ARGUMENT,
+    "failed-precondition": grpc.StatusCode.FAILED_PRECONDITION,
+}
+
+
+def list_response(view: ResourceView) -> api.ListAndWatchResponse:
+    return api.ListAndWatchResponse(
+        devices=[api.device(s.id, s.healthy, s.numa) for s in view.devices.values()]
+    )
+
+
+class DevicePluginService(api.DevicePluginServicer):
+    def __init__(self, resource: str, state: DeviceState, strategy: Strategy) -> None:
+        self.resource = resource
+        self.state = state
+        self.strategy = strategy
+        self._extra = {"resource": resource}
+        self._closing = asyncio.Event()
+
+    async def GetDevicePluginOptions(self, request: api.Empty, context: Context) -> api.DevicePluginOptions:
+        return OPTIONS
+
+    def shutdown(self) -> None:
+        """End the open ListAndWatch streams (the server is about to stop)."""
+        self._closing.set()
+
+    async def ListAndWatch(
+        self, request: api.Empty, context: Context
+    ) -> AsyncIterator[api.ListAndWatchResponse]:
+        board = self.state.board(self.resource)
+        seen = -1
+        closing = asyncio.ensure_future(self._closing.wait())
+        waiting: asyncio.Future[tuple[int, ResourceView, bool]] | None = None
+        try:
+            while board is not None and not self._closing.is_set():
+                waiting = asyncio.ensure_future(board.next_view(seen))
+                await asyncio.wait((waiting, closing), return_when=asyncio.FIRST_COMPLETED)
+                if not waiting.done():
+                    return
+                seen, view, closed = waiting.result()
+                healthy = sum(1 for s in view.devices.values() if s.healthy)
+                log.debug(
+                    "%s: ListAndWatch sends %d device IDs (%d Healthy)",
+                    self.resource,
+                    len(view.devices),
+                    healthy,
+                    extra=self._extra,
+                )
+                yield list_response(view)
+                if closed:
+                    return
+        finally:
+            closing.cancel()
+            if waiting is not None:
+                waiting.cancel()
+
+    async def GetPreferredAllocation(
+        self, request: api.PreferredAllocationRequest, context: Context
+    ) -> api.PreferredAllocationResponse:
+        self.state.sync()
+        board = self.state.board(self.resource)
+        devices = board.view.devices if board else {}
+        candidates = {
+            s.id: Candidate(s.id, s.qualified_name, s.replica, s.numa, s.healthy) for s in devices.values()
+        }
+        answers = []
+        for req in request.container_requests:
+            answers.append(
+                preferred(
+                    req.available_deviceIDs, req.must_include_deviceIDs, req.allocation_size, candidates
+                )
+            )
+        return api.preferred_response(answers)
+
+    async def Allocate(self, request: api.AllocateRequest, context: Context) -> api.AllocateResponse:
+        snapshot = self.state.sync()
+
+        def lookup(device_id: str) -> Lookup | None:
+            status = self.state.status(self.resource, device_id)
+            return None if status is None else Lookup(status.qualified_name, status.healthy, status.reason)
+
+        requests = [list(c.devices_ids) for c in request.container_requests]
+        try:
+            answers = allocate(
+                self.resource,
+                requests,
+                lookup,
+                lambda name: self.state.problem(name, snapshot),
+                self.strategy,
+            )
+        except AllocationError as exc:
+            log.warning("%s: Allocate refused: %s", self.resource, exc.message, extra=self._extra)
+            await context.abort(_STATUS[exc.code], exc.message)
+        for ids, answer in zip(requests, answers, strict=True):
+            log.info(
+                "%s: allocated %s -> %s",
+                self.resource,
+                ",".join(ids),
+                ",".join(answer.cdi_devices or answer.annotations.values()),
+                extra=self._extra,
+            )
+        return api.allocate_response((a.cdi_devices, a.annotations) for a in answers)
+
+    async def PreStartContainer(
+        self, request: api.PreStartContainerRequest, context: Context
+    ) -> api.PreStartContainerResponse:
+        return api.PreStartContainerResponse()

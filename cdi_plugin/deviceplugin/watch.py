@@ -1,0 +1,165 @@
+"""Watching directories with inotify (asyncinotify), including ones that do not exist yet.
+
+A :class:`DirWatch` follows the entries of a set of directories: files created, deleted, renamed
+in or out, and (with ``events=FILES``) closed after writing. A directory that does not exist is
+watched through its nearest existing ancestor, so its creation (even ``mkdir -p`` of several
+levels) is noticed; one that is removed falls back to its ancestor the same way. Every relevant
+event fires :attr:`DirWatch.pulse`; consumers re-read the state they care about (they never rely
+on single events), and a queue overflow simply fires the pulse too. No polling.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import logging
+import os
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from types import TracebackType
+
+from asyncinotify import Event, Inotify, Mask, Watch
+
+from cdi_plugin.deviceplugin.pulse import Pulse
+
+log = logging.getLogger(__name__)
+
+#: Entries appearing and disappearing: enough for device nodes and sockets. (Never CLOSE_WRITE on
+#: /dev: every write to /dev/null anywhere on the host would wake the watcher.)
+ENTRIES = Mask.CREATE | Mask.DELETE | Mask.MOVED_FROM | Mask.MOVED_TO
+#: Entries, plus files rewritten in place: for spec files.
+FILES = ENTRIES | Mask.CLOSE_WRITE
+_SELF_EVENTS = Mask.DELETE_SELF | Mask.MOVE_SELF
+_ANCESTOR_MASK = Mask.CREATE | Mask.MOVED_TO | _SELF_EVENTS | Mask.ONLYDIR
+
+Relevant = Callable[[Path, str], bool]
+
+
+def _nearest_existing(path: Path) -> Path:
+    for candidate in (path, *path.parents):
+        if candidate.is_dir():
+            return candidate
+    return Path("/")
+
+
+class DirWatch:
+    """Use as ``async with DirWatch(dirs) as watch:``; wait with ``watch.pulse``."""
+
+    def __init__(
+        self, dirs: Iterable[Path], *, name: str, events: Mask = ENTRIES, relevant: Relevant | None = None
+    ) -> None:
+        self.name = name
+        self._target_mask = events | _SELF_EVENTS | Mask.ONLYDIR
+        self.pulse = Pulse()
+        self._relevant = relevant
+        self._targets = {Path(os.path.abspath(d)) for d in dirs}
+        self._inotify: Inotify | None = None
+        self._watches: dict[Path, Watch] = {}
+        self._masks: dict[Path, Mask] = {}
+        self._reader: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> DirWatch:
+        self._inotify = Inotify()
+        self._plan()
+        self._reader = asyncio.create_task(self._read(), name=f"inotify:{self.name}")
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if self._reader is not None:
+            self._reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reader
+        if self._inotify is not None:
+            self._inotify.close()
+        self._watches.clear()
+        self._masks.clear()
+
+    @property
+    def targets(self) -> frozenset[Path]:
+        return frozenset(self._targets)
+
+    def set_dirs(self, dirs: Iterable[Path]) -> None:
+        """Watch these directories from now on (cheap when unchanged)."""
+        targets = {Path(os.path.abspath(d)) for d in dirs}
+        if targets != self._targets:
+            self._targets = targets
+            self._plan()
+
+    def _plan(self) -> None:
+        """Put the watches where they must be now: on each existing target, else on its nearest
+        existing ancestor; repeated while directories appear or vanish under it."""
+        assert self._inotify is not None
+        for _ in range(32):
+            wanted: dict[Path, Mask] = {}
+            for target in self._targets:
+                if target.is_dir():
+                    wanted[target] = wanted.get(target, Mask.ZERO) | self._target_mask
+                else:
+                    anchor = _nearest_existing(target.parent)
+                    wanted[anchor] = wanted.get(anchor, Mask.ZERO) | _ANCESTOR_MASK
+            for path in set(self._watches) - set(wanted):
+                watch = self._watches.pop(path)
+                self._masks.pop(path, None)
+                with contextlib.suppress(OSError):
+                    self._inotify.rm_watch(watch)
+            for path, mask in wanted.items():
+                if self._masks.get(path) == mask:
+                    continue
+                try:
+                    self._watches[path] = self._inotify.add_watch(path, mask)
+                    self._masks[path] = mask
+                except OSError as exc:
+                    vanished = exc.errno in (errno.ENOENT, errno.ENOTDIR)
+                    log.log(logging.DEBUG if vanished else logging.WARNING, "%s: cannot watch %s: %s",
+                            self.name, path, exc.strerror or exc)  # fmt: skip
+            if all(t.is_dir() == (t in self._watches) for t in self._targets):
+                return
+        log.warning("%s: directories keep changing while being watched; watching what exists", self.name)
+
+    async def _read(self) -> None:
+        assert self._inotify is not None
+        async for event in self._inotify:
+            try:
+                if self._handle(event):
+                    self.pulse.fire()
+            except Exception:
+                log.exception("%s: cannot handle %r; looking again", self.name, event)
+                self.pulse.fire()
+
+    def _handle(self, event: Event) -> bool:
+        """Handle one event; True when consumers should look again."""
+        mask = event.mask
+        watch = event.watch
+        path = watch.path if watch is not None else None
+        if Mask.Q_OVERFLOW in mask:
+            self._replan()
+            return True
+        if Mask.IGNORED in mask:
+            if path is not None and self._watches.get(path) is watch:
+                self._watches.pop(path, None)
+                self._masks.pop(path, None)
+            return self._replan() or path in self._targets
+        if path is None:
+            return False
+        if mask & _SELF_EVENTS:
+            self._replan()
+            return True
+        name = str(event.name) if event.name is not None else ""
+        appeared = False
+        if path not in self._targets or (Mask.ISDIR in mask and self._under_target(path / name)):
+            appeared = self._replan()
+        if path in self._targets and (self._relevant is None or self._relevant(path, name)):
+            return True
+        return appeared
+
+    def _replan(self) -> bool:
+        """Re-plan the watches; True if a target directory is watched now that was not before."""
+        before = {t for t in self._targets if t in self._watches}
+        self._plan()
+        return any(t in self._watches and t not in before for t in self._targets)
+
+    def _under_target(self, path: Path) -> bool:
+        return any(t == path or path in t.parents for t in self._targets)

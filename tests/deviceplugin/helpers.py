@@ -1,0 +1,126 @@
+"""Building blocks for device plugin tests: spec files as cdi-gen writes them, device nodes, a
+plugin running in-process, and a bounded ``run`` for async scenarios."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import stat
+from collections.abc import AsyncIterator, Coroutine, Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, TypeVar
+
+from cdi_plugin.cdi import codec
+from cdi_plugin.cdi.model import ContainerEdits, Device, DeviceNode, Spec
+from cdi_plugin.deviceplugin import daemon
+from cdi_plugin.deviceplugin.lifecycle import socket_name
+from cdi_plugin.deviceplugin.settings import Settings
+from cdi_plugin.store.atomic import write_atomic
+from cdi_plugin.store.ownership import OwnedFile, digest, read_record, write_record
+
+T = TypeVar("T")
+
+NULL_RDEV = os.makedev(1, 3)
+
+
+def run(coro: Coroutine[Any, Any, T], timeout: float = 20.0) -> T:
+    """Run one async scenario with a hard time limit."""
+
+    async def bounded() -> T:
+        return await asyncio.wait_for(coro, timeout)
+
+    return asyncio.run(bounded())
+
+
+def make_node(path: Path, rdev: int = NULL_RDEV) -> Path:
+    """A char device node like /dev/null (1:3) at ``path``, for tests that must not touch /dev."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    os.mknod(path, stat.S_IFCHR | 0o666, rdev)
+    return path
+
+
+def spec_of(kind: str, devices: Mapping[str, Sequence[Path | str]], version: str = "0.5.0") -> Spec:
+    """A spec whose devices each inject the given host nodes (hostPath) as /dev/<basename>."""
+    return Spec(
+        cdi_version=version,
+        kind=kind,
+        devices=tuple(
+            Device(
+                name=name,
+                container_edits=ContainerEdits(
+                    device_nodes=tuple(
+                        DeviceNode(path=f"/dev/{Path(n).name}", host_path=str(n), type="c") for n in nodes
+                    )
+                    or None,
+                    env=None if nodes else (f"DEVICE={name}",),
+                ),
+            )
+            for name, nodes in devices.items()
+        ),
+    )
+
+
+def write_spec(
+    directory: Path, spec: Spec, *, owned: bool = True, name: str | None = None, fmt: codec.Format = "json"
+) -> Path:
+    """Write a spec atomically; ``owned`` records it as cdi-gen's, the way cdi-gen marks its files."""
+    directory.mkdir(parents=True, exist_ok=True)
+    file_name = name or spec.kind.replace("/", "-") + (".yaml" if fmt == "yaml" else ".json")
+    data = codec.encode(spec, fmt)
+    write_atomic(directory / file_name, data)
+    record = read_record(directory)
+    if owned:
+        record[file_name] = OwnedFile(file_name, spec.kind, digest(data))
+        write_record(directory, record)
+    elif file_name in record:
+        del record[file_name]
+        write_record(directory, record)
+    return directory / file_name
+
+
+@dataclass
+class Layout:
+    root: Path
+    etc: Path
+    run: Path
+    plugin_dir: Path
+    dev: Path
+    sysfs: Path
+
+    @classmethod
+    def under(cls, root: Path) -> Layout:
+        layout = cls(root, root / "etc-cdi", root / "run-cdi", root / "plugins", root / "dev", root / "sys")
+        for d in (layout.etc, layout.plugin_dir, layout.dev, layout.sysfs):
+            d.mkdir(parents=True, exist_ok=True)
+        return layout
+
+    def settings(self, **overrides: Any) -> Settings:
+        base = Settings(
+            spec_dirs=(self.etc, self.run),
+            plugin_dir=self.plugin_dir,
+            sysfs_root=self.sysfs,
+            grace_period=5.0,
+        )
+        return replace(base, **overrides)
+
+    def sockets(self) -> set[str]:
+        return {p.name for p in self.plugin_dir.iterdir() if stat.S_ISSOCK(p.lstat().st_mode)}
+
+
+@contextlib.asynccontextmanager
+async def running_plugin(settings: Settings) -> AsyncIterator[asyncio.Task[None]]:
+    """The plugin's daemon in this event loop; stopped (and checked to stop cleanly) on exit."""
+    stop = asyncio.Event()
+    task = asyncio.create_task(daemon.run(settings, stop))
+    try:
+        yield task
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 5)
+
+
+def sock(layout: Layout, resource: str) -> str:
+    """The socket file name the plugin uses for ``resource`` in the layout's plugin directory."""
+    return socket_name(resource, layout.plugin_dir)

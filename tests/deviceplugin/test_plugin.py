@@ -1,0 +1,578 @@
+"""The plugin against a fake kubelet, over real gRPC on real unix sockets in a temporary directory."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import stat
+import tempfile
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+import grpc
+import pytest
+
+from cdi_plugin.deviceplugin import api
+from cdi_plugin.deviceplugin.lifecycle import socket_name
+from tests.deviceplugin.fake_kubelet import DeviceEntry, FakeKubelet
+from tests.deviceplugin.helpers import Layout, make_node, run, running_plugin, sock, spec_of, write_spec
+
+KIND = "cdi-plugin.io/test"
+OTHER = "cdi-plugin.io/other"
+
+pytestmark = pytest.mark.timeout(60)
+
+
+@pytest.fixture
+def layout(tmp_path: Path) -> Layout:
+    return Layout.under(tmp_path)
+
+
+def _healthy(devices: Mapping[str, DeviceEntry]) -> set[str]:
+    return {i for i, d in devices.items() if d.health == api.HEALTHY}
+
+
+def test_registers_every_served_kind_and_lists_its_devices(layout: Layout) -> None:
+    n1, n2, n3 = (make_node(layout.dev / f"n{i}") for i in (1, 2, 3))
+    write_spec(layout.etc, spec_of(KIND, {"a": [n1], "b": [n2]}))
+    write_spec(layout.etc, spec_of(OTHER, {"x": [n3]}))
+
+    async def scenario() -> None:
+        async with FakeKubelet(layout.plugin_dir) as kubelet, running_plugin(layout.settings()):
+            test = await kubelet.wait_registered(KIND)
+            other = await kubelet.wait_registered(OTHER)
+            assert _healthy(await test.wait_until(lambda d: len(d) == 2)) == {"a", "b"}
+            assert _healthy(await other.wait_until(lambda d: len(d) == 1)) == {"x"}
+            assert test.options.get_preferred_allocation_available
+            assert not test.options.pre_start_required
+            for request in kubelet.requests:
+                assert request.version == "v1beta1"
+                assert request.endpoint == Path(request.endpoint).name
+                assert request.options.get_preferred_allocation_available
+            assert {r.resource_name for r in kubelet.requests} == {KIND, OTHER}
+            assert kubelet.refused == []
+            for name in layout.sockets() - {"kubelet.sock"}:
+                assert stat.S_IMODE((layout.plugin_dir / name).stat().st_mode) == 0o600
+
+    run(scenario())
+
+
+def test_allocate_answers_only_with_cdi_names(layout: Layout) -> None:
+    n1, n2 = make_node(layout.dev / "n1"), make_node(layout.dev / "n2")
+    write_spec(layout.etc, spec_of(KIND, {"a": [n1], "b": [n2]}))
+
+    async def scenario() -> None:
+        async with FakeKubelet(layout.plugin_dir) as kubelet, running_plugin(layout.settings()):
+            client = await kubelet.wait_registered(KIND)
+            await client.wait_until(lambda d: len(d) == 2)
+            preferred = await client.preferred(["b", "a"], [], 1)
+            assert preferred == ["a"]
+            answer = await client.allocate(["b", "a"])
+            assert [d.name for d in answer.cdi_devices] == [f"{KIND}=b", f"{KIND}=a"]
+            assert len(answer.annotations) == 1
+            ((key, value),) = answer.annotations.items()
+            assert key.startswith("cdi.k8s.io/cdi-plugin.io_test_")
+            assert value == f"{KIND}=b,{KIND}=a"
+            assert not answer.envs
+            assert not answer.mounts
+            assert not answer.devices
+
+    run(scenario())
+
+
+@pytest.mark.parametrize(
+    ("strategy", "field", "annotations"), [("cri", True, False), ("annotations", False, True)]
+)
+def test_cdi_strategy_picks_the_field_or_the_annotation(
+    layout: Layout, strategy: str, field: bool, annotations: bool
+) -> None:
+    write_spec(layout.etc, spec_of(KIND, {"a": [make_node(layout.dev / "n1")]}))
+
+    async def scenario() -> None:
+        async with (
+            FakeKubelet(layout.plugin_dir) as kubelet,
+            running_plugin(layout.settings(cdi_strategy=strategy)),
+        ):
+            client = await kubelet.wait_registered(KIND)
+            await client.wait_until(lambda d: len(d) == 1)
+            answer = await client.allocate(["a"])
+            assert bool(answer.cdi_devices) is field
+            assert bool(answer.annotations) is annotations
+
+    run(scenario())
+
+
+def test_unknown_or_unhealthy_ids_fail_the_whole_request(layout: Layout) -> None:
+    n1, n2 = make_node(layout.dev / "n1"), make_node(layout.dev / "n2")
+    write_spec(layout.etc, spec_of(KIND, {"a": [n1], "b": [n2]}))
+
+    async def scenario() -> None:
+        async with FakeKubelet(layout.plugin_dir) as kubelet, running_plugin(layout.settings()):
+            client = await kubelet.wait_registered(KIND)
+            await client.wait_until(lambda d: len(d) == 2)
+            with pytest.raises(grpc.aio.AioRpcError) as unknown:
+                await client.allocate(["a", "nope"], as_kubelet=False)
+            assert unknown.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+            assert "'nope'" in (unknown.value.details() or "")
+            with pytest.raises(grpc.aio.AioRpcError) as many:
+                await client.allocate([f"bogus{i}" for i in range(10000)], as_kubelet=False)
+            assert many.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+            n2.unlink()
+            with pytest.raises(grpc.aio.AioRpcError) as unhealthy:
+                await client.allocate(["a", "b"], as_kubelet=False)
+            assert unhealthy.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+            assert "'b'" in (unhealthy.value.details() or "")
+            assert "n2" in (unhealthy.value.details() or "")
+            await client.wait_until(lambda d: d["b"].health == api.UNHEALTHY)
+            assert (await client.allocate(["a"])).cdi_devices[0].name == f"{KIND}=a"
+
+    run(scenario())
+
+
+def test_spec_added_changed_and_removed_while_serving(layout: Layout) -> None:
+    nodes = [make_node(layout.dev / f"n{i}") for i in range(3)]
+    write_spec(layout.etc, spec_of(KIND, {"a": [nodes[0]]}))
+
+    async def scenario() -> None:
+        async with (
+            FakeKubelet(layout.plugin_dir) as kubelet,
+            running_plugin(layout.settings(grace_period=0.4)),
+        ):
+            client = await kubelet.wait_registered(KIND)
+            await client.wait_until(lambda d: set(d) == {"a"})
+            write_spec(layout.etc, spec_of(KIND, {"a": [nodes[0]], "b": [nodes[1]]}))
+            await client.wait_until(lambda d: _healthy(d) == {"a", "b"})
+            # a new kind written while serving gets its own resource and registration
+            write_spec(layout.run, spec_of(OTHER, {"x": [nodes[2]]}))
+            other = await kubelet.wait_registered(OTHER)
+            await other.wait_until(lambda d: _healthy(d) == {"x"})
+            # a device removed from the spec: Unhealthy for the grace period, then dropped
+            write_spec(layout.etc, spec_of(KIND, {"a": [nodes[0]]}))
+            started = time.monotonic()
+            await client.wait_until(lambda d: d.get("b") is not None and d["b"].health == api.UNHEALTHY)
+            with pytest.raises(grpc.aio.AioRpcError) as gone:
+                await client.allocate(["b"], as_kubelet=False)
+            assert gone.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+            await client.wait_until(lambda d: set(d) == {"a"}, timeout=3)
+            assert time.monotonic() - started >= 0.3
+            # the whole spec file removed: the resource goes after the grace period
+            (layout.run / "cdi-plugin.io-other.json").unlink()
+            await other.wait_until(lambda d: d.get("x") is not None and d["x"].health == api.UNHEALTHY)
+            await other.wait_until(lambda d: not d, timeout=3)
+            for _ in range(50):
+                if not any("other" in s for s in layout.sockets()):
+                    break
+                await asyncio.sleep(0.05)
+            assert not any("other" in s for s in layout.sockets())
+
+    run(scenario())
+
+
+def test_device_node_removed_and_restored_flips_health(layout: Layout) -> None:
+    n1, n2 = make_node(layout.dev / "sub" / "n1"), make_node(layout.dev / "n2")
+    write_spec(layout.etc, spec_of(KIND, {"a": [n1], "b": [n2]}))
+
+    async def scenario() -> None:
+        async with FakeKubelet(layout.plugin_dir) as kubelet, running_plugin(layout.settings()):
+            client = await kubelet.wait_registered(KIND)
+            await client.wait_until(lambda d: _healthy(d) == {"a", "b"})
+            n1.unlink()
+            await client.wait_until(lambda d: _healthy(d) == {"b"})
+            make_node(n1)
+            await client.wait_until(lambda d: _healthy(d) == {"a", "b"})
+            # the node's whole directory goes and comes back
+            n1.unlink()
+            n1.parent.rmdir()
+            await client.wait_until(lambda d: _healthy(d) == {"b"})
+            make_node(n1)
+            await client.wait_until(lambda d: _healthy(d) == {"a", "b"})
+            # a node of the wrong type is not healthy
+            n2.unlink()
+            n2.write_text("not a device")
+            await client.wait_until(lambda d: _healthy(d) == {"a"})
+
+    run(scenario())
+
+
+def test_health_watch_follows_a_node_moved_to_another_directory(layout: Layout) -> None:
+    first, second = make_node(layout.dev / "one" / "n"), make_node(layout.dev / "two" / "n")
+    write_spec(layout.etc, spec_of(KIND, {"a": [first]}))
+
+    async def scenario() -> None:
+        async with FakeKubelet(layout.plugin_dir) as kubelet, running_plugin(layout.settings()):
+            client = await kubelet.wait_registered(KIND)
+            await client.wait_until(lambda d: _healthy(d) == {"a"})
+            write_spec(layout.etc, spec_of(KIND, {"a": [second]}))
+            await asyncio.sleep(0.3)
+            assert len(client.lists) == 1  # same ID, same health: nothing to tell the kubelet
+            second.unlink()
+            await client.wait_until(lambda d: _healthy(d) == set())
+            first.unlink()
+            make_node(second)
+            await client.wait_until(lambda d: _healthy(d) == {"a"})
+
+    run(scenario())
+
+
+def test_kubelet_restart_leads_to_reregistration_within_two_seconds(layout: Layout) -> None:
+    write_spec(layout.etc, spec_of(KIND, {"a": [make_node(layout.dev / "n1")]}))
+    write_spec(layout.etc, spec_of(OTHER, {"x": [make_node(layout.dev / "n2")]}))
+
+    async def scenario() -> None:
+        async with FakeKubelet(layout.plugin_dir) as kubelet, running_plugin(layout.settings()):
+            await kubelet.wait_registered(KIND)
+            await kubelet.wait_registered(OTHER)
+            before = kubelet.registrations
+            assert before == 2
+            for _ in range(2):
+                await kubelet.restart()
+                restarted = time.monotonic()
+                for resource in (KIND, OTHER):
+                    client = await kubelet.wait_registered(resource, after=before, timeout=2.0)
+                    await client.wait_until(lambda d: len(d) == 1, timeout=2.0)
+                assert time.monotonic() - restarted < 2.0
+                await asyncio.sleep(0.1)
+                assert kubelet.registrations == before + 2
+                before = kubelet.registrations
+                assert layout.sockets() == {
+                    "kubelet.sock",
+                    sock(layout, KIND),
+                    sock(layout, OTHER),
+                }
+
+    run(scenario())
+
+
+def test_plugin_started_before_the_kubelet_waits_and_registers(
+    layout: Layout, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, "cdi_plugin")
+    write_spec(layout.etc, spec_of(KIND, {"a": [make_node(layout.dev / "n1")]}))
+
+    async def scenario() -> None:
+        async with running_plugin(layout.settings()):
+            await asyncio.sleep(0.3)
+            assert sock(layout, KIND) in layout.sockets()
+            assert any("waiting for the kubelet" in r.getMessage() for r in caplog.records)
+            started = time.monotonic()
+            async with FakeKubelet(layout.plugin_dir) as kubelet:
+                client = await kubelet.wait_registered(KIND, timeout=2.0)
+                assert time.monotonic() - started < 2.0
+                await client.wait_until(lambda d: _healthy(d) == {"a"})
+
+    run(scenario())
+
+
+def test_unreachable_kubelet_is_retried_with_the_reason_logged(
+    layout: Layout, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, "cdi_plugin")
+    write_spec(layout.etc, spec_of(KIND, {"a": [make_node(layout.dev / "n1")]}))
+    dead = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    dead.bind(str(layout.plugin_dir / "kubelet.sock"))  # a socket file nobody listens on
+    dead.close()
+
+    async def scenario() -> None:
+        async with running_plugin(layout.settings()):
+            for _ in range(100):
+                if any("cannot reach the kubelet" in r.getMessage() for r in caplog.records):
+                    break
+                await asyncio.sleep(0.05)
+            assert any("cannot reach the kubelet" in r.getMessage() for r in caplog.records)
+            os.unlink(layout.plugin_dir / "kubelet.sock")
+            async with FakeKubelet(layout.plugin_dir) as kubelet:
+                await kubelet.wait_registered(KIND, timeout=2.0)
+
+    run(scenario())
+
+
+def test_registration_refused_by_the_kubelet_is_logged_and_retried(
+    layout: Layout, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, "cdi_plugin")
+    write_spec(layout.etc, spec_of(KIND, {"a": [make_node(layout.dev / "n1")]}))
+
+    async def scenario() -> None:
+        refusal = "resource cdi-plugin.io/test is busy"
+        async with (
+            FakeKubelet(layout.plugin_dir, refusal=refusal, refusals=2) as kubelet,
+            running_plugin(layout.settings()),
+        ):
+            await kubelet.wait_registered(KIND, timeout=5.0)
+            assert kubelet.refused == [refusal, refusal]
+            errors = [r for r in caplog.records if r.levelno == logging.ERROR]
+            assert len(errors) == 2
+            assert all(f"the kubelet refused the registration: {refusal}" in r.getMessage() for r in errors)
+
+    run(scenario())
+
+
+def test_spec_changed_right_after_registration_reaches_the_stream(layout: Layout) -> None:
+    n1, n2, n3 = (make_node(layout.dev / f"n{i}") for i in range(3))
+    write_spec(layout.etc, spec_of(KIND, {"a": [n1]}))
+
+    async def change_between_register_and_watch() -> None:
+        write_spec(layout.etc, spec_of(KIND, {"a": [n1], "b": [n2]}))
+        await asyncio.sleep(0.3)  # the plugin has taken the change in before the stream opens
+
+    async def scenario() -> None:
+        async with (
+            FakeKubelet(layout.plugin_dir, before_watch=change_between_register_and_watch) as kubelet,
+            running_plugin(layout.settings()),
+        ):
+            client = await kubelet.wait_registered(KIND)
+            await client.wait_until(lambda d: _healthy(d) == {"a", "b"})
+            assert set(client.lists[0]) == {"a", "b"}
+            # and again after the first list arrived, twice in a row
+            write_spec(layout.etc, spec_of(KIND, {"a": [n1], "b": [n2], "c": [n3]}))
+            write_spec(layout.etc, spec_of(KIND, {"a": [n1], "c": [n3]}))
+            final = await client.wait_until(lambda d: "c" in d and d["b"].health == api.UNHEALTHY)
+            assert _healthy(final) == {"a", "c"}
+
+    run(scenario())
+
+
+def test_device_ids_in_any_order_give_the_same_answer(layout: Layout) -> None:
+    names = [f"d{i}" for i in (10, 2, 1, 33)]
+    write_spec(layout.etc, spec_of(KIND, {n: [make_node(layout.dev / n)] for n in names}), owned=False)
+
+    async def scenario() -> None:
+        async with FakeKubelet(layout.plugin_dir) as kubelet, running_plugin(layout.settings(kinds=(KIND,))):
+            client = await kubelet.wait_registered(KIND)
+            await client.wait_until(lambda d: len(d) == 4)
+            first = await client.allocate(["d10", "d1", "d2"])
+            second = await client.allocate(["d2", "d10", "d1"])
+            assert first.annotations.keys() == second.annotations.keys()
+            assert sorted(d.name for d in first.cdi_devices) == sorted(d.name for d in second.cdi_devices)
+            third = await client.allocate(["d33"])
+            assert third.annotations.keys() != first.annotations.keys()
+            p1 = await client.preferred(["d33", "d2", "d10", "d1"], ["d10"], 3)
+            p2 = await client.preferred(["d1", "d10", "d33", "d2"], ["d10"], 3)
+            assert p1 == p2 == ["d10", "d1", "d2"]
+
+    run(scenario())
+
+
+def test_replicas_share_one_cdi_device(layout: Layout) -> None:
+    write_spec(
+        layout.etc, spec_of(KIND, {"a": [make_node(layout.dev / "n1")], "b": [make_node(layout.dev / "n2")]})
+    )
+
+    async def scenario() -> None:
+        async with FakeKubelet(layout.plugin_dir) as kubelet, running_plugin(layout.settings(replicas=3)):
+            client = await kubelet.wait_registered(KIND)
+            devices = await client.wait_until(lambda d: len(d) == 6)
+            assert set(devices) == {"a#0", "a#1", "a#2", "b#0", "b#1", "b#2"}
+            answer = await client.allocate(["a#2", "a#0"])
+            assert [d.name for d in answer.cdi_devices] == [f"{KIND}=a"]
+            assert list(answer.annotations.values()) == [f"{KIND}=a"]
+            # distinct physical devices before a second replica of one
+            assert await client.preferred(sorted(devices), [], 2) == ["a#0", "b#0"]
+
+    run(scenario())
+
+
+def test_only_cdi_gen_kinds_are_served_unless_named(layout: Layout, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, "cdi_plugin")
+    node = make_node(layout.dev / "n1")
+    write_spec(layout.etc, spec_of(KIND, {"a": [node]}))
+    write_spec(layout.run, spec_of("nvidia.com/gpu", {"0": [node]}), owned=False)
+    write_spec(layout.run, spec_of("k8s.example.com/claim", {"c1": [node]}), owned=False)
+
+    async def scenario() -> None:
+        async with FakeKubelet(layout.plugin_dir) as kubelet:
+            async with running_plugin(layout.settings()):
+                await kubelet.wait_registered(KIND)
+                await asyncio.sleep(0.2)
+                assert {r.resource_name for r in kubelet.requests} == {KIND}
+                assert any(
+                    "not serving kind nvidia.com/gpu: cdi-gen did not write it" in r.getMessage()
+                    for r in caplog.records
+                )
+                # a cdi-gen file edited by someone else is no longer cdi-gen's (after a short hold-off)
+                path = layout.etc / "cdi-plugin.io-test.json"
+                path.write_text(path.read_text().replace('"a"', '"z"'))
+                client = kubelet.clients[KIND]
+                await client.wait_until(lambda d: "z" in d and d["z"].health == api.UNHEALTHY, timeout=5)
+                assert client.devices["a"].health == api.UNHEALTHY
+                assert any(
+                    "its spec file was changed since cdi-gen wrote it" in r.getMessage()
+                    for r in caplog.records
+                )
+            async with running_plugin(layout.settings(kinds=("nvidia.com/*",))):
+                await kubelet.wait_registered("nvidia.com/gpu", after=1)
+
+    run(scenario())
+
+
+def test_malformed_or_conflicting_specs_are_logged_and_skipped(
+    layout: Layout, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, "cdi_plugin")
+    n1, n2 = make_node(layout.dev / "n1"), make_node(layout.dev / "n2")
+    write_spec(layout.etc, spec_of(KIND, {"a": [n1], "b": [n2]}))
+
+    async def scenario() -> None:
+        async with FakeKubelet(layout.plugin_dir) as kubelet, running_plugin(layout.settings()):
+            client = await kubelet.wait_registered(KIND)
+            await client.wait_until(lambda d: _healthy(d) == {"a", "b"})
+            (layout.etc / "broken.json").write_text('{"cdiVersion": "0.5.0", "kind": ')
+            # the same device b in a second file at the same priority: a runtime resolves neither
+            write_spec(layout.etc, spec_of(KIND, {"b": [n2]}), name="zz-dup.json", owned=False)
+            await client.wait_until(lambda d: _healthy(d) == {"a"})
+            messages = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+            assert any(f"{layout.etc / 'broken.json'}" in m and "invalid JSON" in m for m in messages)
+            assert any(f"{KIND}=b" in m and "zz-dup.json" in m and "same priority" in m for m in messages), (
+                messages
+            )
+            assert (await client.allocate(["a"])).cdi_devices[0].name == f"{KIND}=a"
+            (layout.etc / "zz-dup.json").unlink()
+            await client.wait_until(lambda d: _healthy(d) == {"a", "b"})
+
+    run(scenario())
+
+
+def test_a_spec_dir_that_does_not_exist_yet_is_watched(layout: Layout) -> None:
+    later = layout.root / "not" / "yet" / "cdi"
+
+    async def scenario() -> None:
+        async with (
+            FakeKubelet(layout.plugin_dir) as kubelet,
+            running_plugin(layout.settings(spec_dirs=(layout.etc, later))),
+        ):
+            await asyncio.sleep(0.2)
+            assert kubelet.requests == []
+            write_spec(later, spec_of(KIND, {"a": [make_node(layout.dev / "n1")]}))
+            client = await kubelet.wait_registered(KIND, timeout=3)
+            await client.wait_until(lambda d: _healthy(d) == {"a"})
+
+    run(scenario())
+
+
+def test_garbage_and_oversized_requests_get_an_error_status(layout: Layout) -> None:
+    write_spec(layout.etc, spec_of(KIND, {"a": [make_node(layout.dev / "n1")]}))
+
+    async def scenario() -> None:
+        async with FakeKubelet(layout.plugin_dir) as kubelet, running_plugin(layout.settings()):
+            client = await kubelet.wait_registered(KIND)
+            await client.wait_until(lambda d: len(d) == 1)
+            raw = client.channel.unary_unary("/v1beta1.DevicePlugin/Allocate", None, None)
+            for payload, code in (
+                (b"\xff\xff\xff\xff", grpc.StatusCode.INVALID_ARGUMENT),
+                (b"\x0a" * 7 * 1024 * 1024, grpc.StatusCode.RESOURCE_EXHAUSTED),
+            ):
+                with pytest.raises(grpc.aio.AioRpcError) as error:
+                    await raw(payload, timeout=5)
+                assert error.value.code() == code
+                if code == grpc.StatusCode.INVALID_ARGUMENT:
+                    assert "malformed v1beta1.AllocateRequest" in (error.value.details() or "")
+            with pytest.raises(grpc.aio.AioRpcError) as no_containers:
+                await client.stub.Allocate(api.AllocateRequest(), timeout=5)
+            assert no_containers.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+            with pytest.raises(grpc.aio.AioRpcError) as unknown_method:
+                await client.channel.unary_unary("/v1beta1.DevicePlugin/Nope", None, None)(b"", timeout=5)
+            assert unknown_method.value.code() == grpc.StatusCode.UNIMPLEMENTED
+            # still serving
+            assert (await client.allocate(["a"])).cdi_devices[0].name == f"{KIND}=a"
+            assert await client.stub.PreStartContainer(api.PreStartContainerRequest(), timeout=5) == (
+                api.PreStartContainerResponse()
+            )
+
+    run(scenario())
+
+
+def test_numa_topology_from_sysfs_and_preferred_allocation(layout: Layout) -> None:
+    pci = layout.sysfs / "devices" / "pci0000:00"
+    names = {}
+    for i, (node, numa) in enumerate([("g0", 0), ("g1", 1), ("g2", 1), ("g3", -1)]):
+        fn = pci / f"0000:00:0{i}.0"
+        (fn / "misc" / node).mkdir(parents=True)
+        (fn / "numa_node").write_text(f"{numa}\n")
+        (fn / "misc" / node / "device").symlink_to(fn)
+        link = layout.sysfs / "dev" / "char" / f"240:{i}"
+        link.parent.mkdir(parents=True, exist_ok=True)
+        link.symlink_to(fn / "misc" / node)
+        names[node] = [make_node(layout.dev / node, os.makedev(240, i))]
+    write_spec(layout.etc, spec_of(KIND, names))
+
+    async def scenario() -> None:
+        async with FakeKubelet(layout.plugin_dir) as kubelet, running_plugin(layout.settings()):
+            client = await kubelet.wait_registered(KIND)
+            devices = await client.wait_until(lambda d: len(d) == 4)
+            assert {i: d.numa for i, d in devices.items()} == {"g0": (0,), "g1": (1,), "g2": (1,), "g3": ()}
+            assert await client.preferred(["g3", "g2", "g1", "g0"], [], 2) == ["g1", "g2"]
+            assert await client.preferred(["g3", "g2", "g1", "g0"], ["g0"], 2) == ["g0", "g3"]
+
+    run(scenario())
+
+
+def test_stale_socket_is_replaced_but_a_live_one_or_a_file_is_not(
+    layout: Layout, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, "cdi_plugin")
+    write_spec(layout.etc, spec_of(KIND, {"a": [make_node(layout.dev / "n1")]}))
+    write_spec(layout.etc, spec_of(OTHER, {"x": [make_node(layout.dev / "n2")]}))
+    stale = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    stale.bind(str(layout.plugin_dir / sock(layout, KIND)))
+    stale.close()
+    (layout.plugin_dir / sock(layout, OTHER)).write_text("someone's file")
+
+    async def scenario() -> None:
+        async with FakeKubelet(layout.plugin_dir) as kubelet, running_plugin(layout.settings()):
+            await kubelet.wait_registered(KIND)
+            await asyncio.sleep(0.3)
+            assert OTHER not in kubelet.clients
+            assert (layout.plugin_dir / sock(layout, OTHER)).read_text() == "someone's file"
+            assert any("exists and is not a socket" in r.getMessage() for r in caplog.records)
+        assert (layout.plugin_dir / sock(layout, OTHER)).exists()
+
+    run(scenario())
+
+
+def test_fake_kubelet_refuses_like_the_kubelet(layout: Layout) -> None:
+    """The fake kubelet's own checks, which the other scenarios rely on."""
+
+    async def register(version: str, resource: str) -> str:
+        request = api.RegisterRequest(version=version, endpoint="nowhere.sock", resource_name=resource)
+        async with grpc.aio.insecure_channel(f"unix://{layout.plugin_dir / 'kubelet.sock'}") as channel:
+            with pytest.raises(grpc.aio.AioRpcError) as error:
+                await api.RegistrationStub(channel).Register(request, timeout=15)
+        assert error.value.code() == grpc.StatusCode.UNKNOWN
+        return error.value.details() or ""
+
+    async def scenario() -> None:
+        async with FakeKubelet(layout.plugin_dir, dial_timeout=0.5) as kubelet:
+            assert 'requested API version "v1alpha" is not supported' in await register("v1alpha", KIND)
+            assert 'the ResourceName "kubernetes.io/x" is invalid' in await register(
+                "v1beta1", "kubernetes.io/x"
+            )
+            assert "failed to dial device plugin" in await register("v1beta1", KIND)
+            assert kubelet.clients == {}
+
+    run(scenario(), timeout=30)
+
+
+def test_socket_names_always_fit_a_unix_socket_path() -> None:
+    with tempfile.TemporaryDirectory(prefix="cdi-plugin-sockets-") as tmp:
+        deep = Path(tmp) / ("d" * (60 - len(tmp)))  # room for a hashed name, not for the full one
+        deep.mkdir()
+        resource = "very-long-vendor-domain.example.com/" + "c" * 63
+        name = socket_name(resource, deep)
+        assert name.startswith("cdi-plugin-")
+        assert name.endswith(".sock")
+        assert len(os.fsencode(deep / name)) <= 105
+        assert name != socket_name("very-long-vendor-domain.example.com/" + "d" * 63, deep)
+
+        async def bind() -> int:
+            server = grpc.aio.server()
+            try:
+                return server.add_insecure_port(f"unix://{deep / name}")
+            finally:
+                await server.stop(None)
+
+        assert asyncio.run(bind())
+    short = socket_name("cdi-plugin.io/fuse", Path("/var/lib/kubelet/device-plugins"))
+    assert short == "cdi-plugin-cdi-plugin.io_fuse.sock"
