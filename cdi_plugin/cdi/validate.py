@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from cdi_plugin.cdi import codec, names, schema
+from cdi_plugin.cdi import codec, names
 from cdi_plugin.cdi.model import ContainerEdits, Spec
 from cdi_plugin.cdi.problems import Problem, Severity, dedupe, from_error
 from cdi_plugin.cdi.version import check_version
@@ -197,6 +197,8 @@ def _validate_object(obj: Any, max_version: str | None, source: str) -> Validati
         problems += runtime_problems(checked) + strict_problems(checked, max_version)
     problems = dedupe(problems)
     taken = {p.pointer for p in problems}
+    from cdi_plugin.cdi import schema  # here, so that runtime_problems alone (the plugin) never loads it
+
     problems += dedupe([p for p in schema.problems(obj) if p.pointer not in taken])
     return Validation(spec, problems)
 
