@@ -21,23 +21,8 @@ from cdi_plugin.errors import SpecWriteError
 
 def write_atomic(path: Path, data: bytes, mode: int = 0o644) -> None:
     """Replace ``path`` with ``data``; on any failure the old file is left as it was."""
-    directory = path.parent
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
-    except OSError as exc:
-        raise SpecWriteError(f"{path}: cannot create a file in {directory}: {exc.strerror}") from None
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fchmod(fh.fileno(), mode)
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except OSError as exc:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise SpecWriteError(f"{path}: cannot write: {exc.strerror or exc}") from None
-    fsync_dir(directory)
+    StagedFile(path, data, mode).commit()
+    fsync_dir(path.parent)
 
 
 def fsync_dir(directory: Path) -> None:
