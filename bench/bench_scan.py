@@ -22,10 +22,10 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from cdi_plugin.cli.scan import ScanOptions, run_scan
 from cdi_plugin.discovery.model import DiscoveredDevice, NodeInfo, StaticSource
 from cdi_plugin.generate.config import default_classes
 from cdi_plugin.generate.match import query_for
+from cdi_plugin.scan import ScanOptions, run_scan
 
 VENV_BIN = Path(sys.executable).parent
 

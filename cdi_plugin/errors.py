@@ -5,6 +5,7 @@ CdiPluginError
  ├── SpecLoadError         a spec file cannot be read or decoded (file, pointer, rule)
  ├── ConfigError           a device-class config is invalid (file, key, reason)
  ├── SpecWriteError        a spec could not be written; nothing on disk was changed
+ │    └── SpecInvalidError  a generated spec failed validation, so it was not written
  ├── DiscoveryError        udev or sysfs could not be read
  └── GenerateError         devices could not become specs (name collision, version above the maximum)
 """
@@ -46,6 +47,10 @@ class ConfigError(CdiPluginError):
 
 
 class SpecWriteError(CdiPluginError):
+    pass
+
+
+class SpecInvalidError(SpecWriteError):
     pass
 
 

@@ -5,7 +5,7 @@ cd "$(dirname "$0")/.."
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
 apt-get install -y -qq --no-install-recommends \
-    python3-venv podman runc busybox-static \
+    python3-venv podman runc busybox-static util-linux systemd \
     umockdev gir1.2-umockdev-1.0 libumockdev0 python3-gi >/dev/null
 python3 -m venv .venv
 .venv/bin/pip install -q --upgrade pip

@@ -14,10 +14,20 @@ from typing import Any, NoReturn, TypeVar
 import click
 
 from cdi_plugin import __version__
+from cdi_plugin.cli.scanopts import (
+    VERSIONS,
+    config_option,
+    force_option,
+    format_option,
+    max_version_option,
+    metrics_address_option,
+    output_dir_option,
+    source_option,
+    spec_dir_option,
+    uevent_source_option,
+)
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-_VERSIONS = ["0.3.0", "0.4.0", "0.5.0", "0.6.0", "0.7.0", "0.8.0", "1.0.0", "1.1.0"]
 
 
 def fail(message: str, code: int = 1) -> NoReturn:
@@ -52,7 +62,7 @@ def json_option(f: F) -> F:
 def version_max_option(f: F) -> F:
     return click.option(
         "--cdi-version-max",
-        type=click.Choice(_VERSIONS),
+        type=click.Choice(VERSIONS),
         default=None,
         metavar="VERSION",
         help="Treat a spec that declares a higher cdiVersion as invalid "
@@ -125,60 +135,21 @@ def list_(spec_dirs: tuple[Path, ...], as_json: bool) -> None:
 
 
 @main.command()
-@click.option(
-    "--config",
-    type=click.Path(path_type=Path, dir_okay=False, readable=False),
-    help="The configuration file whose 'classes' define what to generate (default: the embedded default).",
-)
-@click.option(
-    "--output-dir",
-    type=click.Path(path_type=Path, file_okay=False),
-    default=Path("/etc/cdi"),
-    show_default=True,
-    help="Where to write the specs (created if missing).",
-)
+@config_option
+@output_dir_option(Path("/etc/cdi"))
 @click.option("--dry-run", is_flag=True, help="Write nothing; show what would change, with diffs.")
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(["json", "yaml"]),
-    default="json",
-    show_default=True,
-    help="Spec file format (<vendor>-<class>.json or .yaml).",
-)
+@format_option()
 @json_option
-@click.option(
-    "--cdi-version-max",
-    type=click.Choice(_VERSIONS),
-    default="0.5.0",
-    show_default=True,
-    metavar="VERSION",
-    help="Refuse a spec that needs a higher cdiVersion (0.5.0: podman 4.3 and containerd 1.7.0-1.7.2 "
-    "read it; 0.6.0: iSulad).",
-)
-@click.option("--force", is_flag=True, help="Write a kind even if a spec cdi-gen does not own defines it.")
+@max_version_option()
+@force_option
 @click.option(
     "--skip-refused",
     is_flag=True,
     help="Leave out devices whose udev data is hostile (a '/', a control character or a leading '-' "
     "where a class uses it) and write the rest, instead of failing.",
 )
-@click.option(
-    "--spec-dir",
-    "spec_dirs",
-    multiple=True,
-    type=click.Path(path_type=Path, file_okay=False),
-    help="Another spec directory to check for specs of the same kinds (repeatable; "
-    "/etc/cdi and /var/run/cdi are always checked).",
-)
-@click.option(
-    "--source",
-    default="udev",
-    show_default=True,
-    metavar="udev|simulated|fixture:PATH",
-    help="Where devices come from: the host (udev), the bundled simulated workstation (simulated, for "
-    "trying cdi-gen without hardware) or a file recorded with python -m cdi_plugin.discovery.",
-)
+@spec_dir_option
+@source_option()
 @click.option(
     "--print-default-config", is_flag=True, help="Print the embedded default configuration and exit."
 )
@@ -218,7 +189,7 @@ def scan(
         click.echo(default_config_text(), nl=False)
         return
     from cdi_plugin.cli import render_scan
-    from cdi_plugin.cli.scan import ScanOptions, make_source, run_scan
+    from cdi_plugin.scan import ScanOptions, make_source, run_scan
     from cdi_plugin.store.files import DEFAULT_SPEC_DIRS
 
     options = ScanOptions(
@@ -238,3 +209,78 @@ def scan(
         render_scan.print_json(report)
     else:
         render_scan.print_scan(report)
+
+
+@main.command()
+@config_option
+@output_dir_option(Path("/etc/cdi"))
+@format_option()
+@max_version_option()
+@force_option
+@spec_dir_option
+@source_option(watch=True)
+@uevent_source_option
+@metrics_address_option
+@click.option(
+    "--log-format",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help="Log lines on stderr as text or as JSON objects.",
+)
+@click.option("-v", "--verbose", is_flag=True, help="Also log debug messages (every rescan).")
+def watch(
+    *,
+    config: Path | None,
+    output_dir: Path,
+    fmt: str,
+    cdi_version_max: str,
+    force: bool,
+    spec_dirs: tuple[Path, ...],
+    source: str,
+    uevent_source: str | None,
+    metrics_address: tuple[str, int] | None,
+    log_format: str,
+    verbose: bool,
+) -> None:
+    """Keep the specs in step with the host until SIGTERM or SIGINT.
+
+    Scans like 'cdi-gen scan', then listens for udev events of the subsystems its classes match
+    (and for device nodes appearing under /dev where a class matches by devnode glob) and rescans
+    the classes an event touches, a burst of events at once: within 100 ms of the last event, at
+    most 250 ms after the first. Only specs whose content changed are rewritten, atomically. An
+    edited --config is applied without a restart; an invalid edit is logged and the last good
+    configuration stays. Devices with hostile udev data are always skipped (and logged).
+
+    Exit status: 0 after SIGTERM or SIGINT, 1 when it cannot start (a bad configuration, no
+    access to udev), 2 on usage errors. See docs/hotplug.md.
+    """
+    import asyncio
+    import logging
+
+    from cdi_plugin.cli.logs import configure
+    from cdi_plugin.cli.service import run_until_stopped
+    from cdi_plugin.scan import ScanOptions
+    from cdi_plugin.store.files import DEFAULT_SPEC_DIRS
+    from cdi_plugin.watch.watcher import Watcher, WatchOptions
+
+    configure("json" if log_format == "json" else "text", logging.DEBUG if verbose else logging.INFO)
+    options = WatchOptions(
+        scan=ScanOptions(
+            config=config,
+            output_dir=output_dir,
+            fmt="yaml" if fmt == "yaml" else "json",
+            max_version=cdi_version_max,
+            force=force,
+            skip_refused=True,
+            spec_dirs=(*DEFAULT_SPEC_DIRS, *spec_dirs),
+        ),
+        source=source,
+        uevent_source="udev" if uevent_source == "udev" else "kernel" if uevent_source == "kernel" else None,
+    )
+    if metrics_address is None:
+        asyncio.run(run_until_stopped(Watcher(options).run))
+        return
+    from cdi_plugin.cli.service import serve_scan_metrics
+
+    serve_scan_metrics(options, metrics_address, fail)

@@ -1,4 +1,4 @@
-"""Logging setup for the long-running ``cdi-plugin serve``: plain text lines or JSON lines on stderr."""
+"""Logging of the long-running ``cdi-plugin serve`` and ``cdi-gen watch``: text or JSON lines on stderr."""
 
 from __future__ import annotations
 

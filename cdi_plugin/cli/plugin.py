@@ -8,11 +8,22 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
 from cdi_plugin import __version__
+from cdi_plugin.cli.scanopts import (
+    format_option,
+    max_version_option,
+    metrics_address_option,
+    output_dir_option,
+    source_option,
+    uevent_source_option,
+)
+
+if TYPE_CHECKING:
+    from cdi_plugin.metrics import MetricsServer, PluginMetrics
 
 
 def fail(message: str, code: int = 1) -> NoReturn:
@@ -130,15 +141,49 @@ def main() -> None:
     "and per-kind replicas.",
 )
 @click.option(
+    "--scan",
+    is_flag=True,
+    help="Also generate the specs, as cdi-gen watch does: scan the host, then rescan on udev events "
+    "and --config edits, writing into --output-dir. One process per node (see docs/hotplug.md).",
+)
+@output_dir_option(None, " With --scan [default: the first --spec-dir].")
+@format_option(None)
+@max_version_option(None)
+@source_option(None, watch=True)
+@uevent_source_option
+@click.option(
+    "--allow-hooks-and-mounts",
+    is_flag=True,
+    default=None,
+    help="With --scan: accept device classes with hooks or mounts. They run as root on the node and "
+    "land in every container given the device, so a configuration (e.g. a ConfigMap) alone cannot "
+    "add them [default: refused].",
+)
+@click.option(
     "--log-format",
     type=click.Choice(["text", "json"]),
     default="text",
     show_default=True,
     help="Log lines on stderr as text or as JSON objects.",
 )
+@metrics_address_option
 @click.option("-v", "--verbose", is_flag=True, help="Also log debug messages (every ListAndWatch update).")
 @click.option("--sysfs-root", type=click.Path(path_type=Path, file_okay=False), default=None, hidden=True)
-def serve(config_file: Path | None, log_format: str, verbose: bool, **flags: Any) -> None:
+def serve(
+    *,
+    config_file: Path | None,
+    log_format: str,
+    verbose: bool,
+    metrics_address: tuple[str, int] | None,
+    scan: bool,
+    output_dir: Path | None,
+    fmt: str | None,
+    cdi_version_max: str | None,
+    source: str | None,
+    uevent_source: str | None,
+    allow_hooks_and_mounts: bool | None,
+    **flags: Any,
+) -> None:
     """Serve CDI devices to the kubelet until SIGTERM or SIGINT.
 
     Every CDI kind served becomes an extended resource named after the kind (vendor/class), every
@@ -147,6 +192,11 @@ def serve(config_file: Path | None, log_format: str, verbose: bool, **flags: Any
     Spec files and device nodes are watched: devices come and go, turn Unhealthy when a host
     device node disappears and Healthy when it returns, and the plugin registers again by itself
     after a kubelet restart.
+
+    With --scan the same process keeps the specs in step with the host, as 'cdi-gen watch' does,
+    with the 'classes' of --config (the embedded default without): a device plugged in or removed
+    reaches the kubelet within a fraction of a second. The scanner's options (--output-dir,
+    --format, --cdi-version-max, --source, --uevent-source, --allow-hooks-and-mounts) need --scan.
     """
     import asyncio
     import logging
@@ -165,10 +215,63 @@ def serve(config_file: Path | None, log_format: str, verbose: bool, **flags: Any
         config = settings.build(section, str(config_file), **flags)
     except CdiPluginError as exc:
         fail(str(exc))
+    scanner_options = {"--output-dir": output_dir, "--format": fmt, "--cdi-version-max": cdi_version_max,
+                       "--source": source, "--uevent-source": uevent_source,
+                       "--allow-hooks-and-mounts": allow_hooks_and_mounts}  # fmt: skip
+    given = [name for name, value in scanner_options.items() if value is not None]
+    if given and not scan:
+        raise click.UsageError(f"{', '.join(given)} {'needs' if len(given) == 1 else 'need'} --scan")
+    from cdi_plugin.metrics import PluginMetrics, ScanMetrics
+
+    metrics = PluginMetrics(spec_dirs=config.spec_dirs)
+    watcher = None
+    if scan:
+        from cdi_plugin.cli.serve_scan import make_watcher
+
+        try:
+            watcher = make_watcher(
+                config,
+                config_file,
+                output_dir=output_dir,
+                fmt=fmt,
+                max_version=cdi_version_max,
+                source=source,
+                uevent_source=uevent_source,
+                allow_hooks_and_mounts=bool(allow_hooks_and_mounts),
+                metrics=ScanMetrics(metrics.registry),
+            )
+        except CdiPluginError as exc:
+            fail(str(exc))
+    server = _metrics_server(metrics_address, metrics)
     try:
-        asyncio.run(daemon.run(config))
+        if watcher is None:
+            asyncio.run(daemon.run(config, metrics=metrics))
+        else:
+            from cdi_plugin.cli.service import run_until_stopped
+
+            plugin = daemon.Daemon(config, metrics)
+            asyncio.run(run_until_stopped(watcher.run, plugin.run))
     except OSError as exc:
         fail(f"{exc.filename + ': ' if exc.filename else ''}{exc.strerror or exc}")
+    except CdiPluginError as exc:  # the watcher's event source failed
+        fail(str(exc))
+    finally:
+        if server is not None:
+            server.close()
+
+
+def _metrics_server(address: tuple[str, int] | None, metrics: PluginMetrics) -> MetricsServer | None:
+    """The running metrics endpoint, if an address was given; a bind failure is fatal."""
+    if address is None:
+        return None
+    from cdi_plugin.metrics import MetricsServer
+
+    server = MetricsServer(*address, metrics.registry, metrics.probes)
+    try:
+        server.start()
+    except OSError as exc:
+        fail(f"--metrics-address {server.url.removeprefix('http://')}: cannot listen: {exc.strerror or exc}")
+    return server
 
 
 if __name__ == "__main__":

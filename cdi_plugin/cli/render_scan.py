@@ -15,7 +15,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from cdi_plugin.cli.scan import ScanReport
+from cdi_plugin.scan import ScanReport
 
 _out = Console(highlight=False)
 _err = Console(stderr=True, highlight=False)

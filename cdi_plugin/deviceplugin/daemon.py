@@ -27,9 +27,10 @@ from cdi_plugin.deviceplugin.settings import Settings
 from cdi_plugin.deviceplugin.specsource import SpecSource
 from cdi_plugin.deviceplugin.state import DeviceState
 from cdi_plugin.deviceplugin.topology import NumaLocator
-from cdi_plugin.deviceplugin.watch import FILES, DirWatch
+from cdi_plugin.metrics import PluginMetrics
 from cdi_plugin.store.files import SPEC_SUFFIXES
 from cdi_plugin.store.ownership import RECORD_NAME
+from cdi_plugin.watch.dirwatch import FILES, DirWatch
 
 log = logging.getLogger(__name__)
 
@@ -44,10 +45,13 @@ def _spec_relevant(directory: Path, name: str) -> bool:
 
 
 class Daemon:
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, metrics: PluginMetrics | None = None) -> None:
         self.settings = settings
+        self.metrics = metrics if metrics is not None else PluginMetrics(spec_dirs=settings.spec_dirs)
         self.source = SpecSource(settings.spec_dirs)
-        self.state = DeviceState(settings, self.source, NumaLocator(settings.sysfs_root))
+        self.state = DeviceState(
+            settings, self.source, NumaLocator(settings.sysfs_root), metrics=self.metrics
+        )
         self.endpoints: dict[str, tuple[Endpoint, asyncio.Task[None]]] = {}
         self._node_paths: frozenset[str] = frozenset()
         self._plugin_watch: DirWatch | None = None
@@ -84,6 +88,7 @@ class Daemon:
                 asyncio.create_task(self._follow_nodes(nodes), name="nodes"),
                 asyncio.create_task(self._expire(), name="expiry"),
                 asyncio.create_task(self._follow_state(), name="endpoints"),
+                asyncio.create_task(self._heartbeat(), name="heartbeat"),
             ]
             stopper = asyncio.create_task(stop.wait(), name="stop")
             try:
@@ -97,6 +102,12 @@ class Daemon:
                 await asyncio.gather(stopper, *tasks, return_exceptions=True)
                 await self._close_endpoints(list(self.endpoints))
         log.info("stopped")
+
+    async def _heartbeat(self) -> None:
+        """Tell the liveness probe that this event loop runs."""
+        while True:
+            self.metrics.beat()
+            await asyncio.sleep(self.metrics.probes.interval)
 
     def _node_relevant(self, directory: Path, name: str) -> bool:
         return str(directory / name) in self._node_paths
@@ -132,6 +143,7 @@ class Daemon:
                 # a node may have gone between its first check and its directory being watched
                 self.state.recheck_health()
             wanted = set(self.state.resources())
+            self.metrics.serving(wanted)
             await self._close_endpoints(sorted(set(self.endpoints) - wanted))
             for resource in sorted(wanted - set(self.endpoints)):
                 self._open_endpoint(resource)
@@ -146,6 +158,7 @@ class Daemon:
             lambda: DevicePluginService(resource, state, strategy),
             self._plugin_watch,
             OPTIONS,
+            metrics=self.metrics,
         )
         task = asyncio.create_task(self._supervise(endpoint), name=f"endpoint:{resource}")
         self.endpoints[resource] = (endpoint, task)
@@ -171,7 +184,9 @@ class Daemon:
         log.info("%s: stopped serving, removed %s", resource, endpoint.path, extra={"resource": resource})
 
 
-async def run(settings: Settings, stop: asyncio.Event | None = None) -> None:
+async def run(
+    settings: Settings, stop: asyncio.Event | None = None, metrics: PluginMetrics | None = None
+) -> None:
     """Serve until ``stop`` is set or SIGTERM/SIGINT arrives (handled only on the main thread)."""
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -181,7 +196,7 @@ async def run(settings: Settings, stop: asyncio.Event | None = None) -> None:
         for sig in signals:
             loop.add_signal_handler(sig, _on_signal, sig, stop)
     try:
-        await Daemon(settings).run(stop)
+        await Daemon(settings, metrics).run(stop)
     finally:
         if on_main:
             for sig in signals:

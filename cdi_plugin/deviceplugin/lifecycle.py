@@ -28,7 +28,8 @@ from cdi_plugin.deviceplugin import api
 from cdi_plugin.deviceplugin.registration import RegistrationError, register
 from cdi_plugin.deviceplugin.servicer import DevicePluginService
 from cdi_plugin.deviceplugin.settings import Settings
-from cdi_plugin.deviceplugin.watch import DirWatch
+from cdi_plugin.metrics import PluginMetrics
+from cdi_plugin.watch.dirwatch import DirWatch
 
 log = logging.getLogger(__name__)
 
@@ -96,6 +97,8 @@ class Endpoint:
         servicer_factory: Callable[[], DevicePluginService],
         plugin_dir_watch: DirWatch,
         options: api.DevicePluginOptions,
+        *,
+        metrics: PluginMetrics | None = None,
     ) -> None:
         self.resource = resource
         self.settings = settings
@@ -108,6 +111,7 @@ class Endpoint:
         self._bound: Identity | None = None
         self._extra = {"resource": resource}
         self._last_problem: str | None = None
+        self._metrics = metrics if metrics is not None else PluginMetrics()
 
     def _log(self, level: int, message: str, *args: object) -> None:
         log.log(level, "%s: " + message, self.resource, *args, extra=self._extra)
@@ -174,6 +178,7 @@ class Endpoint:
     async def close(self) -> None:
         """Stop serving and remove the socket, if it is still the one this endpoint bound."""
         bound = self._bound
+        self._metrics.endpoint_closed(self.resource)
         await self._stop_server()
         if bound is not None and identity(self.path) == bound:
             with contextlib.suppress(FileNotFoundError):
@@ -225,6 +230,7 @@ class Endpoint:
             try:
                 await register(kubelet_sock, self.path.name, self.resource, self._options)
             except RegistrationError as exc:
+                self._metrics.registration(self.resource, "refused" if exc.refused else "unreachable")
                 delay = backoff.next()
                 problem = f"registration failed: {exc}"
                 self._report(
@@ -233,6 +239,7 @@ class Endpoint:
                 await self._pause(delay, side)
                 continue
             backoff.reset()
+            self._metrics.registration(self.resource, "ok")
             self._last_problem = None
             self._log(
                 logging.INFO, "registered with the kubelet (API %s, endpoint %s)", api.VERSION, self.path.name
@@ -244,10 +251,12 @@ class Endpoint:
                         logging.INFO,
                         "our socket was removed (kubelet restart?); serving and registering again",
                     )
+                    self._metrics.registered(self.resource, False)
                     break
                 if identity(kubelet_sock) != kubelet:
                     self._log(
                         logging.INFO, "%s was replaced (kubelet restart); registering again", kubelet_sock
                     )
+                    self._metrics.registered(self.resource, False)
                     break
                 await self._watch.pulse.wait_after(seen)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -97,6 +98,7 @@ class DevicePluginService(api.DevicePluginServicer):
         return api.preferred_response(answers)
 
     async def Allocate(self, request: api.AllocateRequest, context: Context) -> api.AllocateResponse:
+        started = time.perf_counter()
         snapshot = self.state.sync()
 
         def lookup(device_id: str) -> Lookup | None:
@@ -113,8 +115,10 @@ class DevicePluginService(api.DevicePluginServicer):
                 self.strategy,
             )
         except AllocationError as exc:
+            self.state.metrics.allocation(self.resource, exc.code, time.perf_counter() - started)
             log.warning("%s: Allocate refused: %s", self.resource, exc.message, extra=self._extra)
             await context.abort(_STATUS[exc.code], exc.message)
+        self.state.metrics.allocation(self.resource, "ok", time.perf_counter() - started)
         for ids, answer in zip(requests, answers, strict=True):
             log.info(
                 "%s: allocated %s -> %s",

@@ -18,13 +18,14 @@ from pathlib import Path
 from types import MappingProxyType
 
 from cdi_plugin.deviceplugin.health import Health, HostNode, check, host_nodes, watch_dirs
-from cdi_plugin.deviceplugin.pulse import Pulse
 from cdi_plugin.deviceplugin.resources import Catalog, build_catalog, natural_key
 from cdi_plugin.deviceplugin.settings import Settings
 from cdi_plugin.deviceplugin.specsource import SpecSource
 from cdi_plugin.deviceplugin.topology import NumaLocator
+from cdi_plugin.metrics import PluginMetrics
 from cdi_plugin.store.ownership import owned_kinds, read_record
 from cdi_plugin.store.registry import Snapshot
+from cdi_plugin.watch.pulse import Pulse
 
 log = logging.getLogger(__name__)
 
@@ -95,8 +96,10 @@ class DeviceState:
         source: SpecSource,
         numa: NumaLocator,
         clock: Callable[[], float] = time.monotonic,
+        metrics: PluginMetrics | None = None,
     ) -> None:
         self.settings = settings
+        self.metrics = metrics if metrics is not None else PluginMetrics()
         self.source = source
         self.numa = numa
         self.clock = clock
@@ -186,6 +189,7 @@ class DeviceState:
         self._generation = self.source.generation
         self._snapshot = snapshot
         self._log_files(snapshot)
+        self.metrics.spec_problems(len(snapshot.broken), len(snapshot.conflicts))
         served = self._select(sorted({str(e.kind) for e in snapshot.devices.values()}))
         catalog = build_catalog(snapshot.devices, served, self.settings.replicas_for)
         for note in catalog.notes:
@@ -331,6 +335,7 @@ class DeviceState:
             elif name in self._boards:
                 changed |= self._boards[name].publish(ResourceView(name, ordered))
         self._statuses = {k: v for k, v in fresh.items() if v}
+        self.metrics.set_devices({n: [s.healthy for s in v.values()] for n, v in self._statuses.items()})
         if changed:
             self.pulse.fire()
 

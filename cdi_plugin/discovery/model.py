@@ -83,6 +83,20 @@ class Discovery:
     warnings: tuple[str, ...] = field(default=())
 
 
+@dataclass(frozen=True, slots=True)
+class UdevEvent:
+    """A uevent, as much as a watcher needs: what happened to which device.
+
+    The event's other properties are not kept: a watcher rescans rather than trust them (they
+    lack attributes, parents and the node's stat).
+    """
+
+    action: str  # add, remove, change, move, bind, unbind, online, offline
+    subsystem: str
+    sys_name: str
+    devnode: str | None = None
+
+
 class DeviceSource(Protocol):
     """Anything that can list host devices: udev, a fixture file, a test's list."""
 

@@ -15,21 +15,27 @@ What a :class:`UdevSource` reports for each device of the asked subsystems:
 Text from libudev is decoded as UTF-8; bytes that are not UTF-8 become ``\\xNN`` escapes, so hostile
 values arrive intact as text and never raise. Nodes matched by the query's devnode globs that no
 reported device owns (same path or same type/major/minor) follow as subsystem-less entries.
+
+:class:`UdevMonitor` delivers uevents (hot-plug) as :class:`UdevEvent` values, read without
+blocking from the udev netlink monitor.
 """
 
 from __future__ import annotations
 
+import errno
 import functools
 import logging
+import os
+import socket
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Literal
 
 import pyudev
 
 from cdi_plugin.discovery import nodes
-from cdi_plugin.discovery.model import Ancestor, DiscoveredDevice, Discovery, NodeInfo, Query
+from cdi_plugin.discovery.model import Ancestor, DiscoveredDevice, Discovery, NodeInfo, Query, UdevEvent
 from cdi_plugin.discovery.query import DEV, add_glob_entries, check_query
 from cdi_plugin.errors import DiscoveryError
 
@@ -200,3 +206,114 @@ class UdevSource:
             announced = f"{expected} {nodes.printable(major or '?')}:{nodes.printable(minor or '?')}"
             warn(f" is {node.type} {node.major}:{node.minor} but udev announces {announced}")
         return node
+
+
+# -- uevents ------------------------------------------------------------------------------------
+
+MonitorSource = Literal["udev", "kernel"]
+#: udevd's control socket: where it exists udevd runs, and re-announces every uevent once its rules ran.
+UDEV_CONTROL = "/run/udev/control"
+#: The kernel's queue for events not read yet, as udevd asks for it; a storm of 10,000 uevents takes
+#: about 10 MiB of it, and only what is queued uses memory. Beyond ``net.core.rmem_max`` it needs
+#: CAP_NET_ADMIN (recent libudev asks for the same by itself).
+RECEIVE_BUFFER_BYTES = 128 * 1024 * 1024
+
+
+def monitor_source() -> MonitorSource:
+    """``udev`` where udevd runs (its events come after nodes, links and database are in place),
+    else ``kernel`` (the kernel's own events, the only ones there are)."""
+    return "udev" if os.path.exists(UDEV_CONTROL) else "kernel"
+
+
+def _receive_buffer(fd: int) -> int:
+    """The receive buffer the kernel gave the socket ``fd`` (it reports twice what was set)."""
+    with socket.socket(fileno=os.dup(fd)) as sock:
+        return sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF) // 2
+
+
+class UdevMonitor:
+    """uevents from the udev netlink monitor, filtered by subsystem (none given: every subsystem).
+
+    Use :meth:`fileno` with a poller (asyncio's ``add_reader``) and call :meth:`receive` when it is
+    readable: it never blocks and returns at most ``limit`` events, so a storm is read in slices.
+    The monitor has its own libudev context: scans may run in another thread meanwhile.
+    """
+
+    def __init__(
+        self,
+        subsystems: Iterable[str] = (),
+        source: MonitorSource | None = None,
+        buffer_bytes: int | None = RECEIVE_BUFFER_BYTES,
+    ) -> None:
+        """``buffer_bytes`` None keeps the receive buffer libudev chose."""
+        self.source: MonitorSource = source or monitor_source()
+        self.subsystems = frozenset(subsystems)
+        try:
+            context = pyudev.Context()
+            monitor = pyudev.Monitor.from_netlink(context, source=self.source)
+            for subsystem in sorted(self.subsystems):
+                monitor.filter_by(subsystem)
+        except (ImportError, OSError) as exc:
+            raise DiscoveryError(f"udev: cannot create a {self.source} event monitor: {exc}") from exc
+        try:
+            if buffer_bytes is not None:
+                monitor.set_receive_buffer_size(buffer_bytes)
+        except OSError as exc:
+            log.info(
+                "udev monitor: receive buffer of %d KiB (raising it to %d MiB failed: %s; it needs "
+                "CAP_NET_ADMIN); a burst of events that overflows it costs a full rescan",
+                _receive_buffer(monitor.fileno()) // 1024,
+                (buffer_bytes or 0) // (1024 * 1024),
+                exc.strerror or exc,
+            )
+        self._monitor: Any = monitor
+        self._lib = context._libudev
+
+    def start(self) -> None:
+        """Bind the netlink socket: events sent from now on are queued for :meth:`receive`."""
+        try:
+            self._monitor.start()
+        except OSError as exc:
+            raise DiscoveryError(f"udev: cannot start the {self.source} event monitor: {exc}") from exc
+
+    def fileno(self) -> int:
+        return int(self._monitor.fileno())
+
+    def receive(self, limit: int) -> tuple[list[UdevEvent], bool]:
+        """The events queued now, at most ``limit``, and whether the kernel dropped some since the
+        last call (its receive buffer overflowed: the caller cannot know what changed)."""
+        events: list[UdevEvent] = []
+        lost = False
+        lib = self._lib
+        while len(events) < limit:
+            try:
+                # pyudev's public poll() reports an overflow as an OSError without its errno
+                device = self._monitor._receive_device()
+            except OSError as exc:
+                if exc.errno == errno.ENOBUFS:
+                    lost = True
+                    continue
+                raise DiscoveryError(f"udev: cannot receive events: {exc}") from exc
+            if device is None:  # nothing queued (never truth-test a pyudev Device)
+                break
+            events.append(
+                UdevEvent(
+                    action=_opt(lib.udev_device_get_action(device)) or "",
+                    subsystem=_opt(lib.udev_device_get_subsystem(device)) or "",
+                    sys_name=_opt(lib.udev_device_get_sysname(device)) or "",
+                    devnode=_opt(lib.udev_device_get_devnode(device)),
+                )
+            )
+        return events, lost
+
+    def close(self) -> None:
+        """Close the socket (libudev closes it with the last reference)."""
+        self._monitor = None
+
+
+def trigger_change(sys_path: str) -> None:
+    """Make the kernel announce the device again with a ``change`` uevent (needs root).
+
+    Raises ``OSError``."""
+    with open(os.path.join(sys_path, "uevent"), "w", encoding="ascii") as fh:
+        fh.write("change")

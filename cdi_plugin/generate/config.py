@@ -16,7 +16,7 @@ from typing import Any
 
 from cdi_plugin.cdi import names
 from cdi_plugin.cdi.problems import Problem
-from cdi_plugin.errors import InvalidNameError
+from cdi_plugin.errors import ConfigError, InvalidNameError
 from cdi_plugin.generate import template
 from cdi_plugin.generate.template import Template, TemplateError
 from cdi_plugin.store.configfile import config_error, parse_config
@@ -326,6 +326,23 @@ def parse_classes(config: Mapping[str, Any], source: str) -> list[DeviceClass]:
     except _Invalid as exc:
         raise config_error(source, [Problem(exc.pointer, "config", exc.message, exc.hint)]) from None
     return out
+
+
+def refuse_hooks_and_mounts(classes: list[DeviceClass], source: str) -> None:
+    """Raise ``ConfigError`` naming the first hook or mount of ``classes``.
+
+    A hook runs as root on the node, and a mount lands in every container given the device; in a
+    cluster the classes come from a ConfigMap, which must not be enough to add either.
+    """
+    for cls in classes:
+        for section, edits in (("edits", cls.edits), ("classEdits", cls.class_edits)):
+            for field_name in ("hooks", "mounts"):
+                if getattr(edits, field_name):
+                    raise ConfigError(
+                        f"{source}: {cls.where}.{section}.{field_name}: hooks and mounts run as root on "
+                        "every node, so cdi-plugin serve --scan accepts them only with "
+                        "--allow-hooks-and-mounts (given on the node's command line, not in the file)"
+                    )
 
 
 @functools.cache

@@ -20,7 +20,7 @@ import contextlib
 import difflib
 import fcntl
 import os
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -29,7 +29,7 @@ from cdi_plugin.cdi import codec
 from cdi_plugin.cdi.model import Spec
 from cdi_plugin.cdi.names import parse_kind
 from cdi_plugin.cdi.validate import validate_object
-from cdi_plugin.errors import SpecLoadError, SpecWriteError
+from cdi_plugin.errors import SpecInvalidError, SpecLoadError, SpecWriteError
 from cdi_plugin.store.atomic import StagedFile, fsync_dir
 from cdi_plugin.store.files import (
     DEFAULT_SPEC_DIRS,
@@ -145,14 +145,14 @@ def _read(path: Path) -> bytes | None:
 
 
 def encode_checked(spec: Spec, path: Path, fmt: codec.Format, max_version: str | None) -> bytes:
-    """The file contents of ``spec``, validated strictly; raises :class:`SpecWriteError`."""
+    """The file contents of ``spec``, validated strictly; raises :class:`SpecInvalidError`."""
     result = validate_object(codec.spec_to_obj(spec), max_version, str(path))
     errors = [p for p in result.problems if p.is_error]
     if errors:
         first = errors[0]
         hint = f" ({first.hint})" if first.hint else ""
         more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
-        raise SpecWriteError(
+        raise SpecInvalidError(
             f"{path}: {first.pointer or '/'}: {first.message}{hint}{more}; nothing was written"
         )
     return codec.encode(spec, fmt)
@@ -227,22 +227,33 @@ def plan_writes(
     spec_dirs: Sequence[Path] = DEFAULT_SPEC_DIRS,
     force: bool = False,
     max_version: str | None = None,
+    kinds: Collection[str] | None = None,
 ) -> Plan:
     """Everything :func:`apply` would do to make ``output_dir`` hold exactly ``specs``.
 
-    cdi-gen's own files in ``output_dir`` whose kind is not among ``specs`` are removed. Raises
+    cdi-gen's own files in ``output_dir`` whose kind is not among ``specs`` are removed. With
+    ``kinds``, the plan is limited to those kinds (every spec must be of one of them): files and
+    record entries of other kinds stay as they are, so a rescan of some device classes leaves the
+    specs of the others alone. Raises
     :class:`SpecWriteError` when a spec is invalid or a file cannot be read, and
     :class:`ConflictError` when a foreign spec in ``output_dir`` or ``spec_dirs`` defines a kind of
     ``specs`` (unless ``force``).
     """
     wanted: dict[str, tuple[str, bytes]] = {}
     for spec in specs:
+        if kinds is not None and spec.kind not in kinds:
+            raise ValueError(f"a spec of kind {spec.kind} in a plan limited to other kinds")
         name = spec_file_name(parse_kind(spec.kind), fmt)
         if name in wanted:
             raise ValueError(f"two specs of kind {spec.kind}")
         wanted[name] = (spec.kind, encode_checked(spec, output_dir / name, fmt, max_version))
     record = read_record(output_dir)
-    owned = _owned_now(output_dir, record)
+    kept: dict[str, OwnedFile] = {}  # record entries outside ``kinds``: left exactly as they are
+    if kinds is not None:
+        kept = {
+            name: entry for name, entry in record.items() if entry.kind not in kinds and name not in wanted
+        }
+    owned = {name: entry for name, entry in _owned_now(output_dir, record).items() if name not in kept}
     conflicts: list[Conflict] = []
     changes: list[FileChange] = []
     for name, (kind, data) in sorted(wanted.items()):
@@ -256,15 +267,16 @@ def plan_writes(
             reason = "edited since cdi-gen wrote it" if name in record else "not written by cdi-gen"
             conflicts.append(Conflict(kind, path, reason))
             changes.append(FileChange(path, kind, "change", data, old, replaces_foreign=True))
-    kinds = {k for k, _ in wanted.values()}
-    conflicts += _foreign_definitions(kinds, output_dir, set(wanted) | set(owned), spec_dirs)
+    wanted_kinds = {k for k, _ in wanted.values()}
+    conflicts += _foreign_definitions(wanted_kinds, output_dir, set(wanted) | set(owned), spec_dirs)
     if conflicts and not force:
         raise ConflictError(conflicts)
     for name, entry in sorted(owned.items()):
         if name not in wanted:
             path = output_dir / name
             changes.append(FileChange(path, entry.kind, "remove", None, _read(path)))
-    after = {name: OwnedFile(name, kind, digest(data)) for name, (kind, data) in wanted.items()}
+    after = dict(kept)
+    after.update({name: OwnedFile(name, kind, digest(data)) for name, (kind, data) in wanted.items()})
     return Plan(output_dir, tuple(changes), dict(record), after, tuple(conflicts))
 
 
@@ -322,7 +334,8 @@ def _make_dir(directory: Path) -> bool:
 def _record_after_failure(plan: Plan, done: Sequence[tuple[Path, Action]]) -> dict[str, OwnedFile]:
     """The record that matches the disk when only ``done`` happened."""
     names_done = {p.name for p, _ in done}
-    record = {}
+    touched = {c.path.name for c in plan.changes}
+    record = {name: entry for name, entry in plan.record_after.items() if name not in touched}
     for change in plan.changes:
         name = change.path.name
         if name in names_done:

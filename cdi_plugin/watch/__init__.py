@@ -1,1 +1,1 @@
-"""cdi-gen watch: reacting to udev events and config edits."""
+"""Watching: coalescing bursts, inotify on directories, and ``cdi-gen watch`` (uevents, config edits)."""

@@ -1,6 +1,6 @@
 """Proof for hot-plug: uevents reach pyudev's netlink monitor, from umockdev and from the kernel.
 
-See docs/discovery.md ("Uevents and monitors"). The watch command itself is not built here.
+See docs/discovery.md ("Uevents and monitors"); the watcher built on this is tested in tests/watch/.
 """
 
 from __future__ import annotations

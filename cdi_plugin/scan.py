@@ -1,4 +1,4 @@
-"""What ``cdi-gen scan`` computes, apart from how it is shown.
+"""The scan pipeline behind ``cdi-gen scan``, ``cdi-gen watch`` and ``cdi-plugin serve --scan``.
 
 Configuration, discovery, specs, plan and (unless a dry run) apply, in that order: every check
 (config, names, versions, validation, foreign specs) happens before the first byte is written.
@@ -7,16 +7,22 @@ Configuration, discovery, specs, plan and (unless a dry run) apply, in that orde
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from cdi_plugin.cdi import codec
-from cdi_plugin.discovery.model import DeviceSource
+from cdi_plugin.discovery.model import DeviceSource, Discovery
 from cdi_plugin.errors import DiscoveryError, GenerateError
 from cdi_plugin.generate.builder import BuildResult, BuiltSpec, build_specs
-from cdi_plugin.generate.config import DEFAULT_CONFIG_NAME, DeviceClass, default_classes, parse_classes
+from cdi_plugin.generate.config import (
+    DEFAULT_CONFIG_NAME,
+    DeviceClass,
+    default_classes,
+    parse_classes,
+    refuse_hooks_and_mounts,
+)
 from cdi_plugin.generate.match import query_for
 from cdi_plugin.store.configfile import load_config
 from cdi_plugin.store.files import DEFAULT_SPEC_DIRS, STATIC_DIR
@@ -34,6 +40,8 @@ class ScanOptions:
     max_version: str = DEFAULT_MAX_VERSION
     force: bool = False
     skip_refused: bool = False
+    #: False refuses a configuration whose classes have hooks or mounts (``serve --scan``).
+    allow_hooks_and_mounts: bool = True
     #: Directories searched for foreign specs of the same kinds, besides the output directory.
     spec_dirs: tuple[Path, ...] = DEFAULT_SPEC_DIRS
 
@@ -56,6 +64,7 @@ class ScanReport:
     warnings: tuple[str, ...] = ()
     applied: Applied | None = None
     forced: tuple[str, ...] = field(default=())
+    refused: int = 0  # devices left out because their udev data is hostile
 
     @property
     def device_count(self) -> int:
@@ -90,7 +99,7 @@ class ScanReport:
         }
 
 
-def load_classes(config: Path | None) -> tuple[list[DeviceClass], str]:
+def load_classes(config: Path | None, allow_hooks_and_mounts: bool = True) -> tuple[list[DeviceClass], str]:
     """The device classes of ``config`` (the embedded default without one, or without a
     ``classes`` section) and where they came from. Raises ``ConfigError``."""
     if config is None:
@@ -98,7 +107,10 @@ def load_classes(config: Path | None) -> tuple[list[DeviceClass], str]:
     obj = load_config(config)
     if "classes" not in obj:
         return default_classes(), DEFAULT_CONFIG_NAME
-    return parse_classes(obj, str(config)), str(config)
+    classes = parse_classes(obj, str(config))
+    if not allow_hooks_and_mounts:
+        refuse_hooks_and_mounts(classes, str(config))
+    return classes, str(config)
 
 
 def make_source(spec: str) -> DeviceSource:
@@ -136,17 +148,25 @@ def _file_reports(plan: Plan, build: BuildResult, dry_run: bool) -> tuple[FileRe
 
 
 def run_scan(
-    options: ScanOptions, source: DeviceSource, classes: Sequence[DeviceClass] | None = None
+    options: ScanOptions,
+    source: DeviceSource,
+    classes: Sequence[DeviceClass] | None = None,
+    kinds: Collection[str] | None = None,
 ) -> ScanReport:
     """Scan, build, validate, plan and (unless ``dry_run``) write; raises a ``CdiPluginError``.
 
-    ``classes`` replaces the configuration (tests, benchmarks).
+    ``classes`` replaces the configuration (``cdi-gen watch``, tests, benchmarks). ``kinds`` limits
+    the scan to the classes of those kinds: the specs of other kinds are neither written nor
+    removed, and a kind without an enabled class (or without devices) loses its spec.
     """
     if classes is None:
-        loaded, config_source = load_classes(options.config)
+        loaded, config_source = load_classes(options.config, options.allow_hooks_and_mounts)
     else:
         loaded, config_source = list(classes), "<given classes>"
-    discovery = source.discover(query_for(loaded))
+    if kinds is not None:
+        loaded = [c for c in loaded if c.kind in kinds]
+    enabled = any(c.enabled for c in loaded)
+    discovery = source.discover(query_for(loaded)) if enabled else Discovery(())
     build = build_specs(loaded, discovery.devices, options.max_version)
     if build.refused and not options.skip_refused:
         n = len(build.refused)
@@ -163,6 +183,7 @@ def run_scan(
             spec_dirs=options.spec_dirs,
             force=options.force,
             max_version=options.max_version,
+            kinds=kinds,
         )
         applied = None if options.dry_run else apply(plan)
     forced = tuple(f"{c.kind}: {c.path} ({c.reason})" for c in plan.overridden)
@@ -174,4 +195,5 @@ def run_scan(
         tuple(discovery.warnings) + build.warnings + build.refused,
         applied,
         forced,
+        len(build.refused),
     )

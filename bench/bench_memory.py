@@ -1,0 +1,242 @@
+"""Resident memory of the processes the deployment runs: the figures behind deploy/'s limits.
+
+Prints, in one run:
+
+* ``cdi-plugin serve`` serving 1000 devices to a fake kubelet, without and with
+  ``--metrics-address``: VmRSS once registered, and VmRSS and VmHWM (the peak) after a workload of
+  Allocate calls, spec rewrites (the 1000-device spec rewritten as cdi-gen does) and, with
+  metrics, scrapes of /metrics, /healthz and /readyz;
+* ``cdi-gen scan`` as a process (peak RSS from wait4): the real host, the bundled simulated
+  workstation, and 1000 recorded binder devices;
+* ``cdi-plugin serve --scan`` generating the specs of 1000 devices (recorded in a fixture, which it
+  watches as it watches the host) and serving them: once registered, and after Allocates and
+  rewrites of the fixture that add and remove a device (rescan, spec rewrite, ListAndWatch).
+
+Run as root (device nodes are made with mknod in a temporary directory):
+
+    .venv/bin/python bench/bench_memory.py [--devices 1000] [--calls 2000] [--rewrites 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from cdi_plugin.cdi import codec  # noqa: E402
+from cdi_plugin.deviceplugin import api  # noqa: E402
+from cdi_plugin.store.atomic import write_atomic  # noqa: E402
+from cdi_plugin.store.ownership import OwnedFile, digest, read_record, write_record  # noqa: E402
+from tests.deviceplugin.fake_kubelet import FakeKubelet  # noqa: E402
+from tests.deviceplugin.helpers import Layout, make_node, spec_of, write_spec  # noqa: E402
+
+KIND = "cdi-plugin.io/bench"
+VENV_BIN = Path(sys.executable).parent
+
+
+def status_kib(pid: int, key: str) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(key + ":"):
+            return int(line.split()[1])
+    raise RuntimeError(f"no {key}")
+
+
+def mib(kib: int) -> str:
+    return f"{kib / 1024:6.1f} MiB"
+
+
+async def plugin(devices: int, calls: int, rewrites: int, with_metrics: bool) -> tuple[int, int, int]:
+    """(VmRSS once registered, VmRSS after the workload, VmHWM) in KiB."""
+    with tempfile.TemporaryDirectory(prefix="cdi-bench-mem-") as raw:
+        layout = Layout.under(Path(raw))
+        nodes = {f"dev{i}": [make_node(layout.dev / f"n{i}", os.makedev(1, 3))] for i in range(devices)}
+        spec = spec_of(KIND, nodes)
+        write_spec(layout.etc, spec)
+        extra = ["--metrics-address", "127.0.0.1:0"] if with_metrics else []
+        async with FakeKubelet(layout.plugin_dir) as kubelet:
+            proc = await asyncio.create_subprocess_exec(
+                str(VENV_BIN / "cdi-plugin"), "serve", "--spec-dir", str(layout.etc),
+                "--plugin-dir", str(layout.plugin_dir), "--sysfs-root", str(layout.sysfs), *extra,
+                stderr=asyncio.subprocess.PIPE,
+            )  # fmt: skip
+            assert proc.stderr is not None
+            try:
+                base = ""
+                if with_metrics:
+                    line = (await asyncio.wait_for(proc.stderr.readline(), 30)).decode()
+                    found = re.search(r"(http://127\.0\.0\.1:\d+)/metrics", line)
+                    assert found, line
+                    base = found.group(1)
+                drain = asyncio.create_task(proc.stderr.read())
+                client = await kubelet.wait_registered(KIND, timeout=60)
+                await client.wait_until(lambda d: len(d) == devices, timeout=60)
+                registered = status_kib(proc.pid, "VmRSS")
+                ids = sorted(client.devices)
+                for i in range(calls):
+                    request = api.AllocateRequest(
+                        container_requests=[api.ContainerAllocateRequest(devices_ids=[ids[i % len(ids)]])]
+                    )
+                    await client.stub.Allocate(request, timeout=5)
+                    if base and i % 20 == 0:
+                        for path in ("/metrics", "/healthz", "/readyz"):
+                            await asyncio.to_thread(lambda p=path: urllib.request.urlopen(base + p).read())
+                for i in range(rewrites):
+                    names = {**nodes, f"extra{i}": nodes["dev0"]} if i % 2 == 0 else nodes
+                    data = codec.encode(spec_of(KIND, names))
+                    name = KIND.replace("/", "-") + ".json"
+                    write_atomic(layout.etc / name, data)
+                    record = read_record(layout.etc)
+                    record[name] = OwnedFile(name, KIND, digest(data))
+                    write_record(layout.etc, record)
+                    extra = f"extra{i - i % 2}"
+                    if i % 2 == 0:
+                        await client.wait_until(lambda d, x=extra: x in d, timeout=10)
+                    else:
+                        await client.wait_until(lambda d, x=extra: d[x].health == api.UNHEALTHY, timeout=10)
+                after = status_kib(proc.pid, "VmRSS")
+                peak = status_kib(proc.pid, "VmHWM")
+            finally:
+                proc.terminate()
+                await asyncio.wait_for(proc.wait(), 20)
+                if "drain" in locals():
+                    await drain
+    return registered, after, peak
+
+
+def peak_of(command: list[str]) -> tuple[int, int]:
+    """(exit status, peak RSS in KiB) of a process, measured by GNU time: the peak that wait4
+    reports for a child of this process would include this (larger) process, which it forked from."""
+    with tempfile.NamedTemporaryFile("r") as report:
+        proc = subprocess.run(
+            ["/usr/bin/time", "-f", "%M", "-o", report.name, *command], capture_output=True, check=False
+        )
+        return proc.returncode, int(report.read().split()[-1])
+
+
+def binder_fixture(path: Path, n: int) -> None:
+    path.write_text(
+        json.dumps(
+            [
+                {
+                    "subsystem": "misc",
+                    "sys_name": f"binder{i}",
+                    "sys_path": f"/sys/devices/virtual/misc/binder{i}",
+                    "devnode": f"/dev/binderfs/binder{i}",
+                    "node": {"type": "c", "major": 10, "minor": 60 + i, "mode": "0666", "uid": 0, "gid": 0},
+                    "properties": {"MAJOR": "10", "MINOR": str(60 + i)},
+                }
+                for i in range(n)
+            ]
+        )
+    )
+
+
+def binder_nodes(directory: Path, n: int, prefix: str = "binder") -> list[dict[str, object]]:
+    """A fixture of ``n`` binder devices whose nodes exist (made in ``directory``)."""
+    devices: list[dict[str, object]] = []
+    for i in range(n):
+        node = make_node(directory / f"{prefix}{i}", os.makedev(1, 3))
+        devices.append(
+            {
+                "subsystem": "misc",
+                "sys_name": f"{prefix}{i}",
+                "sys_path": f"/sys/devices/virtual/misc/{prefix}{i}",
+                "devnode": str(node),
+                "node": {"type": "c", "major": 1, "minor": 3, "mode": "0666", "uid": 0, "gid": 0},
+                "properties": {"MAJOR": "1", "MINOR": "3"},
+            }
+        )
+    return devices
+
+
+async def serve_scan(devices: int, calls: int, rewrites: int) -> tuple[int, int, int]:
+    """``cdi-plugin serve --scan`` generating and serving ``devices`` binder devices from a fixture
+    (watched like the host): (VmRSS once registered, VmRSS after the workload, VmHWM) in KiB. The
+    workload: Allocates, then fixture rewrites that add and remove a device, each followed
+    through rescan, spec rewrite and ListAndWatch."""
+    with tempfile.TemporaryDirectory(prefix="cdi-bench-mem-") as raw:
+        layout = Layout.under(Path(raw))
+        fixture = Path(raw) / "host.json"
+        base = binder_nodes(layout.dev, devices)
+        extra = binder_nodes(layout.dev, 1, prefix="binderx")
+        fixture.write_text(json.dumps(base))
+        async with FakeKubelet(layout.plugin_dir) as kubelet:
+            proc = await asyncio.create_subprocess_exec(
+                str(VENV_BIN / "cdi-plugin"), "serve", "--scan", "--spec-dir", str(layout.etc),
+                "--plugin-dir", str(layout.plugin_dir), "--sysfs-root", str(layout.sysfs),
+                "--source", f"fixture:{fixture}", "--metrics-address", "127.0.0.1:0",
+                stderr=asyncio.subprocess.DEVNULL,
+            )  # fmt: skip
+            try:
+                client = await kubelet.wait_registered("cdi-plugin.io/binder", timeout=60)
+                await client.wait_until(lambda d: len(d) == devices, timeout=60)
+                registered = status_kib(proc.pid, "VmRSS")
+                ids = sorted(client.devices)
+                for i in range(calls):
+                    request = api.AllocateRequest(
+                        container_requests=[api.ContainerAllocateRequest(devices_ids=[ids[i % len(ids)]])]
+                    )
+                    await client.stub.Allocate(request, timeout=5)
+                for i in range(rewrites):
+                    added = i % 2 == 0
+                    fixture.write_text(json.dumps(base + extra if added else base))
+                    if added:
+                        await client.wait_until(lambda d: "binderx0" in d, timeout=10)
+                    else:
+                        await client.wait_until(lambda d: d["binderx0"].health == api.UNHEALTHY, timeout=10)
+                after = status_kib(proc.pid, "VmRSS")
+                peak = status_kib(proc.pid, "VmHWM")
+            finally:
+                proc.terminate()
+                await asyncio.wait_for(proc.wait(), 20)
+    return registered, after, peak
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--devices", type=int, default=1000)
+    parser.add_argument("--calls", type=int, default=2000)
+    parser.add_argument("--rewrites", type=int, default=20)
+    args = parser.parse_args()
+    print(f"python {sys.version.split()[0]}, {time.strftime('%Y-%m-%d')}")
+    print(f"cdi-plugin serve, {args.devices} devices, {args.calls} Allocates, {args.rewrites} spec rewrites:")
+    print(f"  {'':28} {'registered':>12} {'after':>12} {'peak (HWM)':>12}")
+    for with_metrics in (False, True):
+        registered, after, peak = asyncio.run(plugin(args.devices, args.calls, args.rewrites, with_metrics))
+        label = "with --metrics-address" if with_metrics else "without metrics endpoint"
+        print(f"  {label:28} {mib(registered):>12} {mib(after):>12} {mib(peak):>12}")
+    print("cdi-gen scan, one process each (peak RSS):")
+    with tempfile.TemporaryDirectory(prefix="cdi-bench-mem-") as raw:
+        fixture = Path(raw) / "binders.json"
+        binder_fixture(fixture, args.devices)
+        cases = [
+            ("real host (embedded default)", "udev"),
+            ("simulated workstation", "simulated"),
+            (f"{args.devices} recorded binder devices", f"fixture:{fixture}"),
+        ]
+        for i, (label, source) in enumerate(cases):
+            code, peak = peak_of(
+                [str(VENV_BIN / "cdi-gen"), "scan", "--source", source, "--output-dir", f"{raw}/out{i}"]
+            )
+            print(f"  {label:40} {mib(peak)}   (exit {code})")
+    registered, after, peak = asyncio.run(serve_scan(args.devices, args.calls, args.rewrites))
+    print(f"cdi-plugin serve --scan, generating and serving {args.devices} devices, metrics endpoint on:")
+    print(f"  {'':28} {mib(registered):>12} {mib(after):>12} {mib(peak):>12}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

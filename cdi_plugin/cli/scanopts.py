@@ -1,0 +1,136 @@
+"""Command-line options shared by ``cdi-gen scan``, ``cdi-gen watch`` and ``cdi-plugin serve``.
+
+Imports only click, so that ``--help`` stays fast.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+VERSIONS = ["0.3.0", "0.4.0", "0.5.0", "0.6.0", "0.7.0", "0.8.0", "1.0.0", "1.1.0"]
+
+
+def config_option(f: F) -> F:
+    return click.option(
+        "--config",
+        type=click.Path(path_type=Path, dir_okay=False, readable=False),
+        help="The configuration file whose 'classes' define what to generate (default: the embedded "
+        "default).",
+    )(f)
+
+
+def output_dir_option(default: Path | None, help_default: str = "") -> Callable[[F], F]:
+    def decorate(f: F) -> F:
+        return click.option(
+            "--output-dir",
+            type=click.Path(path_type=Path, file_okay=False),
+            default=default,
+            show_default=default is not None,
+            help="Where to write the specs (created if missing)." + help_default,
+        )(f)
+
+    return decorate
+
+
+def format_option(default: str | None = "json") -> Callable[[F], F]:
+    def decorate(f: F) -> F:
+        return click.option(
+            "--format",
+            "fmt",
+            type=click.Choice(["json", "yaml"]),
+            default=default,
+            show_default=default is not None,
+            help="Spec file format (<vendor>-<class>.json or .yaml).",
+        )(f)
+
+    return decorate
+
+
+def max_version_option(default: str | None = "0.5.0") -> Callable[[F], F]:
+    def decorate(f: F) -> F:
+        return click.option(
+            "--cdi-version-max",
+            type=click.Choice(VERSIONS),
+            default=default,
+            show_default=default is not None,
+            metavar="VERSION",
+            help="Refuse a spec that needs a higher cdiVersion (0.5.0: podman 4.3 and containerd "
+            "1.7.0-1.7.2 read it; 0.6.0: iSulad).",
+        )(f)
+
+    return decorate
+
+
+def force_option(f: F) -> F:
+    return click.option(
+        "--force", is_flag=True, help="Write a kind even if a spec cdi-gen does not own defines it."
+    )(f)
+
+
+def spec_dir_option(f: F) -> F:
+    return click.option(
+        "--spec-dir",
+        "spec_dirs",
+        multiple=True,
+        type=click.Path(path_type=Path, file_okay=False),
+        help="Another spec directory to check for specs of the same kinds (repeatable; "
+        "/etc/cdi and /var/run/cdi are always checked).",
+    )(f)
+
+
+def source_option(default: str | None = "udev", watch: bool = False) -> Callable[[F], F]:
+    what = (
+        "Where devices come from: the host (udev, watched through uevents) or a file recorded with "
+        "python -m cdi_plugin.discovery (fixture:PATH, watched for changes)."
+        if watch
+        else "Where devices come from: the host (udev), the bundled simulated workstation (simulated, "
+        "for trying cdi-gen without hardware) or a file recorded with python -m cdi_plugin.discovery."
+    )
+
+    def decorate(f: F) -> F:
+        return click.option(
+            "--source",
+            default=default,
+            show_default=default is not None,
+            metavar="udev|fixture:PATH" if watch else "udev|simulated|fixture:PATH",
+            help=what,
+        )(f)
+
+    return decorate
+
+
+def uevent_source_option(f: F) -> F:
+    return click.option(
+        "--uevent-source",
+        type=click.Choice(["auto", "udev", "kernel"]),
+        default=None,
+        help="Which uevents to listen to: udev (sent by udevd once its rules ran) or kernel (the "
+        "kernel's own) [default: auto: udev where /run/udev/control exists, else kernel].",
+    )(f)
+
+
+def _address(ctx: click.Context, param: click.Parameter, value: str | None) -> tuple[str, int] | None:
+    if value is None:
+        return None
+    from cdi_plugin.metrics import parse_address
+
+    try:
+        return parse_address(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+def metrics_address_option(f: F) -> F:
+    return click.option(
+        "--metrics-address",
+        callback=_address,
+        metavar="[HOST:]PORT",
+        help="Serve Prometheus metrics on http://HOST:PORT/metrics and the probes /healthz and /readyz; "
+        "HOST defaults to 127.0.0.1, 0.0.0.0 listens on every address [default: off].",
+    )(f)

@@ -1,0 +1,63 @@
+"""``cdi-plugin serve --scan``: the watcher of ``cdi-gen watch`` and the device plugin in one process.
+
+This is the usual DaemonSet shape: one container per node both generates the specs and serves
+them. The two halves still meet only through spec files: the watcher writes into one of the
+plugin's spec directories (the first one by default) and the plugin follows that directory as it
+follows any other. Both run in one event loop (the watcher's scans in a worker thread) and stop
+together on SIGTERM or SIGINT, or when one of them fails.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from cdi_plugin.deviceplugin.settings import Settings
+from cdi_plugin.discovery.udev import MonitorSource
+from cdi_plugin.errors import ConfigError
+from cdi_plugin.metrics import ScanMetrics
+from cdi_plugin.scan import DEFAULT_MAX_VERSION, ScanOptions
+from cdi_plugin.store.files import DEFAULT_SPEC_DIRS
+from cdi_plugin.watch.watcher import Watcher, WatchOptions
+
+
+def make_watcher(
+    settings: Settings,
+    config_file: Path | None,
+    *,
+    output_dir: Path | None = None,
+    fmt: str | None = None,
+    max_version: str | None = None,
+    source: str | None = None,
+    uevent_source: str | None = None,
+    allow_hooks_and_mounts: bool = False,
+    metrics: ScanMetrics | None = None,
+) -> Watcher:
+    """The watcher for ``serve --scan``; raises ``ConfigError`` (a bad configuration, or an output
+    directory the plugin does not read) or ``DiscoveryError``."""
+    out = Path(os.path.abspath(output_dir if output_dir is not None else settings.spec_dirs[0]))
+    served = [Path(os.path.abspath(d)) for d in settings.spec_dirs]
+    if out not in served:
+        raise ConfigError(
+            f"--output-dir {out}: not one of the plugin's spec directories "
+            f"({', '.join(str(d) for d in served)}), so the plugin would never see the specs; "
+            f"add --spec-dir {out}"
+        )
+    events: MonitorSource | None = (
+        "udev" if uevent_source == "udev" else "kernel" if uevent_source == "kernel" else None
+    )
+    options = WatchOptions(
+        scan=ScanOptions(
+            config=config_file,
+            output_dir=out,
+            fmt="yaml" if fmt == "yaml" else "json",
+            max_version=max_version or DEFAULT_MAX_VERSION,
+            skip_refused=True,
+            allow_hooks_and_mounts=allow_hooks_and_mounts,
+            spec_dirs=tuple(dict.fromkeys((*DEFAULT_SPEC_DIRS, *settings.spec_dirs))),
+        ),
+        source=source or "udev",
+        uevent_source=events,
+        plugin_section_used=config_file is not None,
+    )
+    return Watcher(options, metrics=metrics)

@@ -1,0 +1,141 @@
+"""The configuration file of a running watcher: reloaded when it changes, kept when an edit is bad.
+
+An edit is read again only when the file's bytes differ from the last ones read. A valid edit
+replaces the device classes; an invalid one (or a file that cannot be read) is logged in one line
+naming the file, the key and the reason, and the last good classes stay in force.
+
+Editors replace a file by renaming a new one over it, and Kubernetes ConfigMaps swap a ``..data``
+symlink in the file's directory: so the directory is watched, not the file, and also the
+directory of the file the path resolves to (a symlink's target).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from cdi_plugin.errors import ConfigError, SpecLoadError
+from cdi_plugin.generate.config import (
+    DEFAULT_CONFIG_NAME,
+    DeviceClass,
+    default_classes,
+    parse_classes,
+    refuse_hooks_and_mounts,
+)
+from cdi_plugin.store.configfile import MAX_CONFIG_BYTES, parse_config
+from cdi_plugin.store.files import read_spec_bytes
+
+log = logging.getLogger(__name__)
+
+
+def _read(path: Path) -> tuple[bytes, dict[str, Any]]:
+    try:
+        data = read_spec_bytes(path, MAX_CONFIG_BYTES)
+    except SpecLoadError as exc:
+        raise ConfigError(f"{path}: {exc.message}") from None
+    return data, parse_config(data, str(path))
+
+
+def _classes(
+    config: Mapping[str, Any], source: str, allow_hooks_and_mounts: bool
+) -> tuple[list[DeviceClass], str]:
+    if "classes" not in config:
+        return default_classes(), DEFAULT_CONFIG_NAME
+    classes = parse_classes(config, source)
+    if not allow_hooks_and_mounts:
+        refuse_hooks_and_mounts(classes, source)
+    return classes, source
+
+
+class ConfigFollower:
+    """The device classes of ``path`` (the embedded default without a path or a ``classes``
+    section). :meth:`load` raises :class:`ConfigError`; :meth:`reload` never does."""
+
+    def __init__(
+        self,
+        path: Path | None,
+        *,
+        plugin_section_used: bool = False,
+        allow_hooks_and_mounts: bool = True,
+        on_invalid: Callable[[], None] | None = None,
+    ) -> None:
+        self.path = path
+        self.allow_hooks_and_mounts = allow_hooks_and_mounts
+        #: Called once for each distinct invalid edit (the metrics count them).
+        self.on_invalid = on_invalid
+        self.classes: list[DeviceClass] = []
+        self.source = DEFAULT_CONFIG_NAME
+        #: Whether the process also uses the ``plugin`` section, which is read only at start.
+        self.plugin_section_used = plugin_section_used
+        self._plugin: Any = None
+        self._seen: str | None = None
+
+    def load(self) -> None:
+        if self.path is None:
+            self.classes = default_classes()
+            return
+        data, config = _read(self.path)
+        self.classes, self.source = _classes(config, str(self.path), self.allow_hooks_and_mounts)
+        self._plugin = config.get("plugin")
+        self._seen = hashlib.sha256(data).hexdigest()
+
+    def _invalid(self, exc: ConfigError) -> None:
+        log.error("%s; keeping the last good configuration", exc)
+        if self.on_invalid is not None:
+            self.on_invalid()
+
+    def dirs(self) -> frozenset[Path]:
+        """The directories to watch: the path's own and, for a symlink, its target's."""
+        if self.path is None:
+            return frozenset()
+        path = Path(os.path.abspath(self.path))
+        return frozenset({path.parent, Path(os.path.realpath(path)).parent})
+
+    def reload(self) -> bool:
+        """Read the file again if it changed; True when the device classes changed."""
+        assert self.path is not None
+        try:
+            data, config = _read(self.path)
+        except ConfigError as exc:
+            seen = f"error: {exc}"
+            if seen != self._seen:
+                self._seen = seen
+                self._invalid(exc)
+            return False
+        seen = hashlib.sha256(data).hexdigest()
+        if seen == self._seen:
+            return False
+        self._seen = seen
+        try:
+            classes, source = _classes(config, str(self.path), self.allow_hooks_and_mounts)
+        except ConfigError as exc:
+            self._invalid(exc)
+            return False
+        if self.plugin_section_used and config.get("plugin") != self._plugin:
+            self._plugin = config.get("plugin")
+            log.warning(
+                "%s: the 'plugin' section changed; cdi-plugin serve applies it when it starts again",
+                self.path,
+            )
+        if classes == self.classes:
+            log.info("%s: reloaded; the device classes did not change", self.path)
+            return False
+        before = {c.kind: c for c in self.classes}
+        after = {c.kind: c for c in classes}
+        added = sorted(set(after) - set(before))
+        removed = sorted(set(before) - set(after))
+        changed = sorted(k for k in set(before) & set(after) if before[k] != after[k])
+        parts = [f"{label} {', '.join(kinds)}" for label, kinds in
+                 (("added", added), ("removed", removed), ("changed", changed)) if kinds]  # fmt: skip
+        log.info(
+            "%s: reloaded, %d device classes (%s); rescanning",
+            self.path,
+            len(classes),
+            "; ".join(parts) or "order changed",
+        )
+        self.classes, self.source = classes, source
+        return True

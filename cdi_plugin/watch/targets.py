@@ -1,0 +1,96 @@
+"""What ``cdi-gen watch`` listens to for a set of device classes, and which classes an event touches.
+
+* uevents of the subsystems the classes match; every subsystem when a class matches neither a
+  subsystem nor a devnode glob (its query is "every device");
+* the directories of devnode globs, with inotify: classes that match only by ``devnode`` (nodes
+  never announced to udev, e.g. ``/dev/nvidia*``) and companion nodes that edits name by host path.
+
+A uevent touches a class when its subsystem is one the class matches (or the class matches every
+subsystem) or when its device node matches one of the class's globs; a node appearing or vanishing
+touches the classes whose globs match its path. Classes are rescanned whole, never one device:
+siblings, companion nodes and naming collisions depend on the others.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from cdi_plugin.discovery.model import UdevEvent
+from cdi_plugin.discovery.query import glob_match
+from cdi_plugin.generate.config import DeviceClass
+from cdi_plugin.generate.match import query_for
+
+Kinds = frozenset[str]
+
+
+@dataclass(frozen=True, slots=True)
+class Targets:
+    #: The uevent filter; empty when ``every_subsystem`` (or when no class needs uevents).
+    subsystems: frozenset[str] = frozenset()
+    every_subsystem: bool = False
+    by_subsystem: Mapping[str, Kinds] = field(default_factory=dict)
+    #: Kinds every uevent touches (classes matching every subsystem).
+    any_event: Kinds = frozenset()
+    #: Devnode globs (absolute, under /dev) and the kinds each one feeds.
+    globs: tuple[tuple[str, Kinds], ...] = ()
+
+    @property
+    def wants_uevents(self) -> bool:
+        return self.every_subsystem or bool(self.subsystems)
+
+    @property
+    def glob_kinds(self) -> Kinds:
+        return frozenset(k for _, kinds in self.globs for k in kinds)
+
+    def kinds_for_event(self, event: UdevEvent) -> Kinds:
+        kinds = self.any_event | self.by_subsystem.get(event.subsystem, frozenset())
+        if event.devnode is not None:
+            kinds |= self.kinds_for_node(event.devnode)
+        return kinds
+
+    def kinds_for_node(self, path: str) -> Kinds:
+        """The kinds whose globs match the device node ``path`` (``/dev/...``)."""
+        return frozenset(k for glob, kinds in self.globs if glob_match(glob, path) for k in kinds)
+
+    def kinds_for_dir_entry(self, path: str) -> Kinds:
+        """The kinds whose globs match ``path`` or could match below it (a new directory on a
+        wildcard level, such as ``/dev/bus/usb/002`` for ``/dev/bus/usb/*/*``)."""
+        depth = path.count("/")
+        out: set[str] = set()
+        for glob, kinds in self.globs:
+            parts = glob.split("/")
+            if depth < len(parts) and glob_match("/".join(parts[: depth + 1]), path):
+                out |= kinds
+        return frozenset(out)
+
+
+def _union(pairs: Iterable[tuple[str, str]]) -> dict[str, Kinds]:
+    out: dict[str, set[str]] = {}
+    for key, kind in pairs:
+        out.setdefault(key, set()).add(kind)
+    return {key: frozenset(kinds) for key, kinds in sorted(out.items())}
+
+
+def targets_for(classes: Sequence[DeviceClass]) -> Targets:
+    """What to watch so that every enabled class of ``classes`` stays up to date."""
+    by_subsystem: list[tuple[str, str]] = []
+    any_event: set[str] = set()
+    globs: list[tuple[str, str]] = []
+    for cls in classes:
+        if not cls.enabled:
+            continue
+        match = cls.match
+        if match.subsystems:
+            by_subsystem += [(s, cls.kind) for s in match.subsystems]
+        elif not match.devnode:
+            any_event.add(cls.kind)
+        globs += [(g, cls.kind) for g in query_for([cls]).devnode_globs]
+    per_subsystem = _union(by_subsystem)
+    return Targets(
+        subsystems=frozenset() if any_event else frozenset(per_subsystem),
+        every_subsystem=bool(any_event),
+        by_subsystem=per_subsystem,
+        any_event=frozenset(any_event),
+        globs=tuple(_union(globs).items()),
+    )

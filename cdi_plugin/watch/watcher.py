@@ -1,0 +1,507 @@
+"""``cdi-gen watch``: keep the specs in step with the host's devices and with the configuration.
+
+1. The event sources start first (uevents queue in the kernel meanwhile), then a full scan runs.
+2. Every trigger adds the kinds it touches to a :class:`Coalescer`: uevents of the classes'
+   subsystems (:class:`UdevMonitor`, read at most :data:`PER_WAKEUP` per wake-up so a storm cannot
+   starve other tasks on the loop), device nodes appearing or vanishing in the directories of
+   devnode globs, a receive-buffer overflow (every class), a valid configuration edit (every
+   class), a changed fixture file (every class), and one of our spec files deleted behind our back
+   or the output directory re-created (the kinds whose files are missing).
+3. Each batch rescans the touched classes with :func:`run_scan`, in a worker thread so that the
+   event loop keeps serving (the device plugin's gRPC in ``cdi-plugin serve --scan``). The writer
+   is the one ``cdi-gen scan`` uses: atomic, ownership-respecting, only changed files are written,
+   and the specs of classes outside the batch are left alone. Devices with hostile udev data are
+   always skipped and logged.
+4. One log line per batch says which files were written or removed and which devices came and went.
+
+A batch that fails (a foreign spec of the same kind, a full disk) is logged once and retried with
+a growing delay (1 s up to a minute) until it succeeds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import dataclasses
+import logging
+import os
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from asyncinotify import Mask
+
+from cdi_plugin.discovery.model import DeviceSource
+from cdi_plugin.discovery.query import DEV
+from cdi_plugin.discovery.udev import RECEIVE_BUFFER_BYTES, MonitorSource, UdevMonitor
+from cdi_plugin.errors import CdiPluginError, DiscoveryError, GenerateError, SpecInvalidError
+from cdi_plugin.scan import ScanOptions, ScanReport, make_source, run_scan
+from cdi_plugin.watch.coalesce import Coalescer
+from cdi_plugin.watch.configfollow import ConfigFollower
+from cdi_plugin.watch.dirwatch import FILES, DirWatch
+from cdi_plugin.watch.nodedirs import glob_dirs, host_path
+from cdi_plugin.watch.probe import PROBE_TIMEOUT, check_delivery
+from cdi_plugin.watch.pulse import Pulse
+from cdi_plugin.watch.targets import targets_for
+
+if TYPE_CHECKING:  # prometheus_client is loaded only where metrics are served
+    from cdi_plugin.metrics import ScanMetrics
+
+log = logging.getLogger(__name__)
+
+#: A key meaning "every class" (a full rescan); never a kind, which cannot hold ``*``.
+ALL = "*"
+#: A key meaning "check the output directory for spec files of ours that went away".
+OUTPUT = "?"
+#: uevents read per wake-up of the event loop.
+PER_WAKEUP = 64
+RETRY_FIRST = 1.0
+RETRY_MAX = 60.0
+#: Editors and ConfigMaps change a file in several steps; read it once they are done.
+FILE_SETTLE_QUIET = 0.05
+FILE_SETTLE_MAX = 0.25
+_MAX_NAMES = 10
+
+Key = frozenset[str]
+
+
+@dataclass(frozen=True, slots=True)
+class WatchOptions:
+    scan: ScanOptions = dataclasses.field(default_factory=ScanOptions)
+    #: ``udev`` (the host) or ``fixture:PATH`` (a recorded host; the file is watched).
+    source: str = "udev"
+    #: ``udev`` or ``kernel``; None picks ``udev`` where udevd runs, else ``kernel``.
+    uevent_source: MonitorSource | None = None
+    dev_root: str = DEV
+    quiet: float = 0.1
+    max_delay: float = 0.25
+    #: Check once that uevents arrive at all, and warn when they do not.
+    probe: bool = True
+    probe_timeout: float = PROBE_TIMEOUT
+    #: The monitor's receive buffer in bytes (None: libudev's choice).
+    receive_buffer: int | None = RECEIVE_BUFFER_BYTES
+    #: The process also serves the device plugin, whose ``plugin`` section is read only at start.
+    plugin_section_used: bool = False
+
+
+def _names(items: Iterable[str]) -> str:
+    items = list(items)
+    shown = ", ".join(items[:_MAX_NAMES])
+    return shown + (f" and {len(items) - _MAX_NAMES} more" if len(items) > _MAX_NAMES else "")
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}{'es' if word.endswith('s') else 's'}"
+
+
+class Watcher:
+    """Construct (loads the configuration: raises ``ConfigError``), then ``await run(stop)``.
+
+    ``source`` replaces the device source that ``options.source`` names (tests, benchmarks); what
+    is watched still follows ``options.source``.
+    """
+
+    def __init__(
+        self, options: WatchOptions, source: DeviceSource | None = None, metrics: ScanMetrics | None = None
+    ) -> None:
+        self.options = options
+        self.metrics = metrics
+        self.config = ConfigFollower(
+            options.scan.config,
+            plugin_section_used=options.plugin_section_used,
+            allow_hooks_and_mounts=options.scan.allow_hooks_and_mounts,
+            on_invalid=None if metrics is None else lambda: metrics.record_validation_failure("config"),
+        )
+        self.config.load()
+        self._udev = options.source == "udev"
+        self.source = source if source is not None else self._make_source()
+        self.targets = targets_for(self.config.classes)
+        self.coalescer: Coalescer[Key] = Coalescer(options.quiet, options.max_delay)
+        #: Set once the first scan is done and every event source listens.
+        self.ready = asyncio.Event()
+        #: Fired after every batch, whether it succeeded or not.
+        self.batches = Pulse()
+        self.uevents = 0
+        self._scan_options = dataclasses.replace(options.scan, skip_refused=True, dry_run=False)
+        self._devices: dict[str, frozenset[str]] = {}
+        self._files: dict[str, str] = {}  # spec file name -> kind, as last written
+        self._warned: set[str] = set()
+        self._monitor: UdevMonitor | None = None
+        self._node_kinds: set[str] = set()
+        self._lost_logged = False
+        self._fatal: asyncio.Future[None] | None = None
+        self._retry_keys: set[str] = set()
+        self._retry_handle: asyncio.TimerHandle | None = None
+        self._retry_delay = RETRY_FIRST
+        self._last_error = ""
+
+    def _make_source(self) -> DeviceSource:
+        spec = self.options.source
+        if spec == "udev":
+            from cdi_plugin.discovery.udev import UdevSource
+
+            return UdevSource(dev_root=self.options.dev_root)
+        if spec.startswith("fixture:"):
+            return make_source(spec)
+        raise DiscoveryError(
+            f"--source {spec!r} cannot be watched: use 'udev' or 'fixture:PATH' "
+            "('simulated' never changes: run cdi-gen scan --source simulated once)"
+        )
+
+    @property
+    def fixture(self) -> Path | None:
+        spec = self.options.source
+        return Path(os.path.abspath(spec.removeprefix("fixture:"))) if spec.startswith("fixture:") else None
+
+    # -- running --------------------------------------------------------------------------------
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Watch until ``stop`` is set; raises when the event source fails for good."""
+        loop = asyncio.get_running_loop()
+        self._fatal = loop.create_future()
+        output_dir = self.options.scan.output_dir
+        async with contextlib.AsyncExitStack() as stack:
+            stack.callback(self._close)
+            nodes = await stack.enter_async_context(
+                DirWatch(self._node_dirs(), name="device nodes", relevant=self._node_relevant)
+            )
+            output = await stack.enter_async_context(
+                DirWatch(
+                    [output_dir],
+                    name="output dir",
+                    events=Mask.DELETE | Mask.MOVED_FROM,
+                    relevant=lambda _d, name: name in self._files,
+                )
+            )
+            follow: list[tuple[DirWatch, Callable[[], None], bool]] = [
+                (nodes, lambda: self._on_nodes(nodes), False),
+                (output, lambda: self._add(OUTPUT), False),
+            ]
+            if self.config.path is not None:
+                config = await stack.enter_async_context(
+                    DirWatch(self.config.dirs(), name="config", events=FILES)
+                )
+                follow.append((config, lambda: self._on_config(config, nodes), True))
+            fixture = self.fixture
+            if fixture is not None:
+                watch = await stack.enter_async_context(
+                    DirWatch(
+                        [fixture.parent],
+                        name="fixture",
+                        events=FILES,
+                        relevant=lambda _d, name: name == fixture.name or name.startswith(".."),
+                    )
+                )
+                follow.append((watch, lambda: self._add(ALL), True))
+            self._start_monitor()
+            self._log_start(output_dir)
+            seen = [w.pulse.count for w, _, _ in follow]  # what happens during the first scan counts
+            await self._process(frozenset({frozenset({ALL})}), 0, initial=True)
+            tasks = [
+                asyncio.create_task(self._follow(w, on, settle, n))
+                for (w, on, settle), n in zip(follow, seen, strict=True)
+            ]
+            tasks.append(asyncio.create_task(self._batches(), name="batches"))
+            background = []
+            if self._monitor is not None and self.options.probe:
+                background.append(asyncio.create_task(self._probe(self._monitor.source), name="probe"))
+            self.ready.set()
+            stopper = asyncio.create_task(stop.wait())
+            waiting: list[asyncio.Future[Any]] = [stopper, self._fatal, *tasks]
+            try:
+                done, _ = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+                for future in done:
+                    if future is not stopper:
+                        future.result()
+            finally:
+                for task in [stopper, *tasks, *background]:
+                    task.cancel()
+                await asyncio.gather(stopper, *tasks, *background, return_exceptions=True)
+        log.info("stopped watching")
+
+    def _log_start(self, output_dir: Path) -> None:
+        kinds = [c.kind for c in self.config.classes if c.enabled]
+        monitor = self._monitor
+        if monitor is not None:
+            events = f"{monitor.source} uevents of " + (
+                ", ".join(sorted(self.targets.subsystems)) or "every subsystem"
+            )
+        elif self.fixture is not None:
+            events = f"changes of {self.fixture}"
+        else:
+            events = "no uevents (no class matches by subsystem)"
+        log.info(
+            "watching %s for %s (%s) into %s: %s%s%s",
+            self.options.source,
+            _plural(len(kinds), "device class"),
+            self.config.source,
+            output_dir,
+            events,
+            f"; device nodes {', '.join(g for g, _ in self.targets.globs)}" if self.targets.globs else "",
+            f"; configuration {self.config.path}" if self.config.path else "",
+        )
+
+    def _close(self) -> None:
+        if self._retry_handle is not None:
+            self._retry_handle.cancel()
+            self._retry_handle = None
+        self._stop_monitor()
+
+    async def _follow(self, watch: DirWatch, on_change: Callable[[], None], settle: bool, seen: int) -> None:
+        while True:
+            if settle:
+                seen = await watch.pulse.settle(seen, FILE_SETTLE_QUIET, FILE_SETTLE_MAX)
+            else:
+                await watch.pulse.wait_after(seen)
+                seen = watch.pulse.count
+            on_change()
+
+    async def _batches(self) -> None:
+        while True:
+            keys, events = await self.coalescer.next_batch()
+            await self._process(keys, events)
+
+    async def _probe(self, source: MonitorSource) -> None:
+        await check_delivery(source, self.options.probe_timeout)
+
+    def _add(self, *kinds: str) -> None:
+        if kinds:
+            self.coalescer.add(frozenset(kinds))
+
+    # -- uevents --------------------------------------------------------------------------------
+
+    def _start_monitor(self) -> None:
+        """Listen for the uevents the classes need (again, after a configuration change)."""
+        if not self._udev:
+            return
+        targets = self.targets
+        old = self._monitor
+        if not targets.wants_uevents:
+            self._monitor = None
+        else:
+            monitor = UdevMonitor(
+                () if targets.every_subsystem else targets.subsystems,
+                self.options.uevent_source,
+                self.options.receive_buffer,
+            )
+            monitor.start()
+            asyncio.get_running_loop().add_reader(monitor.fileno(), self._on_uevents, monitor)
+            self._monitor = monitor
+        if old is not None:
+            self._release(old)
+
+    def _stop_monitor(self) -> None:
+        if self._monitor is not None:
+            self._release(self._monitor)
+            self._monitor = None
+
+    @staticmethod
+    def _release(monitor: UdevMonitor) -> None:
+        asyncio.get_running_loop().remove_reader(monitor.fileno())
+        monitor.close()
+
+    def _on_uevents(self, monitor: UdevMonitor) -> None:
+        try:
+            events, lost = monitor.receive(PER_WAKEUP)
+        except DiscoveryError as exc:
+            self._stop_monitor()
+            if self._fatal is not None and not self._fatal.done():
+                self._fatal.set_exception(exc)
+            return
+        self.uevents += len(events)
+        targets = self.targets
+        for event in events:
+            kinds = targets.kinds_for_event(event)
+            if kinds:
+                self.coalescer.add(kinds)
+        if lost:
+            if not self._lost_logged:
+                self._lost_logged = True
+                log.warning(
+                    "uevents were lost (the monitor's receive buffer overflowed); rescanning every class"
+                )
+            self._add(ALL)
+
+    # -- device nodes, configuration ------------------------------------------------------------
+
+    def _node_dirs(self) -> frozenset[Path]:
+        return glob_dirs([g for g, _ in self.targets.globs], self.options.dev_root)
+
+    def _node_relevant(self, directory: Path, name: str) -> bool:
+        path = host_path(directory, name, self.options.dev_root)
+        kinds = self.targets.kinds_for_dir_entry(path) if path is not None else frozenset()
+        self._node_kinds |= kinds
+        return bool(kinds)
+
+    def _on_nodes(self, nodes: DirWatch) -> None:
+        kinds = self._node_kinds or set(self.targets.glob_kinds)
+        self._node_kinds = set()
+        self._add(*kinds)
+        nodes.set_dirs(self._node_dirs())
+
+    def _on_config(self, config: DirWatch, nodes: DirWatch) -> None:
+        if self.config.reload():
+            before = self.targets
+            self.targets = targets_for(self.config.classes)
+            if (before.subsystems, before.every_subsystem) != (
+                self.targets.subsystems,
+                self.targets.every_subsystem,
+            ):
+                try:
+                    self._start_monitor()
+                except DiscoveryError as exc:
+                    if self._fatal is not None and not self._fatal.done():
+                        self._fatal.set_exception(exc)
+            nodes.set_dirs(self._node_dirs())
+            self._add(ALL)
+        config.set_dirs(self.config.dirs())
+
+    def _missing(self) -> set[str]:
+        out = self.options.scan.output_dir
+        return {kind for name, kind in self._files.items() if not os.path.lexists(out / name)}
+
+    # -- batches --------------------------------------------------------------------------------
+
+    async def _process(self, keys: frozenset[Key], events: int, *, initial: bool = False) -> None:
+        wanted: set[str] = set().union(*keys)
+        self._lost_logged = False
+        scope: set[str] | None = None
+        if ALL not in wanted:
+            scope = wanted - {OUTPUT}
+            if OUTPUT in wanted:
+                scope |= self._missing()
+            if not scope:
+                self.batches.fire()
+                return
+        classes = list(self.config.classes)
+        started = time.perf_counter()
+        scan = asyncio.ensure_future(
+            asyncio.to_thread(run_scan, self._scan_options, self.source, classes, scope)
+        )
+
+        def finish() -> None:
+            exc = scan.exception()
+            seconds = time.perf_counter() - started
+            if isinstance(exc, CdiPluginError):
+                self._failed(wanted, scope, str(exc))
+            elif exc is not None:
+                log.error("rescan failed unexpectedly", exc_info=exc)
+                self._failed(wanted, scope, f"{type(exc).__name__}: {exc}")
+            else:
+                self._succeeded()
+                self._record(scan.result(), scope, events, seconds * 1000, initial)
+            if self.metrics is not None:
+                self._count(seconds, scan.result() if exc is None else None, exc)
+            self.batches.fire()
+
+        try:
+            await asyncio.wait([scan])  # never cancels the scan, never raises its error
+        except asyncio.CancelledError:
+            # stopping: the files are being written anyway; finish, and say what was done
+            await asyncio.wait([scan])
+            finish()
+            raise
+        finish()
+
+    def _count(self, seconds: float, report: ScanReport | None, exc: BaseException | None) -> None:
+        assert self.metrics is not None
+        if report is None:
+            self.metrics.record_scan(seconds, ok=False)
+            if isinstance(exc, (SpecInvalidError, GenerateError)):
+                self.metrics.record_validation_failure("spec")
+            return
+        self.metrics.record_scan(
+            seconds,
+            ok=True,
+            devices={kind: len(names) for kind, names in self._devices.items()},
+            writes=collections.Counter(f.action for f in report.files),
+            refused=report.refused,
+        )
+
+    def _failed(self, keys: set[str], scope: set[str] | None, message: str) -> None:
+        what = "every class" if scope is None else ", ".join(sorted(scope))
+        delay = self._retry_delay
+        level = logging.ERROR if message != self._last_error else logging.DEBUG
+        log.log(level, "rescan of %s failed: %s; retrying in %gs", what, message, delay)
+        self._last_error = message
+        self._retry_keys |= keys
+        if self._retry_handle is None:
+            self._retry_handle = asyncio.get_running_loop().call_later(delay, self._retry)
+            self._retry_delay = min(delay * 2, RETRY_MAX)
+
+    def _retry(self) -> None:
+        self._retry_handle = None
+        keys, self._retry_keys = self._retry_keys, set()
+        self._add(*keys)
+
+    def _succeeded(self) -> None:
+        self._retry_delay = RETRY_FIRST
+        if self._last_error:
+            log.info("rescans succeed again")
+            self._last_error = ""
+
+    def _record(
+        self, report: ScanReport, scope: set[str] | None, events: int, ms: float, initial: bool
+    ) -> None:
+        now = {f.kind: frozenset(d.qualified_name for d in f.spec.devices) for f in report.files if f.spec}
+        before = self._devices
+        if scope is None:
+            after = now
+            files = {}
+            self._warned &= set(report.warnings)
+        else:
+            after = {k: v for k, v in before.items() if k not in scope} | now
+            files = {name: kind for name, kind in self._files.items() if kind not in scope}
+        files.update({f.path.name: f.kind for f in report.files if f.action != "removed"})
+        self._devices, self._files = after, files
+        for warning in report.warnings:
+            if warning not in self._warned:
+                log.warning("%s", warning)
+        self._warned |= set(report.warnings)
+        old_names = set().union(*before.values()) if before else set()
+        new_names = set().union(*after.values()) if after else set()
+        added, gone = sorted(new_names - old_names), sorted(old_names - new_names)
+        written = [f.path.name for f in report.files if f.action in {"created", "changed"}]
+        removed = [f.path.name for f in report.files if f.action == "removed"]
+        what = "every class" if scope is None else ", ".join(sorted(scope))
+        extra = {
+            "events": events,
+            "rescanned": what,
+            "written": ",".join(written),
+            "removed": ",".join(removed),
+            "devices_added": len(added),
+            "devices_removed": len(gone),
+            "ms": round(ms, 1),
+        }
+        if initial:
+            log.info(
+                "initial scan in %.0f ms: %s in %s%s%s",
+                ms,
+                _plural(len(new_names), "device"),
+                _plural(len(after), "spec"),
+                f"; wrote {_names(written)}" if written else "; no spec changed",
+                f"; removed {_names(removed)}" if removed else "",
+                extra=extra,
+            )
+            return
+        changes = []
+        if written:
+            changes.append(f"wrote {_names(written)}")
+        if removed:
+            changes.append(f"removed {_names(removed)}")
+        if added:
+            changes.append(f"devices added: {_names(added)}")
+        if gone:
+            changes.append(f"devices removed: {_names(gone)}")
+        log.log(
+            logging.INFO if changes else logging.DEBUG,
+            "rescanned %s after %s in %.0f ms: %s",
+            what,
+            _plural(events, "event"),
+            ms,
+            "; ".join(changes) or "nothing changed",
+            extra=extra,
+        )

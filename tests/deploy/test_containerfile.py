@@ -1,0 +1,128 @@
+"""The Containerfile, checked statically (no registry or image builder is reachable here): a small
+multi-stage build from a pinned base, nothing fetched with ADD, the build done by a plain user,
+and a final stage that runs cdi-plugin with the labels and the context it needs."""
+
+from __future__ import annotations
+
+import fnmatch
+import io
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from dockerfile_parse import DockerfileParser
+
+from cdi_plugin import __version__
+
+ROOT = Path(__file__).resolve().parents[2]
+CONTAINERFILE = ROOT / "Containerfile"
+#: image@sha256 digest, with a full version tag (no "latest", no floating "3" or "3.11")
+_PINNED = re.compile(r"^[a-z0-9.-]+(/[a-z0-9._-]+)+:[0-9]+\.[0-9]+\.[0-9]+[a-z0-9.-]*@sha256:[0-9a-f]{64}$")
+
+
+@pytest.fixture(scope="module")
+def parser() -> DockerfileParser:
+    return DockerfileParser(fileobj=io.BytesIO(CONTAINERFILE.read_bytes()))
+
+
+def _stages(parser: DockerfileParser) -> list[list[dict[str, Any]]]:
+    stages: list[list[dict[str, Any]]] = []
+    for instruction in parser.structure:
+        if instruction["instruction"] == "FROM":
+            stages.append([])
+        if stages and instruction["instruction"] != "COMMENT":
+            stages[-1].append(instruction)
+    return stages
+
+
+def test_multi_stage_from_a_pinned_base(parser: DockerfileParser) -> None:
+    assert parser.is_multistage
+    stages = _stages(parser)
+    assert len(stages) == 2
+    for image in parser.parent_images:
+        assert _PINNED.match(image), image
+    assert len(set(parser.parent_images)) == 1, "build and run from the same base"
+
+
+def test_nothing_is_fetched_with_add(parser: DockerfileParser) -> None:
+    assert not [i for i in parser.structure if i["instruction"] == "ADD"]
+
+
+def test_the_build_runs_as_a_plain_user(parser: DockerfileParser) -> None:
+    build, _ = _stages(parser)
+    user = None
+    root_runs = []
+    for instruction in build:
+        if instruction["instruction"] == "USER":
+            user = instruction["value"]
+        elif instruction["instruction"] == "RUN" and user in (None, "0", "0:0", "root"):
+            root_runs.append(instruction["value"])
+    # only the one step that creates the build user and its directories runs as root
+    assert len(root_runs) == 1
+    assert root_runs[0].startswith("useradd ")
+    installs = [i["value"] for i in build if i["instruction"] == "RUN" and "pip install" in i["value"]]
+    assert len(installs) == 1
+    assert user is not None
+    assert user.split(":")[0] not in ("0", "root")
+
+
+def test_the_final_stage_runs_cdi_plugin(parser: DockerfileParser) -> None:
+    _, final = _stages(parser)
+    entrypoint = [i["value"] for i in final if i["instruction"] == "ENTRYPOINT"]
+    assert [json.loads(e) for e in entrypoint] == [["/opt/cdi-plugin/bin/cdi-plugin"]]
+    assert json.loads(parser.cmd) == ["serve", "--scan", "--config", "/etc/cdi-plugin/config.yaml"]
+    copies = [i["value"] for i in final if i["instruction"] == "COPY"]
+    assert copies == ["--from=build /opt/cdi-plugin /opt/cdi-plugin"], "the final stage gets only the venv"
+    runs = [i["value"] for i in final if i["instruction"] == "RUN"]
+    assert all("pip" not in r for r in runs)
+    assert all("rm -rf /var/lib/apt/lists/*" in r for r in runs if "apt-get" in r)
+
+
+def test_labels(parser: DockerfileParser) -> None:
+    labels = parser.labels
+    assert labels["org.opencontainers.image.title"] == "cdi-plugin"
+    assert labels["org.opencontainers.image.version"] == __version__
+    assert labels["org.opencontainers.image.licenses"] == "Apache-2.0"
+    assert labels["org.opencontainers.image.description"]
+    assert parser.parent_images[-1].startswith(labels["org.opencontainers.image.base.name"] + "@")
+
+
+def _ignored(relative: str, patterns: list[str]) -> bool:
+    """.dockerignore semantics for the patterns used here: the last matching pattern wins."""
+    ignored = False
+    for pattern in patterns:
+        negate = pattern.startswith("!")
+        glob = pattern.removeprefix("!")
+        parts = relative.split("/")
+        prefixes = ["/".join(parts[: i + 1]) for i in range(len(parts))]
+        hit = any(fnmatch.fnmatch(p, glob) for p in prefixes) or (
+            glob.startswith("**/") and any(fnmatch.fnmatch(part, glob[3:]) for part in parts)
+        )
+        if hit:
+            ignored = not negate
+    return ignored
+
+
+def test_the_build_context_holds_what_the_build_copies(parser: DockerfileParser) -> None:
+    patterns = [
+        line.strip()
+        for line in (ROOT / ".dockerignore").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+    build, _ = _stages(parser)
+    sources = []
+    for instruction in build:
+        if instruction["instruction"] == "COPY":
+            words = [w for w in instruction["value"].split() if not w.startswith("--")]
+            sources += words[:-1]
+    assert sources == ["pyproject.toml", "README.md", "schemas", "cdi_plugin"]
+    for source in sources:
+        assert (ROOT / source).exists(), source
+        assert not _ignored(source, patterns), source
+    # the package's schemas are a symlink into schemas/, which must come along
+    assert (ROOT / "cdi_plugin" / "schemas").resolve() == ROOT / "schemas"
+    assert not _ignored("cdi_plugin/deviceplugin/_proto/api_pb2.py", patterns)
+    for heavy in (".venv/bin/python", ".git/HEAD", "tests/conftest.py", "cdi_plugin/__pycache__/x.pyc"):
+        assert _ignored(heavy, patterns), heavy

@@ -1,0 +1,103 @@
+"""The DaemonSet's own command line, with the ConfigMap's configuration, run for real against the
+fake kubelet: only the node's paths are pointed at a temporary directory and the host's devices
+at a recorded fixture. The example pod's request is then allocated the way the kubelet would."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import signal
+import stat
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.deviceplugin.fake_kubelet import FakeKubelet
+from tests.deviceplugin.helpers import Layout, run
+from tests.metrics.scrape import get
+
+ROOT = Path(__file__).resolve().parents[2]
+DEPLOY = ROOT / "deploy"
+VENV_BIN = Path(sys.executable).parent
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def _daemonset_container() -> dict[str, Any]:
+    daemonset = yaml.safe_load((DEPLOY / "daemonset.yaml").read_text())
+    (container,) = daemonset["spec"]["template"]["spec"]["containers"]
+    return dict(container)
+
+
+def _fuse_fixture(path: Path, node: Path) -> None:
+    path.write_text(
+        json.dumps(
+            [
+                {
+                    "subsystem": "misc",
+                    "sys_name": "fuse",
+                    "sys_path": "/sys/devices/virtual/misc/fuse",
+                    "devnode": str(node),
+                    "node": {"type": "c", "major": 1, "minor": 3, "mode": "0666", "uid": 0, "gid": 0},
+                    "properties": {"MAJOR": "1", "MINOR": "3"},
+                }
+            ]
+        )
+    )
+
+
+def test_the_daemonset_command_serves_what_the_example_pod_requests(tmp_path: Path) -> None:
+    layout = Layout.under(tmp_path)
+    node = layout.dev / "fuse"
+    os.mknod(node, stat.S_IFCHR | 0o666, os.makedev(1, 3))
+    fixture = tmp_path / "host.json"
+    _fuse_fixture(fixture, node)
+    configmap = yaml.safe_load((DEPLOY / "configmap.yaml").read_text())
+    config = tmp_path / "config.yaml"
+    config.write_text(configmap["data"]["config.yaml"])
+
+    container = _daemonset_container()
+    args = list(container["args"])
+    args[args.index("--config") + 1] = str(config)
+    args[args.index("--metrics-address") + 1] = "127.0.0.1:0"
+    node_paths = [
+        "--spec-dir", str(layout.etc), "--spec-dir", str(layout.run), "--plugin-dir", str(layout.plugin_dir),
+        "--sysfs-root", str(layout.sysfs), "--source", f"fixture:{fixture}",
+    ]  # fmt: skip
+    pod = yaml.safe_load((DEPLOY / "examples" / "pod-fuse.yaml").read_text())
+    ((resource, count),) = pod["spec"]["containers"][0]["resources"]["limits"].items()
+
+    async def scenario() -> None:
+        async with FakeKubelet(layout.plugin_dir) as kubelet:
+            proc = await asyncio.create_subprocess_exec(
+                str(VENV_BIN / "cdi-plugin"), *args, *node_paths, stderr=asyncio.subprocess.PIPE
+            )
+            assert proc.stderr is not None
+            try:
+                first = json.loads(await asyncio.wait_for(proc.stderr.readline(), 15))
+                found = re.search(r"(http://127\.0\.0\.1:\d+)/metrics", first["msg"])
+                assert found, first
+                base = found.group(1)
+                client = await kubelet.wait_registered(resource, timeout=15)
+                devices = await client.wait_until(lambda d: len(d) >= count)
+                answer = await client.allocate(sorted(devices)[:count])
+                assert [d.name for d in answer.cdi_devices] == [f"{resource}=fuse"]
+                assert (layout.etc / "cdi-plugin.io-fuse.json").is_file()
+                assert await asyncio.to_thread(get, base + "/healthz") == (200, "ok\n")
+                deadline = asyncio.get_running_loop().time() + 5
+                while (ready := await asyncio.to_thread(get, base + "/readyz"))[0] != 200:
+                    assert asyncio.get_running_loop().time() < deadline, ready
+                    await asyncio.sleep(0.05)
+                proc.send_signal(signal.SIGTERM)
+                assert await asyncio.wait_for(proc.wait(), 10) == 0
+            finally:
+                if proc.returncode is None:
+                    proc.kill()
+                    await proc.wait()
+
+    run(scenario())

@@ -1,0 +1,135 @@
+"""The deployment docs cannot drift from the schemas, the metrics, the runtime facts or the files."""
+
+from __future__ import annotations
+
+import json
+import re
+import tomllib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from cdi_plugin.cdi import schema
+from cdi_plugin.deviceplugin.settings import build
+from cdi_plugin.metrics import PluginMetrics, ScanMetrics
+from cdi_plugin.store.configfile import parse_config
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCS = ROOT / "docs"
+CONFIG_MD = (DOCS / "config.md").read_text()
+PLUGIN_SECTION = CONFIG_MD[CONFIG_MD.index("## The `plugin` section") :].split("\n## ", 1)[0]
+
+
+def _properties(node: Any) -> Iterator[str]:
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key == "properties" and isinstance(value, dict):
+                yield from value
+                for sub in value.values():
+                    yield from _properties(sub)
+            else:
+                yield from _properties(value)
+    elif isinstance(node, list):
+        for item in node:
+            yield from _properties(item)
+
+
+def _blocks(text: str, language: str) -> list[str]:
+    return [m.group(1) for m in re.finditer(rf"```{language}\n(.*?)```", text, re.DOTALL)]
+
+
+def test_the_plugin_section_documents_every_key_of_its_schema() -> None:
+    names = set(_properties(schema.load("plugin-settings.schema.json")))
+    assert {"specDirs", "resources", "cdiStrategy", "gracePeriod", "replicas"} <= names
+    missing = sorted(n for n in names if f"`{n}`" not in PLUGIN_SECTION)
+    assert not missing, f"docs/config.md's plugin section does not mention {missing}"
+
+
+def test_the_plugin_sections_example_is_valid_and_sets_every_top_level_key() -> None:
+    (example,) = _blocks(PLUGIN_SECTION, "yaml")
+    config = parse_config(example.encode(), "docs/config.md")
+    section = config["plugin"]
+    assert set(section) == set(schema.load("plugin-settings.schema.json")["properties"])
+    settings = build(section, "docs/config.md")
+    assert settings.replicas_for("cdi-plugin.io/fuse") == 8
+    assert settings.replicas_for("cdi-plugin.io/kvm") == 2
+    assert settings.grace_period == 300
+
+
+def _metric_names() -> set[str]:
+    registry = CollectorRegistry()
+    PluginMetrics(registry)
+    ScanMetrics(registry)
+    return {f.name + ("_total" if f.type == "counter" else "") for f in registry.collect()}
+
+
+def test_every_metric_is_documented_and_every_documented_metric_exists() -> None:
+    text = (DOCS / "observability.md").read_text()
+    names = _metric_names()
+    assert len(names) == 14
+    missing = sorted(n for n in names if f"| `{n}` |" not in text)
+    assert not missing, f"docs/observability.md does not list {missing}"
+    documented = set(re.findall(r"^\| `(cdi_(?:plugin|gen)_[a-z_]+)` \|", text, re.MULTILINE))
+    assert documented == names
+
+
+def test_every_runtime_is_covered_with_its_settings() -> None:
+    text = (DOCS / "runtimes.md").read_text()
+    for needle in [
+        "## containerd 1.7", "enable_cdi = true", 'cdi_spec_dirs = ["/etc/cdi", "/var/run/cdi"]', "1.7.2",
+        "## containerd 2.x", "io.containerd.cri.v1.runtime",
+        "## CRI-O", "[crio.runtime]", "1.28",
+        "## podman", "4.3",
+        "## Docker", '"features": {"cdi": true}', "28.2", "25.0",
+        "## iSulad", '"enable-cri-v1": true', '"enable-cdi": true', '"cdi-spec-dirs"', "0.6.0",
+        "DevicePluginCDIDevices", "1.29", "## Which CDI strategy",
+    ]:  # fmt: skip
+        assert needle in text, needle
+
+
+def test_config_snippets_in_the_runtime_guide_parse() -> None:
+    text = (DOCS / "runtimes.md").read_text()
+    tomls, jsons = _blocks(text, "toml"), _blocks(text, "json")
+    assert len(tomls) == 3
+    assert len(jsons) == 2
+    containerd17, containerd2, crio = (tomllib.loads(t) for t in tomls)
+    assert containerd17["plugins"]["io.containerd.grpc.v1.cri"]["enable_cdi"] is True
+    assert containerd2["plugins"]["io.containerd.cri.v1.runtime"]["cdi_spec_dirs"] == [
+        "/etc/cdi",
+        "/var/run/cdi",
+    ]
+    assert crio["crio"]["runtime"]["cdi_spec_dirs"] == ["/etc/cdi", "/var/run/cdi"]
+    docker, isulad = (json.loads(j) for j in jsons)
+    assert docker["features"] == {"cdi": True}
+    assert isulad == {
+        "enable-cri-v1": True,
+        "enable-cdi": True,
+        "cdi-spec-dirs": ["/etc/cdi", "/var/run/cdi"],
+    }
+
+
+DEPLOY_DOCS = ["architecture.md", "config.md", "deploy.md", "observability.md", "quickstart.md",
+               "runtimes.md", "troubleshooting.md", "device-plugin.md"]  # fmt: skip
+
+
+def _slug(heading: str) -> str:
+    text = heading.strip().lower().replace("`", "")
+    text = re.sub(r"[^a-z0-9 _-]", "", text)
+    return text.replace(" ", "-")
+
+
+@pytest.mark.parametrize("name", DEPLOY_DOCS)
+def test_links_and_repository_paths_exist(name: str) -> None:
+    text = (DOCS / name).read_text()
+    for path in re.findall(r"`((?:deploy|bench|tests|schemas|docs)/[^`\s]*)`", text):
+        if "*" not in path and "<" not in path:
+            assert (ROOT / path).exists(), path
+    for target, anchor in re.findall(r"\]\(([a-z-]+\.md|\.\./[^)#]+)?(?:#([a-z0-9-]+))?\)", text):
+        file = DOCS / target if target else DOCS / name
+        assert file.exists(), target
+        if anchor:
+            headings = re.findall(r"^#+ (.+)$", file.read_text(), re.MULTILINE)
+            assert anchor in {_slug(h) for h in headings}, f"{name}: {target}#{anchor}"

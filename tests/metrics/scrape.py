@@ -1,0 +1,39 @@
+"""Real HTTP GETs against the metrics endpoint, and the exposition parsed by prometheus_client."""
+
+from __future__ import annotations
+
+import urllib.error
+import urllib.request
+
+from prometheus_client.parser import text_string_to_metric_families
+
+Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
+
+
+def get(url: str, method: str = "GET") -> tuple[int, str]:
+    """(status, body) of one request; error statuses are returned, not raised."""
+    request = urllib.request.Request(url, method=method)
+    try:
+        with urllib.request.urlopen(request, timeout=5) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+def samples(text: str) -> Samples:
+    """Every sample of a text exposition, keyed by (name, labels)."""
+    out: Samples = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            out[(sample.name, frozenset(sample.labels.items()))] = sample.value
+    return out
+
+
+def value(found: Samples, name: str, **labels: str) -> float | None:
+    return found.get((name, frozenset(labels.items())))
+
+
+def scrape(base_url: str) -> Samples:
+    status, body = get(base_url + "/metrics")
+    assert status == 200, body
+    return samples(body)

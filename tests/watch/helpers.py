@@ -1,0 +1,76 @@
+"""Running a watcher in a test's event loop, and reading what it wrote."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from cdi_plugin.discovery.fixture import dumps
+from cdi_plugin.discovery.model import DiscoveredDevice
+from cdi_plugin.scan import ScanOptions
+from cdi_plugin.watch.watcher import Watcher, WatchOptions
+
+
+def watch_options(
+    out: Path, config: Path | None = None, *, source: str = "udev", **overrides: Any
+) -> WatchOptions:
+    """Options for a watcher writing into ``out`` (and checking only ``out`` for foreign specs)."""
+    scan = ScanOptions(config=config, output_dir=out, spec_dirs=(out,), skip_refused=True)
+    return WatchOptions(scan=scan, source=source, **overrides)
+
+
+@contextlib.asynccontextmanager
+async def running(watcher: Watcher, timeout: float = 15.0) -> AsyncIterator[Watcher]:
+    """The watcher running in this loop, its first scan done; stopped (and checked) on exit."""
+    stop = asyncio.Event()
+    task = asyncio.create_task(watcher.run(stop))
+    ready = asyncio.create_task(watcher.ready.wait())
+    done, _ = await asyncio.wait([task, ready], timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    if task in done:
+        ready.cancel()
+        task.result()
+        raise AssertionError("the watcher stopped before it was ready")
+    if ready not in done:
+        raise AssertionError("the watcher was not ready in time")
+    try:
+        yield watcher
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 10)
+
+
+async def eventually(predicate: Callable[[], bool], what: str, timeout: float = 5.0) -> None:
+    """Wait until ``predicate()`` holds (checked every 10 ms); AssertionError naming ``what`` if not."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not within {timeout}s")
+        await asyncio.sleep(0.01)
+
+
+def device_names(spec_file: Path) -> set[str] | None:
+    """The device names of a spec file, None when there is no file."""
+    try:
+        obj = json.loads(spec_file.read_bytes())
+    except FileNotFoundError:
+        return None
+    return {d["name"] for d in obj["devices"]}
+
+
+def write_host(path: Path, devices: Sequence[DiscoveredDevice]) -> None:
+    """Replace a fixture file atomically (as an editor or a recorder would)."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(dumps(devices))
+    tmp.rename(path)
+
+
+def replace_file(path: Path, text: str) -> None:
+    """Replace ``path`` the way editors do: write a new file beside it, rename it over the old one."""
+    tmp = path.with_name(f".{path.name}.new")
+    tmp.write_text(text)
+    tmp.rename(path)

@@ -1,0 +1,230 @@
+"""Real hot-plug: loop devices created and destroyed through /dev/loop-control make the kernel emit
+real add/remove uevents, and writing ``change`` to their uevent file makes real storms."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import select
+import time
+from pathlib import Path
+
+import pytest
+
+from cdi_plugin.discovery.model import UdevEvent
+from cdi_plugin.discovery.udev import UdevMonitor, trigger_change
+from cdi_plugin.watch.probe import check_delivery
+from cdi_plugin.watch.watcher import Watcher
+from tests.deviceplugin.helpers import run
+from tests.watch.helpers import device_names, eventually, running, watch_options
+from tests.watch.loops import AVAILABLE, Loops, free_numbers, loop_class, storm
+
+pytestmark = [
+    pytest.mark.root,
+    pytest.mark.skipif(not AVAILABLE, reason="needs root and /dev/loop-control (CI runs as root)"),
+]
+
+SPEC = "cdi-plugin.io-loop.json"
+
+
+def collect(monitor: UdevMonitor, wanted: int, timeout: float = 5.0) -> list[UdevEvent]:
+    events: list[UdevEvent] = []
+    deadline = time.monotonic() + timeout
+    while len(events) < wanted and time.monotonic() < deadline:
+        select.select([monitor.fileno()], [], [], 0.1)
+        got, lost = monitor.receive(1000)
+        assert not lost
+        events += got
+    return events
+
+
+def test_the_monitor_delivers_real_add_and_remove_events_of_its_subsystems_only() -> None:
+    (n,) = free_numbers(1)
+    monitor = UdevMonitor(["block"], "kernel")
+    monitor.start()
+    try:
+        with Loops() as loops:
+            loops.add(n)
+            trigger_change("/sys/devices/virtual/misc/fuse")  # misc: filtered out
+            loops.remove(n)
+            events = collect(monitor, 2)
+    finally:
+        monitor.close()
+    assert [e for e in events if e.sys_name == f"loop{n}"] == [
+        UdevEvent("add", "block", f"loop{n}", f"/dev/loop{n}"),
+        UdevEvent("remove", "block", f"loop{n}", f"/dev/loop{n}"),
+    ]
+    assert {e.subsystem for e in events} == {"block"}
+
+
+def test_the_monitor_reads_in_slices_and_reports_an_overflow() -> None:
+    (n,) = free_numbers(1)
+    sliced = UdevMonitor(["block"], "kernel")
+    small = UdevMonitor(["block"], "kernel", buffer_bytes=64 * 1024)
+    sliced.start()
+    small.start()
+    try:
+        with Loops() as loops:
+            loops.add(n)
+            storm(n, 10_000)  # nothing reads meanwhile
+            first, lost = sliced.receive(100)
+            assert len(first) == 100, "at most the limit per call"
+            assert not lost
+            rest = collect(sliced, 10_001 - 100)
+            assert len(first) + len(rest) == 10_001, "the large buffer kept every event"
+            _, lost = small.receive(100_000)
+            assert lost, "the small buffer overflowed: the caller learns that events were lost"
+    finally:
+        sliced.close()
+        small.close()
+
+
+def test_delivery_check_sees_its_own_uevent() -> None:
+    assert run(check_delivery("kernel", timeout=5)) is True
+
+
+def test_loop_devices_added_and_removed_update_the_spec(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    a, b = free_numbers(2)
+    config = tmp_path / "config.yaml"
+    config.write_text(loop_class(a, b))
+    out = tmp_path / "out"
+    caplog.set_level(logging.INFO, "cdi_plugin")
+
+    async def scenario() -> None:
+        async with running(Watcher(watch_options(out, config))):
+            assert not (out / SPEC).exists()
+            with Loops() as loops:
+                loops.add(a)
+                await eventually(lambda: device_names(out / SPEC) == {f"loop{a}"}, "a added")
+                loops.add(b)
+                await eventually(lambda: device_names(out / SPEC) == {f"loop{a}", f"loop{b}"}, "b added")
+                loops.remove(a)
+                await eventually(lambda: device_names(out / SPEC) == {f"loop{b}"}, "a removed")
+                loops.remove(b)
+                await eventually(lambda: not (out / SPEC).exists(), "the spec of a kind without devices")
+
+    run(scenario())
+    lines = [m for m in caplog.messages if m.startswith("rescanned cdi-plugin.io/loop after ")]
+    assert lines[0].endswith(f": wrote {SPEC}; devices added: cdi-plugin.io/loop=loop{a}")
+    assert lines[-1].endswith(f": removed {SPEC}; devices removed: cdi-plugin.io/loop=loop{b}")
+
+
+async def flap(loops: Loops, n: int, times: int, last: str) -> None:
+    """Add and remove loop device ``n`` over and over, ending with ``last``; batches run between
+    the steps (removing a loop device takes the kernel ~40 ms)."""
+    steps = [loops.add, loops.remove] if last == "add" else [loops.remove, loops.add]
+    for _ in range(times):
+        for step in steps:
+            step(n)
+            await asyncio.sleep(0.001)
+    steps[0](n)
+
+
+def test_a_flapping_device_ends_in_the_state_it_was_last_in(tmp_path: Path) -> None:
+    (n,) = free_numbers(1)
+    config = tmp_path / "config.yaml"
+    config.write_text(loop_class(n))
+    out = tmp_path / "out"
+
+    async def scenario() -> None:
+        watcher = Watcher(watch_options(out, config))
+        async with running(watcher):
+            with Loops() as loops:
+                await flap(loops, n, 20, "add")
+                await eventually(lambda: device_names(out / SPEC) == {f"loop{n}"}, "present at last")
+                await asyncio.sleep(0.6)  # later batches of the burst must not undo it
+                assert device_names(out / SPEC) == {f"loop{n}"}
+                await flap(loops, n, 20, "remove")
+                await eventually(lambda: not (out / SPEC).exists(), "absent at last")
+                await asyncio.sleep(0.6)
+                assert not (out / SPEC).exists()
+
+    run(scenario(), timeout=30)
+
+
+async def _quiet(watcher: Watcher, quiet: float = 0.6, timeout: float = 20.0) -> None:
+    """Until no batch ran for ``quiet`` seconds."""
+    deadline = time.monotonic() + timeout
+    while await watcher.batches.wait_after(watcher.batches.count, quiet):
+        assert time.monotonic() < deadline, "batches never stopped"
+
+
+def test_an_event_storm_is_coalesced_into_few_batches(tmp_path: Path) -> None:
+    (n,) = free_numbers(1)
+    config = tmp_path / "config.yaml"
+    config.write_text(loop_class(n))
+    out = tmp_path / "out"
+
+    async def scenario() -> None:
+        watcher = Watcher(watch_options(out, config))
+        async with running(watcher):
+            with Loops() as loops:
+                loops.add(n)
+                await eventually((out / SPEC).exists, "loop added")
+                await _quiet(watcher)
+                mtime = (out / SPEC).stat().st_mtime_ns
+                batches, uevents = watcher.batches.count, watcher.uevents
+                started = time.monotonic()
+                await asyncio.to_thread(storm, n, 10_000)
+                await eventually(lambda: watcher.uevents - uevents >= 10_000, "every event read", timeout=20)
+                storm_seconds = time.monotonic() - started
+                await _quiet(watcher)
+                ran = watcher.batches.count - batches
+                # one batch per max_delay (0.25 s) at most while the storm lasts, plus the last one
+                assert 1 <= ran <= 2 + storm_seconds / 0.2, (ran, storm_seconds)
+                assert len(watcher.coalescer) == 0
+                assert (out / SPEC).stat().st_mtime_ns == mtime, "same content: not rewritten"
+
+    run(scenario(), timeout=60)
+
+
+def test_lost_events_cause_a_full_rescan(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    a, b = free_numbers(2)
+    config = tmp_path / "config.yaml"
+    config.write_text(loop_class(a, b))
+    out = tmp_path / "out"
+    caplog.set_level(logging.INFO, "cdi_plugin")
+
+    async def scenario() -> None:
+        options = watch_options(out, config, uevent_source="kernel", receive_buffer=64 * 1024)
+        watcher = Watcher(options)
+        async with running(watcher):
+            with Loops() as loops:
+                loops.add(a)
+                await eventually((out / SPEC).exists, "loop added")
+                await _quiet(watcher)
+                storm(a, 10_000)  # on the event loop's thread: nothing is read meanwhile
+                loops.add(b)  # its add event is among the lost ones
+                await eventually(lambda: device_names(out / SPEC) == {f"loop{a}", f"loop{b}"}, "b found")
+
+    run(scenario(), timeout=60)
+    assert (
+        "uevents were lost (the monitor's receive buffer overflowed); rescanning every class"
+        in caplog.messages
+    )
+    assert any(m.startswith("rescanned every class after ") for m in caplog.messages)
+
+
+def test_a_configuration_edit_changes_which_uevents_are_heard(tmp_path: Path) -> None:
+    (n,) = free_numbers(1)
+    config = tmp_path / "config.yaml"
+    gpu = '{vendor: example.com, class: gpu, match: {devnode: "/dev/nvidia[0-9]*"}}'
+    config.write_text(f"classes:\n  - {gpu}\n")
+    out = tmp_path / "out"
+
+    async def scenario() -> None:
+        watcher = Watcher(watch_options(out, config))
+        async with running(watcher):
+            assert watcher.targets.subsystems == set(), "no class needs uevents yet"
+            tmp = config.with_name("config.new")
+            tmp.write_text(loop_class(n))
+            tmp.rename(config)
+            await eventually(lambda: watcher.targets.subsystems == {"block"}, "the new classes are in force")
+            await _quiet(watcher)  # the rescan after the edit is over: only a uevent can find the loop
+            with Loops() as loops:
+                loops.add(n)
+                await eventually(lambda: device_names(out / SPEC) == {f"loop{n}"}, "heard the add")
+
+    run(scenario())

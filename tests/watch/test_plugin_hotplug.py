@@ -1,0 +1,92 @@
+"""Hot-plug end to end: real loop devices -> the watcher's spec -> the plugin -> a fake kubelet.
+
+The watcher and the device plugin meet only through the spec directory, as ``cdi-gen watch``
+and ``cdi-plugin serve`` do on one node (here both in one event loop, as ``serve --scan`` runs).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+from pathlib import Path
+
+import pytest
+
+from cdi_plugin.deviceplugin import api
+from cdi_plugin.watch.watcher import Watcher
+from tests.deviceplugin.fake_kubelet import DeviceEntry, FakeKubelet
+from tests.deviceplugin.helpers import Layout, run, running_plugin
+from tests.watch.helpers import device_names, eventually, running, watch_options
+from tests.watch.loops import AVAILABLE, Loops, free_numbers, loop_class, storm
+
+pytestmark = [
+    pytest.mark.root,
+    pytest.mark.skipif(not AVAILABLE, reason="needs root and /dev/loop-control (CI runs as root)"),
+]
+
+KIND = "cdi-plugin.io/loop"
+HEALTHY, UNHEALTHY = api.HEALTHY, "Unhealthy"
+
+
+def health(devices: dict[str, DeviceEntry]) -> dict[str, str]:
+    return {i: d.health for i, d in devices.items()}
+
+
+def test_devices_plugged_in_and_out_reach_listandwatch(tmp_path: Path) -> None:
+    a, b = free_numbers(2)
+    layout = Layout.under(tmp_path)
+    config = tmp_path / "config.yaml"
+    config.write_text(loop_class(a, b))
+    settings = layout.settings(grace_period=30.0)
+    options = watch_options(layout.etc, config)
+    la, lb = f"loop{a}", f"loop{b}"
+
+    async def scenario() -> None:
+        async with (
+            FakeKubelet(layout.plugin_dir) as kubelet,
+            running_plugin(settings),
+            running(Watcher(options)) as watcher,
+        ):
+            with Loops() as loops:
+                loops.add(a)
+                client = await kubelet.wait_registered(KIND, timeout=10)
+                await client.wait_until(lambda d: health(d) == {la: HEALTHY})
+                loops.add(b)
+                await client.wait_until(lambda d: health(d) == {la: HEALTHY, lb: HEALTHY})
+                loops.remove(a)
+                # Unhealthy at once, and kept as such (not dropped) during the grace period
+                await client.wait_until(lambda d: health(d) == {la: UNHEALTHY, lb: HEALTHY})
+                await asyncio.sleep(0.5)
+                assert health(client.devices) == {la: UNHEALTHY, lb: HEALTHY}
+                loops.add(a)  # back within the grace period: Healthy again, same ID
+                await client.wait_until(lambda d: health(d) == {la: HEALTHY, lb: HEALTHY})
+
+                # a storm of 10,000 real uevents: the plugin keeps answering meanwhile
+                stub = client.stub
+                before = watcher.uevents
+                storming = asyncio.create_task(asyncio.to_thread(storm, b, 10_000))
+                answered = 0
+                while watcher.uevents - before < 10_000:
+                    await stub.GetDevicePluginOptions(api.Empty(), timeout=5)
+                    answered += 1
+                    await asyncio.sleep(0.005)
+                await storming
+                assert answered >= 2, "answers while the watcher reads the storm"
+                assert health(client.devices) == {la: HEALTHY, lb: HEALTHY}
+
+                # the spec directory deleted and re-created: the watcher writes the spec again
+                spec = layout.etc / "cdi-plugin.io-loop.json"
+                shutil.rmtree(layout.etc)
+                layout.etc.mkdir()
+                await eventually(lambda: device_names(spec) == {la, lb}, "the spec is written again")
+                await client.wait_until(lambda d: health(d) == {la: HEALTHY, lb: HEALTHY})
+                assert client.stream_error == ""
+
+                loops.remove(a)
+                loops.remove(b)
+                await client.wait_until(lambda d: health(d) == {la: UNHEALTHY, lb: UNHEALTHY})
+                await eventually(lambda: not spec.exists(), "the spec of a kind without devices is removed")
+                await asyncio.sleep(0.3)
+                assert health(client.devices) == {la: UNHEALTHY, lb: UNHEALTHY}, "kept for the grace period"
+
+    run(scenario(), timeout=60)
