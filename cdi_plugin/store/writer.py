@@ -318,12 +318,15 @@ def locked(directory: Path) -> Iterator[None]:
 
 
 def _make_dir(directory: Path) -> bool:
-    """Create the output directory (mode 0755) if needed; True if it was created."""
+    """Create the output directory and any missing parent, each mode 0755 whatever the umask
+    (another thread of the process may change it); True if it was created."""
     if directory.is_dir():
         return False
+    missing = [d for d in (directory, *directory.parents) if not d.exists()]
     try:
-        directory.mkdir(parents=True, mode=0o755, exist_ok=True)
-        os.chmod(directory, 0o755)
+        for d in reversed(missing):
+            d.mkdir(mode=0o755, exist_ok=True)
+            os.chmod(d, 0o755)
     except OSError as exc:
         raise SpecWriteError(
             f"{directory}: cannot create the spec directory: {exc.strerror or exc}"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import subprocess
 import time
 from pathlib import Path
@@ -257,3 +258,14 @@ def test_scans_into_one_directory_take_turns(tmp_path: Path) -> None:
         assert not any(out.iterdir())
     assert scan.wait(timeout=60) == 0
     assert (out / "cdi-plugin.io-fuse.json").exists()
+
+
+def test_created_directories_are_0755_whatever_the_umask(tmp_path: Path) -> None:
+    out = tmp_path / "a" / "b" / "cdi"
+    old = os.umask(0o177)
+    try:
+        apply(plan_writes([FUSE], out, spec_dirs=()))
+    finally:
+        os.umask(old)
+    for d in (tmp_path / "a", tmp_path / "a" / "b", out):
+        assert stat.S_IMODE(d.stat().st_mode) == 0o755, d
