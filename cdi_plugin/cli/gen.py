@@ -19,6 +19,7 @@ from cdi_plugin.cli.scanopts import (
     config_option,
     force_option,
     format_option,
+    log_format_option,
     max_version_option,
     metrics_address_option,
     output_dir_option,
@@ -221,13 +222,7 @@ def scan(
 @source_option(watch=True)
 @uevent_source_option
 @metrics_address_option
-@click.option(
-    "--log-format",
-    type=click.Choice(["text", "json"]),
-    default="text",
-    show_default=True,
-    help="Log lines on stderr as text or as JSON objects.",
-)
+@log_format_option
 @click.option("-v", "--verbose", is_flag=True, help="Also log debug messages (every rescan).")
 def watch(
     *,

@@ -15,6 +15,7 @@ import click
 from cdi_plugin import __version__
 from cdi_plugin.cli.scanopts import (
     format_option,
+    log_format_option,
     max_version_option,
     metrics_address_option,
     output_dir_option,
@@ -159,13 +160,7 @@ def main() -> None:
     "land in every container given the device, so a configuration (e.g. a ConfigMap) alone cannot "
     "add them [default: refused].",
 )
-@click.option(
-    "--log-format",
-    type=click.Choice(["text", "json"]),
-    default="text",
-    show_default=True,
-    help="Log lines on stderr as text or as JSON objects.",
-)
+@log_format_option
 @metrics_address_option
 @click.option("-v", "--verbose", is_flag=True, help="Also log debug messages (every ListAndWatch update).")
 @click.option("--sysfs-root", type=click.Path(path_type=Path, file_okay=False), default=None, hidden=True)

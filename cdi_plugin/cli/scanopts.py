@@ -134,3 +134,13 @@ def metrics_address_option(f: F) -> F:
         help="Serve Prometheus metrics on http://HOST:PORT/metrics and the probes /healthz and /readyz; "
         "HOST defaults to 127.0.0.1, 0.0.0.0 listens on every address [default: off].",
     )(f)
+
+
+def log_format_option(f: F) -> F:
+    return click.option(
+        "--log-format",
+        type=click.Choice(["text", "json"]),
+        default="text",
+        show_default=True,
+        help="Log lines on stderr as text or as JSON objects.",
+    )(f)

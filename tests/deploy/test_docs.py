@@ -5,9 +5,7 @@ from __future__ import annotations
 import json
 import re
 import tomllib
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry
@@ -16,6 +14,7 @@ from cdi_plugin.cdi import schema
 from cdi_plugin.deviceplugin.settings import build
 from cdi_plugin.metrics import PluginMetrics, ScanMetrics
 from cdi_plugin.store.configfile import parse_config
+from tests.docs_helpers import schema_properties
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
@@ -23,26 +22,12 @@ CONFIG_MD = (DOCS / "config.md").read_text()
 PLUGIN_SECTION = CONFIG_MD[CONFIG_MD.index("## The `plugin` section") :].split("\n## ", 1)[0]
 
 
-def _properties(node: Any) -> Iterator[str]:
-    if isinstance(node, dict):
-        for key, value in node.items():
-            if key == "properties" and isinstance(value, dict):
-                yield from value
-                for sub in value.values():
-                    yield from _properties(sub)
-            else:
-                yield from _properties(value)
-    elif isinstance(node, list):
-        for item in node:
-            yield from _properties(item)
-
-
 def _blocks(text: str, language: str) -> list[str]:
     return [m.group(1) for m in re.finditer(rf"```{language}\n(.*?)```", text, re.DOTALL)]
 
 
 def test_the_plugin_section_documents_every_key_of_its_schema() -> None:
-    names = set(_properties(schema.load("plugin-settings.schema.json")))
+    names = set(schema_properties(schema.load("plugin-settings.schema.json")))
     assert {"specDirs", "resources", "cdiStrategy", "gracePeriod", "replicas"} <= names
     missing = sorted(n for n in names if f"`{n}`" not in PLUGIN_SECTION)
     assert not missing, f"docs/config.md's plugin section does not mention {missing}"

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -13,28 +11,14 @@ from cdi_plugin.cdi import schema
 from cdi_plugin.generate.config import NAMING_KEYWORDS, default_classes, parse_classes
 from cdi_plugin.generate.template import ARG_PLACEHOLDERS, PLACEHOLDERS
 from cdi_plugin.store.configfile import parse_config
+from tests.docs_helpers import schema_properties
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 CONFIG_MD = (DOCS / "config.md").read_text()
 
 
-def _properties(node: Any) -> Iterator[str]:
-    """Property names declared anywhere in a schema (``properties`` maps hold names, not schemas)."""
-    if isinstance(node, dict):
-        for key, value in node.items():
-            if key == "properties" and isinstance(value, dict):
-                yield from value
-                for sub in value.values():
-                    yield from _properties(sub)
-            else:
-                yield from _properties(value)
-    elif isinstance(node, list):
-        for item in node:
-            yield from _properties(item)
-
-
 def test_every_schema_property_is_documented() -> None:
-    names = set(_properties(schema.load("device-classes.schema.json")))
+    names = set(schema_properties(schema.load("device-classes.schema.json")))
     assert len(names) > 30
     missing = sorted(n for n in names if f"`{n}`" not in CONFIG_MD)
     assert not missing, f"docs/config.md does not mention {missing}"
