@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import Any, NoReturn
 
 import click
 
@@ -22,9 +22,6 @@ from cdi_plugin.cli.scanopts import (
     source_option,
     uevent_source_option,
 )
-
-if TYPE_CHECKING:
-    from cdi_plugin.metrics import MetricsServer, PluginMetrics
 
 
 def fail(message: str, code: int = 1) -> NoReturn:
@@ -237,13 +234,17 @@ def serve(
             )
         except CdiPluginError as exc:
             fail(str(exc))
-    server = _metrics_server(metrics_address, metrics)
+    from cdi_plugin.cli.service import run_until_stopped, start_metrics_server
+
+    server = (
+        None
+        if metrics_address is None
+        else start_metrics_server(metrics_address, metrics.registry, metrics.probes, fail)
+    )
     try:
         if watcher is None:
             asyncio.run(daemon.run(config, metrics=metrics))
         else:
-            from cdi_plugin.cli.service import run_until_stopped
-
             plugin = daemon.Daemon(config, metrics)
             asyncio.run(run_until_stopped(watcher.run, plugin.run))
     except OSError as exc:
@@ -253,20 +254,6 @@ def serve(
     finally:
         if server is not None:
             server.close()
-
-
-def _metrics_server(address: tuple[str, int] | None, metrics: PluginMetrics) -> MetricsServer | None:
-    """The running metrics endpoint, if an address was given; a bind failure is fatal."""
-    if address is None:
-        return None
-    from cdi_plugin.metrics import MetricsServer
-
-    server = MetricsServer(*address, metrics.registry, metrics.probes)
-    try:
-        server.start()
-    except OSError as exc:
-        fail(f"--metrics-address {server.url.removeprefix('http://')}: cannot listen: {exc.strerror or exc}")
-    return server
 
 
 if __name__ == "__main__":

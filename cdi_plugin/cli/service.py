@@ -16,6 +16,9 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, NoReturn
 
 if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
+
+    from cdi_plugin.metrics import MetricsServer, Probes
     from cdi_plugin.watch.watcher import WatchOptions
 
 log = logging.getLogger(__name__)
@@ -53,6 +56,20 @@ async def run_until_stopped(*jobs: Job, stop: asyncio.Event | None = None) -> No
                 loop.remove_signal_handler(sig)
 
 
+def start_metrics_server(
+    address: tuple[str, int], registry: CollectorRegistry, probes: Probes, fail: Callable[[str], NoReturn]
+) -> MetricsServer:
+    """The metrics endpoint, listening on ``address``; a bind failure is a one-line fatal error."""
+    from cdi_plugin.metrics import MetricsServer
+
+    server = MetricsServer(*address, registry, probes)
+    try:
+        server.start()
+    except OSError as exc:
+        fail(f"--metrics-address {server.url.removeprefix('http://')}: cannot listen: {exc.strerror or exc}")
+    return server
+
+
 def serve_scan_metrics(
     options: WatchOptions, address: tuple[str, int], fail: Callable[[str], NoReturn]
 ) -> None:
@@ -61,18 +78,14 @@ def serve_scan_metrics(
     Live while the event loop runs and the output directory can be listed; ready after the first
     scan, once every event source listens.
     """
-    from cdi_plugin.metrics import MetricsServer, Probes, ScanMetrics
+    from cdi_plugin.metrics import Probes, ScanMetrics
     from cdi_plugin.watch.watcher import Watcher
 
     metrics = ScanMetrics()
     probes = Probes([options.scan.output_dir])
     probes.require([INITIAL_SCAN])
     watcher = Watcher(options, metrics=metrics)
-    server = MetricsServer(*address, metrics.registry, probes)
-    try:
-        server.start()
-    except OSError as exc:
-        fail(f"--metrics-address {server.url.removeprefix('http://')}: cannot listen: {exc.strerror or exc}")
+    server = start_metrics_server(address, metrics.registry, probes, fail)
 
     async def heartbeat(stop: asyncio.Event) -> None:
         while not stop.is_set():
