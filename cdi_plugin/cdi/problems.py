@@ -15,7 +15,7 @@ class Severity(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class Problem:
-    """One finding. ``rule`` is a stable identifier (the bad corpus in ``specs/bad`` is named after it)."""
+    """One finding. ``rule`` is a stable identifier (``specs/bad`` and ``specs/warn`` are named after it)."""
 
     pointer: str
     rule: str

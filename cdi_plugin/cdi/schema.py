@@ -1,7 +1,8 @@
 """The project's JSON Schemas (``schemas/``, shipped as package data), compiled with jsonschema-rs.
 
 Each error becomes a :class:`Problem` whose rule comes from the keyword (unknown field, missing
-field, wrong type) or from the ``x-rule``/``x-hint`` annotations of the failing subschema.
+field, wrong type) or from the ``x-rule``/``x-hint`` annotations of the failing subschema, which
+may also carry ``x-severity: warning`` (runtimes load such a spec).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Any
 
 import jsonschema_rs
 
-from cdi_plugin.cdi.problems import Problem, pointer_join
+from cdi_plugin.cdi.problems import Problem, Severity, pointer_join
 
 SPEC_SCHEMA = "cdi-spec.schema.json"
 CONFIG_SCHEMA = "config.schema.json"
@@ -65,8 +66,13 @@ def _problems(error: Any) -> list[Problem]:
     if keyword == "propertyNames":
         key = kind.error.instance
         names = owner["propertyNames"]
-        return [Problem(pointer_join(pointer, key), names["x-rule"], f"invalid key {key!r}", names["x-hint"])]
-    rule = _KEYWORD_RULES.get(keyword) or owner.get("x-rule", "schema")
+        return [
+            Problem(pointer_join(pointer, key), names["x-rule"], f"invalid key {key!r}", names["x-hint"],
+                    _severity(names))
+        ]  # fmt: skip
+    rule = _KEYWORD_RULES.get(keyword)
+    severity = Severity.ERROR if rule else _severity(owner)
+    rule = rule or owner.get("x-rule", "schema")
     hint = owner.get("x-hint", "")
     if hint and keyword in {"pattern", "enum", "not", "minLength"}:
         last = error.instance_path[-1] if error.instance_path else "value"
@@ -74,7 +80,11 @@ def _problems(error: Any) -> list[Problem]:
         message = f"invalid {what}: {json.dumps(error.instance)}"
     else:
         message = str(error.message)
-    return [Problem(pointer or "/", rule, message, hint)]
+    return [Problem(pointer or "/", rule, message, hint, severity)]
+
+
+def _severity(subschema: dict[str, Any]) -> Severity:
+    return Severity(subschema.get("x-severity", "error"))
 
 
 def problems(instance: Any, name: str = SPEC_SCHEMA) -> list[Problem]:

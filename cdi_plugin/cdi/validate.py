@@ -1,8 +1,13 @@
 """Spec validation: the runtime's rules, the project's stricter rules, and a whole-document check.
 
+Every problem is an error or a warning (docs/validation.md has the table). An error means a runtime
+built on the CDI Go library rejects the spec, or the spec breaks the CDI specification; a warning
+means current runtimes load it but a known runtime or version does not, or that it is unwise.
+
 * :func:`runtime_problems` applies exactly the rules of the CDI library that runtimes vendor: a
-  spec that fails them is dropped by containerd, CRI-O, podman and Docker. The registry uses only
-  these, so it resolves names the way a runtime does.
+  spec with an error among them is dropped by containerd, CRI-O, podman and Docker; its warnings
+  name the runtimes or library versions that read the spec differently. The registry uses only
+  these, so it resolves names the way a runtime does and loads a spec that has only warnings.
 * :func:`validate_document` is what ``cdi-gen validate`` and the spec writer run: strict parsing,
   the project's JSON Schema, the runtime rules and the rules a schema cannot express, all problems
   collected, at most one per JSON pointer.
@@ -28,6 +33,17 @@ HOOK_NAMES = frozenset(
 DEVICE_NODE_TYPES = frozenset({"", "b", "c", "u", "p"})
 ANNOTATIONS_MAX_BYTES = 256 * 1024
 _PERMISSIONS = re.compile(r"[rwm]*")
+#: Lists runtimes that use a released CDI library (``permissions: none`` came after v1.1.0).
+RELEASED_LIBRARIES = "CDI Go library v1.1.0 and earlier (containerd up to 2.3, CRI-O, podman, Docker)"
+
+
+def _warning(pointer: str, rule: str, message: str, hint: str) -> Problem:
+    return Problem(pointer, rule, message, hint, Severity.WARNING)
+
+
+def _empty_field(pointer: str, what: str) -> Problem:
+    return _warning(pointer, "empty-field", f"empty {what}: the CDI Go library reads it as absent",
+                    "leave the field out")  # fmt: skip
 
 
 def _env_problems(base: str, env: Iterable[str]) -> list[Problem]:
@@ -45,6 +61,10 @@ def _edits_problems(base: str, edits: ContainerEdits) -> list[Problem]:
         at = f"{base}/deviceNodes/{i}"
         if not node.path:
             out.append(Problem(f"{at}/path", "device-node-path", "device node without a path"))
+        optional = {"hostPath": node.host_path, "type": node.type, "permissions": node.permissions}
+        for field, value in optional.items():
+            if value == "":
+                out.append(_empty_field(f"{at}/{field}", f"deviceNode '{field}'"))
         if node.type is not None and node.type not in DEVICE_NODE_TYPES:
             out.append(
                 Problem(f"{at}/type", "device-node-type", f"invalid device node type {node.type!r}",
@@ -55,6 +75,12 @@ def _edits_problems(base: str, edits: ContainerEdits) -> list[Problem]:
             out.append(
                 Problem(f"{at}/permissions", "device-node-permissions",
                         f"invalid device node permissions {perms!r}", "a combination of r, w and m")
+            )  # fmt: skip
+        if perms == "none":
+            out.append(
+                _warning(f"{at}/permissions", "permissions-none",
+                         f"permissions 'none' is rejected by the {RELEASED_LIBRARIES}",
+                         "leave it out (rwm) or give the letters the container needs")
             )  # fmt: skip
     for i, hook in enumerate(edits.hooks or ()):
         at = f"{base}/hooks/{i}"
@@ -72,7 +98,11 @@ def _edits_problems(base: str, edits: ContainerEdits) -> list[Problem]:
             out.append(Problem(f"{at}/hostPath", "mount-path", "mount without a hostPath"))
         if not mount.container_path:
             out.append(Problem(f"{at}/containerPath", "mount-path", "mount without a containerPath"))
+        if mount.type == "":
+            out.append(_empty_field(f"{at}/type", "mount 'type'"))
     rdt = edits.intel_rdt
+    if rdt is not None and rdt.clos_id == "":
+        out.append(_empty_field(f"{base}/intelRdt/closID", "intelRdt 'closID'"))
     if rdt is not None and rdt.clos_id:
         closid = rdt.clos_id
         if closid != "/" and (
@@ -101,8 +131,13 @@ def _edits_problems(base: str, edits: ContainerEdits) -> list[Problem]:
 
 
 def runtime_problems(spec: Spec) -> list[Problem]:
-    """Problems that make a runtime's CDI library reject the spec (``Spec.validate``)."""
-    out = [p for p in check_version(spec) if p.rule != "removed-field" or p.is_error]
+    """What a runtime's CDI library makes of the spec (``Spec.validate``): errors reject it."""
+    out = check_version(spec)
+    if spec.cdi_version.startswith("v") and not any(p.rule == "version-unknown" for p in out):
+        out.append(
+            _warning("/cdiVersion", "version-prefix", f"cdiVersion {spec.cdi_version!r} has a 'v' prefix: "
+                     "the CDI Go library accepts it, iSulad rejects the spec", "write the bare version")
+        )  # fmt: skip
     try:
         names.parse_kind(spec.kind)
     except InvalidNameError as exc:
@@ -135,21 +170,18 @@ def runtime_problems(spec: Spec) -> list[Problem]:
 
 
 def strict_problems(spec: Spec, max_version: str | None = None) -> list[Problem]:
-    """The project's rules beyond the schema: version ceiling and prefix, removed fields, sizes."""
-    out = [p for p in check_version(spec, max_version) if p.rule in {"version-above-max", "removed-field"}]
-    if spec.cdi_version.startswith("v"):
-        out.append(
-            Problem("/cdiVersion", "version-prefix", f"cdiVersion {spec.cdi_version!r} has a 'v' prefix",
-                    "iSulad rejects the prefix; write the bare version")
-        )  # fmt: skip
+    """The project's rules beyond the schema and the runtime: the version ceiling, annotation sizes."""
+    out = [p for p in check_version(spec, max_version) if p.rule == "version-above-max"]
     annotated = [("/annotations", spec.annotations)]
     annotated += [(f"/devices/{i}/annotations", d.annotations) for i, d in enumerate(spec.devices)]
     for at, values in annotated:
         size = sum(len(k.encode()) + len(v.encode()) for k, v in (values or {}).items())
         if size > ANNOTATIONS_MAX_BYTES:
             out.append(
-                Problem(at, "annotation-size", f"annotations take {size} bytes, over the 256 KiB limit")
-            )
+                _warning(at, "annotation-size", f"annotations take {size} bytes, over the 256 KiB limit of "
+                         "the CDI Go library's annotation check (runtimes load the spec without it)",
+                         "keep the annotations small")
+            )  # fmt: skip
     return out
 
 

@@ -21,10 +21,15 @@ class FileReport:
     priority: int
     spec: Spec | None = None
     problems: list[Problem] = field(default_factory=list)
+    #: Warnings make the file invalid too (``validate --strict``).
+    strict: bool = False
 
     @property
     def valid(self) -> bool:
-        return self.spec is not None and not any(p.is_error for p in self.problems)
+        return self.spec is not None and not any(p.is_error or self.strict for p in self.problems)
+
+    def count(self, severity: Severity) -> int:
+        return sum(p.severity is severity for p in self.problems)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -46,8 +51,16 @@ class ValidationReport:
     def valid(self) -> bool:
         return all(f.valid for f in self.files)
 
+    def count(self, severity: Severity) -> int:
+        return sum(f.count(severity) for f in self.files)
+
     def to_json(self) -> dict[str, Any]:
-        return {"valid": self.valid, "files": [f.to_json() for f in self.files]}
+        return {
+            "valid": self.valid,
+            "errors": self.count(Severity.ERROR),
+            "warnings": self.count(Severity.WARNING),
+            "files": [f.to_json() for f in self.files],
+        }
 
 
 def _check_file(path: Path, priority: int, max_version: str | None) -> FileReport:
@@ -115,11 +128,14 @@ def _device_pointers(spec: Spec | None) -> dict[str, str]:
     return {dev.name: f"/devices/{i}/name" for i, dev in reversed(devices)}
 
 
-def validate_paths(paths: list[Path], max_version: str | None = None) -> ValidationReport:
+def validate_paths(
+    paths: list[Path], max_version: str | None = None, strict: bool = False
+) -> ValidationReport:
     """Validate files and directories; directories get the runtime's priority and conflict rules.
 
     A directory's priority is its position among the directories named (or holding the files
     named), in the order given; with no paths, the standard spec directories are checked.
+    ``strict`` makes a file with warnings invalid.
     """
     searched = paths or list(DEFAULT_SPEC_DIRS)
     reports: list[FileReport] = []
@@ -137,4 +153,6 @@ def validate_paths(paths: list[Path], max_version: str | None = None) -> Validat
             priority = priorities.setdefault(path.parent.resolve(), len(priorities))
             reports.append(_check_file(path, priority, max_version))
     _add_conflicts(reports)
+    for report in reports:
+        report.strict = strict
     return ValidationReport(reports, searched)

@@ -89,19 +89,25 @@ def main(ctx: click.Context, debug: bool) -> None:
 @click.argument("paths", nargs=-1, type=click.Path(path_type=Path, readable=False))
 @json_option
 @version_max_option
-def validate(paths: tuple[Path, ...], as_json: bool, cdi_version_max: str | None) -> None:
+@click.option("--strict", is_flag=True, help="Treat warnings as errors: exit 1 on any warning.")
+def validate(paths: tuple[Path, ...], as_json: bool, cdi_version_max: str | None, strict: bool) -> None:
     """Check CDI spec files the way runtimes load them, and more strictly.
 
     PATHS are spec files and/or directories (default: /etc/cdi and /var/run/cdi). Directories
     are read as runtimes read them: only .json and .yaml files, and the same device defined
     twice at the same priority is a conflict that makes both definitions unusable.
 
-    Exit status: 0 when everything is valid, 1 when anything is invalid, 2 on usage errors.
+    An error means runtimes built on the CDI Go library reject the spec, or it breaks the CDI
+    specification. A warning means current runtimes load it, but the runtime or library version
+    the warning names does not, or it is unwise. See docs/validation.md.
+
+    Exit status: 0 when everything is valid, 1 when anything is invalid, 2 on usage errors. A
+    file with warnings but no errors is valid, unless --strict.
     """
     from cdi_plugin.cli import render
     from cdi_plugin.cli.checks import validate_paths
 
-    report = validate_paths(list(paths), cdi_version_max)
+    report = validate_paths(list(paths), cdi_version_max, strict)
     if as_json:
         render.print_json(report.to_json())
     else:
@@ -122,7 +128,9 @@ def list_(spec_dirs: tuple[Path, ...], as_json: bool) -> None:
     """List every device name a runtime can resolve, and every conflict or broken file.
 
     A device defined in several directories resolves from the last one; a device defined twice
-    at the same priority does not resolve at all.
+    at the same priority does not resolve at all. A file with errors is broken and skipped; a
+    file with only warnings (e.g. a 'v' prefix on cdiVersion, which iSulad rejects) resolves,
+    and its warnings are shown.
     """
     from cdi_plugin.cli import render
     from cdi_plugin.store.files import DEFAULT_SPEC_DIRS

@@ -10,9 +10,9 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from cdi_plugin.cdi.problems import Problem
+from cdi_plugin.cdi.problems import Problem, Severity
 from cdi_plugin.cli.checks import ValidationReport
-from cdi_plugin.store.registry import Snapshot
+from cdi_plugin.store.registry import Snapshot, SpecFile
 
 _out = Console(highlight=False)
 if not _out.is_terminal:  # logs and pipes: no wrapping inside table cells
@@ -28,13 +28,20 @@ def print_json(obj: Any) -> None:
     sys.stdout.write(json.dumps(obj, indent=2) + "\n")
 
 
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'s' * (n != 1)}"
+
+
 def _problem_table(problems: list[Problem]) -> Table:
     table = Table(box=None, show_header=True, header_style="bold", pad_edge=False)
-    for name in ("where", "rule", "problem", "hint"):
+    for name in ("where", "severity", "rule", "problem", "hint"):
         table.add_column(name, overflow="fold")
     for p in problems:
         style = "red" if p.is_error else "yellow"
-        table.add_row(escape(p.pointer or "-"), f"[{style}]{p.rule}[/]", escape(p.message), escape(p.hint))
+        table.add_row(
+            escape(p.pointer or "-"), f"[{style}]{p.severity}[/]", f"[{style}]{p.rule}[/]",
+            escape(p.message), escape(p.hint),
+        )  # fmt: skip
     return table
 
 
@@ -45,23 +52,30 @@ def print_validation(report: ValidationReport) -> None:
         return
     for f in report.files:
         path = escape(str(f.path))
+        mark = "[red]✗[/]" if not f.valid else "[yellow]![/]" if f.problems else "[green]✓[/]"
         if f.valid and f.spec is not None:
             n = len(f.spec.devices)
+            warned = f", {_plural(len(f.problems), 'warning')}" if f.problems else ""
             _line(
-                f"[green]✓[/] {path}  {escape(f.spec.kind)}, {n} device{'s' * (n != 1)}, "
-                f"cdiVersion {escape(f.spec.cdi_version)}"
+                f"{mark} {path}  {escape(f.spec.kind)}, {_plural(n, 'device')}, "
+                f"cdiVersion {escape(f.spec.cdi_version)}{warned}"
             )
         elif len(f.problems) == 1 and not f.problems[0].pointer:
-            _line(f"[red]✗[/] {path}: {escape(f.problems[0].message)}")
+            problem = f.problems[0]
+            what = "" if problem.is_error else f"{problem.severity}: "
+            _line(f"{mark} {path}: {what}{escape(problem.message)}")
             continue
         else:
-            _line(f"[red]✗[/] {path}")
+            _line(f"{mark} {path}")
         if f.problems:
             _out.print(_problem_table(f.problems))
     bad = sum(not f.valid for f in report.files)
     total = len(report.files)
-    summary = f"{total} file{'s' * (total != 1)}: {total - bad} valid, {bad} invalid"
-    _line(f"[{'red' if bad else 'green'}]{summary}[/]")
+    summary = f"{_plural(total, 'file')}: {total - bad} valid, {bad} invalid"
+    errors, warnings = report.count(Severity.ERROR), report.count(Severity.WARNING)
+    if warnings:
+        summary += f" ({_plural(errors, 'error')}, {_plural(warnings, 'warning')})"
+    _line(f"[{'red' if bad else 'yellow' if warnings else 'green'}]{summary}[/]")
 
 
 def listing_json(snapshot: Snapshot) -> dict[str, Any]:
@@ -81,11 +95,13 @@ def listing_json(snapshot: Snapshot) -> dict[str, Any]:
             {"qualifiedName": c.qualified_name, "priority": c.priority, "paths": [str(p) for p in c.paths]}
             for c in snapshot.conflicts
         ],
-        "broken": [
-            {"path": str(f.path), "priority": f.priority, "problems": [p.to_json() for p in f.problems]}
-            for f in snapshot.broken
-        ],
+        "broken": [_file_json(f) for f in snapshot.broken],
+        "warnings": [_file_json(f) for f in snapshot.warned],
     }
+
+
+def _file_json(f: SpecFile) -> dict[str, Any]:
+    return {"path": str(f.path), "priority": f.priority, "problems": [p.to_json() for p in f.problems]}
 
 
 def print_listing(snapshot: Snapshot) -> None:
@@ -109,4 +125,7 @@ def print_listing(snapshot: Snapshot) -> None:
         )
     for f in snapshot.broken:
         _line(f"[red]broken[/] {escape(str(f.path))}")
+        _out.print(_problem_table(list(f.problems)))
+    for f in snapshot.warned:
+        _line(f"[yellow]warning[/] {escape(str(f.path))}: loads, with {_plural(len(f.problems), 'warning')}")
         _out.print(_problem_table(list(f.problems)))

@@ -4,7 +4,8 @@ Resolution follows the CDI library's cache exactly:
 
 * directories are read in order; a directory's index is its priority, the later one wins;
 * only ``.json`` and ``.yaml`` files, name-sorted, no recursion;
-* a file that fails to load is reported and skipped, never hiding the others;
+* a file that fails to load (an error) is reported and skipped, never hiding the others; a file
+  with only warnings loads, as it does in a runtime, and keeps its warnings;
 * the same fully-qualified name twice at one priority is a conflict: it is reported for both
   files and the name does not resolve at all, not even from a higher-priority file.
 
@@ -31,7 +32,10 @@ from cdi_plugin.store.files import list_spec_files, read_spec_bytes, spec_format
 
 @dataclass(frozen=True, slots=True)
 class SpecFile:
-    """One file in a spec directory; ``spec`` is None when a runtime would not load it."""
+    """One file in a spec directory; ``spec`` is None when a runtime would not load it.
+
+    ``problems`` are the reasons it does not load, or the warnings of a file that loads.
+    """
 
     path: Path
     priority: int
@@ -76,6 +80,11 @@ class Snapshot:
     def broken(self) -> tuple[SpecFile, ...]:
         return tuple(f for f in self.files if f.spec is None)
 
+    @property
+    def warned(self) -> tuple[SpecFile, ...]:
+        """Files that load, with warnings about runtimes that read them differently."""
+        return tuple(f for f in self.files if f.spec is not None and f.problems)
+
 
 def load_spec_file(path: Path, priority: int) -> SpecFile:
     """Read, decode and validate one file the way a runtime's CDI library does."""
@@ -83,8 +92,9 @@ def load_spec_file(path: Path, priority: int) -> SpecFile:
         spec = codec.decode(read_spec_bytes(path), str(path), spec_format(path) or "json")
     except SpecLoadError as exc:
         return SpecFile(path, priority, None, (from_error(exc),))
-    errors = tuple(p for p in runtime_problems(spec) if p.is_error)
-    return SpecFile(path, priority, None if errors else spec, errors)
+    problems = tuple(runtime_problems(spec))
+    errors = tuple(p for p in problems if p.is_error)
+    return SpecFile(path, priority, None, errors) if errors else SpecFile(path, priority, spec, problems)
 
 
 def resolve(files: Iterable[SpecFile]) -> tuple[dict[str, ResolvedDevice], list[Conflict]]:

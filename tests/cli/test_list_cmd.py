@@ -42,6 +42,7 @@ def test_list_json(cli: Invoke, dirs: tuple[Path, Path]) -> None:
              "problems": [{"pointer": "/", "rule": "required", "severity": "error",
                            "message": "missing required field 'kind'", "hint": ""}]},
         ],
+        "warnings": [],
     }  # fmt: skip
 
 
@@ -82,7 +83,24 @@ def test_list_with_nothing_to_show(cli: Invoke, tmp_path: Path) -> None:
         "devices": [],
         "conflicts": [],
         "broken": [],
+        "warnings": [],
     }
+
+
+def test_a_file_with_only_warnings_resolves_and_is_not_broken(cli: Invoke, tmp_path: Path) -> None:
+    """A 'v' prefix on cdiVersion: the CDI Go library accepts it, so the devices resolve."""
+    path = write_spec(tmp_path, "gpu.json", "acme.example/gpu", "card0")
+    path.write_text(path.read_text().replace('"cdiVersion": "0.3.0"', '"cdiVersion": "v0.3.0"'))
+    out = report(cli("list", "--json", "--spec-dir", tmp_path))
+    assert [d["qualifiedName"] for d in out["devices"]] == ["acme.example/gpu=card0"]
+    assert out["broken"] == []
+    [warned] = out["warnings"]
+    assert (warned["path"], warned["priority"]) == (str(path), 0)
+    assert [(p["rule"], p["severity"]) for p in warned["problems"]] == [("version-prefix", "warning")]
+    result = cli("list", "--spec-dir", tmp_path)
+    assert result.exit_code == 0
+    assert f"warning {path}: loads, with 1 warning" in result.stdout.splitlines()
+    assert "broken" not in result.stdout
 
 
 def test_list_as_a_real_program(dirs: tuple[Path, Path]) -> None:

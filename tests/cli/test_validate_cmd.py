@@ -12,6 +12,11 @@ from tests.store.specfiles import write_spec
 
 GOOD = sorted(p for p in (SPECS / "good").glob("*") if p.is_file())
 BAD = sorted(p for p in (SPECS / "bad").iterdir() if p.is_file())
+WARN = sorted((SPECS / "warn").iterdir())
+#: An empty mount type, a 'v' prefix, permissions 'none': runtimes load them, some versions do not.
+DONE_WHEN = [SPECS / "warn" / name for name in (
+    "empty-field--mount-type.json", "version-prefix--v1.1.0.json", "permissions-none--device-node.json"
+)]  # fmt: skip
 
 
 def test_good_corpus_directory_is_valid(cli: Invoke) -> None:
@@ -30,6 +35,56 @@ def test_bad_corpus_file_fails_with_its_rule(cli: Invoke, path: Path) -> None:
     [file] = report(result)["files"]
     assert file["valid"] is False
     assert path.name.split("--")[0] in {p["rule"] for p in file["problems"] if p["severity"] == "error"}
+
+
+@pytest.mark.parametrize("path", WARN, ids=lambda p: p.name)
+def test_warn_corpus_file_passes_with_its_warning_and_fails_with_strict(cli: Invoke, path: Path) -> None:
+    result = cli("validate", "--json", path)
+    assert result.exit_code == 0, result.output
+    out = report(result)
+    assert (out["valid"], out["errors"], out["warnings"]) == (True, 0, 1)
+    [problem] = out["files"][0]["problems"]
+    assert (problem["rule"], problem["severity"]) == (path.name.split("--")[0], "warning")
+    strict = cli("validate", "--json", "--strict", path)
+    assert strict.exit_code == 1
+    out = report(strict)
+    assert (out["valid"], out["errors"], out["warnings"]) == (False, 0, 1)
+    assert out["files"][0]["problems"] == [problem]
+
+
+def test_runtimes_load_them_so_they_are_warnings(cli: Invoke) -> None:
+    result = cli("validate", *DONE_WHEN)
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    for path in DONE_WHEN:
+        assert any(line.startswith(f"! {path}  example.com/widget, 1 device, ") for line in lines), path
+    warnings = [line.split() for line in lines if " warning " in line]
+    assert [w[1:3] for w in warnings] == [
+        ["warning", "empty-field"], ["warning", "version-prefix"], ["warning", "permissions-none"]
+    ]  # fmt: skip
+    assert "iSulad rejects the spec" in result.stdout
+    assert "CDI Go library v1.1.0" in result.stdout
+    assert lines[-1] == "3 files: 3 valid, 0 invalid (0 errors, 3 warnings)"
+    strict = cli("validate", "--strict", *DONE_WHEN)
+    assert strict.exit_code == 1
+    assert strict.stdout.splitlines()[-1] == "3 files: 0 valid, 3 invalid (0 errors, 3 warnings)"
+    assert all(f"✗ {path}" in strict.stdout.splitlines() for path in DONE_WHEN)
+
+
+def test_warn_corpus_directory_as_a_real_program() -> None:
+    done = run_cdi_gen("validate", "--json", SPECS / "warn")
+    assert done.returncode == 0, done.stdout
+    out = report(done)
+    assert (out["valid"], out["errors"], out["warnings"]) == (True, 0, len(WARN))
+    assert run_cdi_gen("validate", "--strict", SPECS / "warn").returncode == 1
+
+
+def test_errors_and_warnings_are_counted_apart(cli: Invoke) -> None:
+    result = cli("validate", "--json", SPECS / "bad" / "env-format--no-equals.json", *DONE_WHEN[:2])
+    assert result.exit_code == 1
+    out = report(result)
+    assert (out["valid"], out["errors"], out["warnings"]) == (False, 1, 2)
+    assert [f["valid"] for f in out["files"]] == [False, True, True]
 
 
 def test_conflict_directory(cli: Invoke) -> None:
@@ -84,6 +139,8 @@ def test_json_report_shape(cli: Invoke) -> None:
     assert result.exit_code == 1
     assert report(result) == {
         "valid": False,
+        "errors": 1,
+        "warnings": 0,
         "files": [
             {
                 "path": str(good),
@@ -173,7 +230,8 @@ def test_empty_directory(cli: Invoke, tmp_path: Path) -> None:
     result = cli("validate", tmp_path)
     assert result.exit_code == 0
     assert result.stdout == f"no spec files found in {tmp_path}\n"
-    assert report(cli("validate", "--json", tmp_path)) == {"valid": True, "files": []}
+    empty = {"valid": True, "errors": 0, "warnings": 0, "files": []}
+    assert report(cli("validate", "--json", tmp_path)) == empty
 
 
 def test_files_runtimes_ignore_get_a_warning(cli: Invoke, tmp_path: Path) -> None:
