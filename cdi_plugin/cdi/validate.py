@@ -33,8 +33,8 @@ HOOK_NAMES = frozenset(
 DEVICE_NODE_TYPES = frozenset({"", "b", "c", "u", "p"})
 ANNOTATIONS_MAX_BYTES = 256 * 1024
 _PERMISSIONS = re.compile(r"[rwm]*")
-#: Lists runtimes that use a released CDI library (``permissions: none`` came after v1.1.0).
-RELEASED_LIBRARIES = "CDI Go library v1.1.0 and earlier (containerd up to 2.3, CRI-O, podman, Docker)"
+#: ``permissions: none`` came to the CDI Go library after its release v1.1.0.
+RELEASED_LIBRARIES = "released CDI Go library (v1.1.0, in containerd 2.3, and older)"
 
 
 def _warning(pointer: str, rule: str, message: str, hint: str) -> Problem:

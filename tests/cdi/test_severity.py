@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,7 @@ from cdi_plugin.generate.config import default_classes
 from cdi_plugin.scan import ScanOptions, make_source, run_scan
 from cdi_plugin.store.registry import load_registry, load_spec_file
 from tests.cdi import upstream
+from tests.cdi.test_validate import SPEC_RULES
 from tests.deviceplugin.helpers import Layout, make_node, spec_of, write_spec
 
 SPECS = upstream.REPO / "specs"
@@ -155,3 +157,29 @@ def test_specs_cdi_gen_scan_writes_have_neither_errors_nor_warnings(tmp_path: Pa
 
 def test_golden_specs_have_neither_errors_nor_warnings() -> None:
     _assert_clean(GOLDEN)
+
+
+def _documented() -> dict[str, str]:
+    """Rule -> severity cell of the tables in docs/validation.md."""
+    out = {}
+    for line in (upstream.REPO / "docs" / "validation.md").read_text().splitlines():
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if len(cells) == 3 and cells[0].startswith("`"):
+            out.update(dict.fromkeys(re.findall(r"`([a-z-]+)`", cells[0]), cells[1]))
+    return out
+
+
+def test_docs_give_every_rule_its_severity() -> None:
+    documented = _documented()
+    extra = {"not-found", "unreadable", "not-a-file", "not-a-directory", "too-large", "not-strict-json",
+             "ignored-suffix", "conflict", "shadowed", "version-above-max"}  # fmt: skip
+    assert set(documented) == SPEC_RULES | WARN_RULES | extra
+    for rule in SPEC_RULES:
+        assert documented[rule].startswith("error"), rule
+    for rule in WARN_RULES:
+        assert "warning" in documented[rule], rule
+    assert {r for r, s in documented.items() if s == "warning"} == WARN_RULES - {"removed-field"} | {
+        "not-strict-json",
+        "ignored-suffix",
+        "shadowed",
+    }
