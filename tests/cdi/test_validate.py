@@ -51,6 +51,7 @@ def test_the_corpus_is_there() -> None:
 def test_good_spec_has_no_error(path: Path) -> None:
     result = check_file(path)
     assert errors(result.problems) == []
+    assert result.problems == [], "a good spec has no warning either (specs/warn has those)"
     assert result.valid
     assert result.spec is not None
     assert validate.runtime_problems(result.spec) == []
