@@ -8,9 +8,9 @@ means current runtimes load it but a known runtime or version does not, or that 
   spec with an error among them is dropped by containerd, CRI-O, podman and Docker; its warnings
   name the runtimes or library versions that read the spec differently. The registry uses only
   these, so it resolves names the way a runtime does and loads a spec that has only warnings.
-* :func:`validate_document` is what ``cdi-gen validate`` and the spec writer run: strict parsing,
-  the project's JSON Schema, the runtime rules and the rules a schema cannot express, all problems
-  collected, at most one per JSON pointer.
+* :func:`validate_bytes` and :func:`validate_object` are what ``cdi-gen validate`` and the spec
+  writer run: strict parsing, the project's JSON Schema, the runtime rules and the rules a schema
+  cannot express, all problems collected, at most one per JSON pointer and rule.
 """
 
 from __future__ import annotations
