@@ -10,7 +10,6 @@ the message type and the parser's reason, before any handler runs.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, Protocol
 
@@ -23,6 +22,7 @@ from cdi_plugin.dra._proto.dra_v1beta1 import api_pb2 as _v1beta1
 from cdi_plugin.dra._proto.dra_v1beta1 import api_pb2_grpc as _v1beta1_grpc
 from cdi_plugin.dra._proto.registration_v1 import api_pb2 as _reg
 from cdi_plugin.dra._proto.registration_v1 import api_pb2_grpc as _reg_grpc
+from cdi_plugin.dra.prepare import Claim, PreparedDevice
 
 __all__ = [
     "PLUGIN_TYPE",
@@ -66,25 +66,6 @@ PluginInfo = _reg.PluginInfo
 RegistrationStatus = _reg.RegistrationStatus
 RegistrationStatusResponse = _reg.RegistrationStatusResponse
 RegistrationStub = _reg_grpc.RegistrationStub
-
-
-@dataclass(frozen=True, slots=True)
-class Claim:
-    """A claim as the kubelet names it in a request (either API version)."""
-
-    namespace: str
-    name: str
-    uid: str
-
-
-@dataclass(frozen=True, slots=True)
-class PreparedDevice:
-    """One allocated device of a prepared claim, as the kubelet receives it."""
-
-    request_names: tuple[str, ...]
-    pool_name: str
-    device_name: str
-    cdi_device_ids: tuple[str, ...]
 
 
 class _Malformed:

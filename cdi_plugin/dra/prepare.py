@@ -8,11 +8,30 @@ failed and why.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
-from cdi_plugin.dra.api import Claim, PreparedDevice
 from cdi_plugin.dra.inventory import ServedDevice
 from cdi_plugin.dra.names import device_names
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """A claim as the kubelet names it in a request (either API version)."""
+
+    namespace: str
+    name: str
+    uid: str
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedDevice:
+    """One allocated device of a prepared claim, as the kubelet receives it."""
+
+    request_names: tuple[str, ...]
+    pool_name: str
+    device_name: str
+    cdi_device_ids: tuple[str, ...]
 
 
 def by_device_name(devices: Mapping[str, ServedDevice]) -> dict[str, ServedDevice]:
