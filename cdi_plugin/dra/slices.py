@@ -172,3 +172,11 @@ def plan(pool: Pool, existing: Sequence[Obj]) -> Plan:
             obj["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"]
             update.append(obj)
     return Plan(generation, tuple(create), tuple(update), tuple(stored.values()))
+
+
+def taints_dropped(pool: Pool, stored: Sequence[Obj]) -> bool:
+    """Whether the API server stored our tainted devices without their taints (DRADeviceTaints off)."""
+    tainted = {str(e["name"]) for chunk in pool.chunks for e in chunk if e.get("taints")}
+    kept = {str(d["name"]) for s in stored for d in s["spec"].get("devices") or [] if d.get("taints")}
+    found = {str(d["name"]) for s in stored for d in s["spec"].get("devices") or []}
+    return bool(tainted & found - kept)

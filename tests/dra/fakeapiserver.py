@@ -6,7 +6,8 @@ create, replace, delete) of ``resource.k8s.io/v1``. Like the real server it: ref
 selectors other than ``spec.nodeName``/``spec.driver``/``metadata.name``; answers a replace
 whose ``metadata.resourceVersion`` is missing or stale with 409 Conflict; refuses changes to
 immutable fields and every slice that breaks the validation rules (422 Invalid); answers
-Status objects. ``fail`` queues errors (409/429/500...) for the next matching requests.
+Status objects. With ``drop_taints`` it drops device taints as a server with the gate off does;
+``fail`` queues errors (409/429/500...) for the next matching requests.
 """
 
 from __future__ import annotations
@@ -65,6 +66,7 @@ class FakeApiServer:
         self.slices: dict[str, dict[str, Any]] = {}
         self.requests: list[tuple[str, str]] = []
         self.failures: list[tuple[str, str, int]] = []  # (method, path prefix, code)
+        self.drop_taints = False  # as with the DRADeviceTaints gate off: taints silently dropped
         self.before: Any = None  # called (method, path) before each request is handled, under the lock
         self._rv = itertools.count(100)
         self.url = ""
@@ -95,6 +97,9 @@ class FakeApiServer:
 
     # -- server -----------------------------------------------------------------------------
     def _store(self, obj: dict[str, Any]) -> dict[str, Any]:
+        if self.drop_taints:
+            for device in obj["spec"].get("devices") or []:
+                device.pop("taints", None)
         problems = slice_problems(obj)
         if problems:
             raise ApiStatus(422, f'ResourceSlice.resource.k8s.io "{obj["metadata"].get("name")}" is invalid: '
