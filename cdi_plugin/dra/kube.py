@@ -14,6 +14,7 @@ errors are retried with exponential backoff; a conflict re-reads the slices and 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import random
 from collections.abc import Awaitable, Callable, Mapping
@@ -84,6 +85,7 @@ class KubeApi:
         self.client = client
         self.backoff = backoff
         self.sleep = sleep
+        self._node_uid = ""
 
     @classmethod
     def connect(cls, driver: str, node: str, kubeconfig: Path | None = None, **kwargs: Any) -> KubeApi:
@@ -124,7 +126,8 @@ class KubeApi:
                 raise
             return str(node.metadata.uid) if node.metadata is not None else ""
 
-        return await self._retry(f"reading node {self.node}", get)
+        self._node_uid = await self._retry(f"reading node {self.node}", get)
+        return self._node_uid
 
     async def read_claim(self, namespace: str, name: str) -> Mapping[str, Any] | None:
         """A ResourceClaim as a dict, None when it does not exist (the kubelet side's ClaimReader)."""
@@ -172,9 +175,10 @@ class KubeApi:
             await self.client.create(_slice(obj))
 
     async def publish(self, pool: Pool) -> Plan:
-        """Bring the stored slices to ``pool``; what was sent (an empty plan when nothing)."""
+        """Bring the stored slices to ``pool``, owned by the Node; what was sent (empty when nothing)."""
         if pool.driver != self.driver or pool.node != self.node:
             raise ValueError(f"pool of {pool.driver} on {pool.node}, not {self.driver} on {self.node}")
+        pool = dataclasses.replace(pool, node_uid=self._node_uid or await self.node_uid())
 
         async def once() -> Plan:
             changes = plan(pool, await self._list())

@@ -102,6 +102,21 @@ class Pool:
     driver: str
     node: str
     chunks: tuple[tuple[Obj, ...], ...]
+    node_uid: str = ""  # when known, the Node owns the slices (deleted with it)
+
+    def _metadata(self, index: int) -> Obj:
+        meta: Obj = {"name": slice_name(self.driver, self.node, index)}
+        if self.node_uid:
+            meta["ownerReferences"] = [
+                {
+                    "apiVersion": "v1",
+                    "kind": "Node",
+                    "name": self.node,
+                    "uid": self.node_uid,
+                    "controller": True,
+                }
+            ]
+        return meta
 
     def slices(self, generation: int) -> list[Obj]:
         count = len(self.chunks)
@@ -109,7 +124,7 @@ class Pool:
             {
                 "apiVersion": API_VERSION,
                 "kind": "ResourceSlice",
-                "metadata": {"name": slice_name(self.driver, self.node, i)},
+                "metadata": self._metadata(i),
                 "spec": {
                     "driver": self.driver,
                     "nodeName": self.node,

@@ -133,6 +133,12 @@ async def test_publish_splits_then_follows_the_inventory(
     stored = _ours(server)
     assert pool_problems(stored) == []
     assert [len(s["spec"]["devices"]) for s in stored] == [128, 72]
+    node_uid = server.nodes[NODE]["metadata"]["uid"]
+    assert all(
+        s["metadata"]["ownerReferences"]
+        == [{"apiVersion": "v1", "kind": "Node", "name": NODE, "uid": node_uid, "controller": True}]
+        for s in stored
+    )
 
     server.requests.clear()
     assert (await kube.publish(build_pool(DRIVER, NODE, inv.devices(), taints=True))).empty

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import kubernetes_validate
@@ -79,5 +80,6 @@ def test_slices_match_the_published_schema() -> None:
         ),
         ServedDevice(cdi_name="cdi-plugin.io/gpu=card1", healthy=False, reason="gone"),
     ]
-    for obj in build_pool(DRIVER, NODE, devices, taints=True).slices(3):
+    pool = dataclasses.replace(build_pool(DRIVER, NODE, devices, taints=True), node_uid="2f0f6c3e-node")
+    for obj in pool.slices(3):
         _valid(obj)
