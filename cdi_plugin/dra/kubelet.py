@@ -17,8 +17,10 @@ side restarted) gets the same answer, and Unprepare, which only names the claim,
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 import logging
+import socket
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -196,9 +198,35 @@ class Registrar:
         return api.RegistrationStatusResponse()
 
 
+def _identity(path: Path) -> tuple[int, int] | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def _someone_listens(path: Path) -> bool:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        probe.settimeout(0.5)
+        try:
+            probe.connect(str(path))
+        except OSError as exc:
+            if exc.errno in (errno.ECONNREFUSED, errno.ENOENT):
+                return False
+            raise
+        return True
+
+
+class SocketInUseError(CdiPluginError):
+    """Another process serves a socket this plugin would bind (another instance of the driver)."""
+
+
 async def _listen(path: Path, add: Any) -> grpc.aio.Server:
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.unlink(missing_ok=True)
+    if _someone_listens(path):
+        raise SocketInUseError(f"{path}: another process is serving it; not replacing it")
+    path.unlink(missing_ok=True)  # stale: nothing listens on it
     server = grpc.aio.server()
     add(server)
     if server.add_insecure_port(f"unix://{path}") == 0:
@@ -208,13 +236,19 @@ async def _listen(path: Path, add: Any) -> grpc.aio.Server:
 
 
 class KubeletPlugin:
-    """Both sockets, started DRA first and stopped registration first; use ``async with``."""
+    """Both sockets, started DRA first and stopped registration first; use ``async with``.
+
+    A socket another process serves is never replaced (SocketInUseError), and on stop a socket is
+    removed only while it is the one this plugin bound. When a socket disappears (a kubelet
+    restart that wiped its directories), :meth:`recover` starts both again, and the kubelet's
+    plugin watcher registers the driver anew.
+    """
 
     def __init__(self, paths: Paths, service: DraService) -> None:
         self.paths = paths
         self.service = service
         self.registrar = Registrar(paths.driver, paths.dra_socket.absolute())
-        self._servers: list[tuple[Path, grpc.aio.Server]] = []
+        self._servers: list[tuple[Path, grpc.aio.Server, tuple[int, int] | None]] = []
 
     async def start(self) -> None:
         def add_dra(server: grpc.aio.Server) -> None:
@@ -226,16 +260,27 @@ class KubeletPlugin:
                 (self.paths.dra_socket, add_dra),
                 (self.paths.registration_socket, lambda s: api.add_registration_servicer(self.registrar, s)),
             ):
-                self._servers.append((path, await _listen(path, add)))
+                server = await _listen(path, add)
+                self._servers.append((path, server, _identity(path)))
         except BaseException:
             await self.stop()
             raise
 
     async def stop(self, grace: float = 1.0) -> None:
         while self._servers:
-            path, server = self._servers.pop()
-            path.unlink(missing_ok=True)
+            path, server, bound = self._servers.pop()
             await server.stop(grace)
+            if bound is not None and _identity(path) == bound:
+                path.unlink(missing_ok=True)
+
+    async def recover(self) -> bool:
+        """Start again when a socket is gone or replaced; True when it did."""
+        if all(_identity(path) == inode for path, _, inode in self._servers):
+            return False
+        log.warning("a DRA plugin socket of %s disappeared; serving and registering again", self.paths.driver)
+        await self.stop()
+        await self.start()
+        return True
 
     async def __aenter__(self) -> KubeletPlugin:
         await self.start()

@@ -13,7 +13,14 @@ import pytest
 import pytest_asyncio
 
 from cdi_plugin.dra import api
-from cdi_plugin.dra.kubelet import ClaimReadError, DraService, KubeletPlugin, Paths, PreparedClaims
+from cdi_plugin.dra.kubelet import (
+    ClaimReadError,
+    DraService,
+    KubeletPlugin,
+    Paths,
+    PreparedClaims,
+    SocketInUseError,
+)
 from tests.dra.conftest import DRIVER, NODE, write_spec
 from tests.dra.fakekubelet import FakeKubelet, RegistrationRefused
 from tests.dra.specinventory import SpecDirInventory
@@ -252,3 +259,31 @@ async def test_malformed_request_is_invalid_argument(kubelet: FakeKubelet) -> No
             await call(b"\x0a\x05\xff\xff", timeout=5)
     assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "malformed k8s.io.kubelet.pkg.apis.dra.v1.NodePrepareResourcesRequest" in str(info.value.details())
+
+
+async def test_sockets_come_back_after_the_kubelet_wiped_them(
+    paths: Paths, plugin: KubeletPlugin, kubelet: FakeKubelet, claims: Claims
+) -> None:
+    assert not await plugin.recover()  # nothing to do
+    paths.registration_socket.unlink()
+    paths.dra_socket.unlink()
+    assert await plugin.recover()
+    again = FakeKubelet(paths.registry_dir)
+    await again.register(again.sockets()[0], DRIVER)
+    ref = api.Claim("ns", "c", "uid-1")
+    claims.add(claim_obj(ref, ("r", NODE, "fuse-fuse")))
+    assert isinstance((await again.prepare(ref))["uid-1"], tuple)
+
+
+async def test_a_socket_another_instance_serves_is_not_replaced(
+    paths: Paths, inventory: SpecDirInventory, claims: Claims
+) -> None:
+    async with _plugin(paths, inventory, claims):
+        second = _plugin(paths, inventory, claims)
+        with pytest.raises(SocketInUseError, match=r"dra\.sock: another process is serving it"):
+            await second.start()
+        kubelet = FakeKubelet(paths.registry_dir)
+        await kubelet.register(paths.registration_socket, DRIVER)
+        assert await kubelet.prepare() == {}  # the first instance still answers
+    assert FakeKubelet(paths.registry_dir).sockets() == []
+    assert not paths.dra_socket.exists()
