@@ -158,9 +158,20 @@ class Plan:
         return not (self.create or self.update or self.delete)
 
 
+def _device_content(device: Obj) -> Obj:
+    """What this driver sets in a device entry: the server's additions (taints' ``timeAdded``) left out."""
+    out = {k: v for k, v in device.items() if k in ("name", "attributes", "taints") and v}
+    if "taints" in out:
+        out["taints"] = [
+            {k: v for k, v in taint.items() if k != "timeAdded" and v} for taint in out["taints"]
+        ]
+    return out
+
+
 def _content(obj: Obj) -> tuple[str, Any]:
     spec = obj["spec"]
-    return obj["metadata"]["name"], (spec["pool"].get("resourceSliceCount"), spec.get("devices") or [])
+    devices = [_device_content(d) for d in spec.get("devices") or []]
+    return obj["metadata"]["name"], (spec["pool"].get("resourceSliceCount"), devices)
 
 
 def plan(pool: Pool, existing: Sequence[Obj]) -> Plan:

@@ -97,9 +97,11 @@ class FakeApiServer:
 
     # -- server -----------------------------------------------------------------------------
     def _store(self, obj: dict[str, Any]) -> dict[str, Any]:
-        if self.drop_taints:
-            for device in obj["spec"].get("devices") or []:
+        for device in obj["spec"].get("devices") or []:
+            if self.drop_taints:
                 device.pop("taints", None)
+            for taint in device.get("taints") or []:
+                taint.setdefault("timeAdded", "2026-01-01T00:00:00Z")  # the server fills it in
         problems = slice_problems(obj)
         if problems:
             raise ApiStatus(422, f'ResourceSlice.resource.k8s.io "{obj["metadata"].get("name")}" is invalid: '

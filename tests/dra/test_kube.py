@@ -154,7 +154,12 @@ async def test_publish_splits_then_follows_the_inventory(
     assert {s["spec"]["pool"]["generation"] for s in stored} == {1}
     devices = {d["name"]: d for s in stored for d in s["spec"]["devices"]}
     assert len(devices) == 201
-    assert devices["fuse-fuse0"]["taints"] == [{"key": f"{DRIVER}/unhealthy", "effect": "NoSchedule"}]
+    assert devices["fuse-fuse0"]["taints"] == [
+        {"key": f"{DRIVER}/unhealthy", "effect": "NoSchedule", "timeAdded": "2026-01-01T00:00:00Z"}
+    ]
+    server.requests.clear()  # the server's timeAdded is no difference: nothing to send again
+    assert (await kube.publish(build_pool(DRIVER, NODE, inv.devices(), taints=True))).empty
+    assert server.writes() == []
 
     write_spec(spec_dir, "cdi-plugin.io/fuse", {"fuse1": str(host_nodes / "fuse1")})  # hot-unplug
     inv.refresh_now()

@@ -103,5 +103,5 @@ async def test_with_device_taints_unhealthy_devices_stay_tainted(
     [stored] = _ours(server)
     assert [d.get("taints") for d in stored["spec"]["devices"]] == [
         None,
-        [{"key": f"{DRIVER}/unhealthy", "effect": "NoSchedule"}],
+        [{"key": f"{DRIVER}/unhealthy", "effect": "NoSchedule", "timeAdded": "2026-01-01T00:00:00Z"}],
     ]
