@@ -89,7 +89,10 @@ class KubeApi:
 
     @classmethod
     def connect(cls, driver: str, node: str, kubeconfig: Path | None = None, **kwargs: Any) -> KubeApi:
-        """In-cluster credentials, else ``$KUBECONFIG`` or ``~/.kube/config``; ``kubeconfig`` overrides."""
+        """In-cluster credentials, else ``$KUBECONFIG`` or ``~/.kube/config``.
+
+        An explicit ``kubeconfig`` overrides them and the environment altogether (proxies included).
+        """
         config = KubeConfig.from_file(kubeconfig) if kubeconfig is not None else None
         client = AsyncClient(config, lazy=False, field_manager=FIELD_MANAGER, trust_env=kubeconfig is None)
         return cls(driver, node, client, **kwargs)

@@ -92,13 +92,26 @@ class PreparedClaims:
         for uid, devices in raw.items():
             self._claims[uid] = tuple(
                 api.PreparedDevice(
-                    tuple(d["request_names"]), d["pool_name"], d["device_name"], tuple(d["cdi_device_ids"])
+                    tuple(d["request_names"]),
+                    d["pool_name"],
+                    d["device_name"],
+                    tuple(d["cdi_device_ids"]),
+                    bool(d.get("admin_access")),
                 )
                 for d in devices
             )
 
     def get(self, uid: str) -> tuple[api.PreparedDevice, ...] | None:
         return self._claims.get(uid)
+
+    def in_use(self) -> dict[tuple[str, str], str]:
+        """(pool, device) to the claim UID it is prepared for, without admin access."""
+        return {
+            (d.pool_name, d.device_name): uid
+            for uid, devices in self._claims.items()
+            for d in devices
+            if not d.admin_access
+        }
 
     def put(self, uid: str, devices: tuple[api.PreparedDevice, ...]) -> None:
         self._claims[uid] = devices
@@ -146,7 +159,14 @@ class DraService:
                 elif isinstance(obj, ClaimReadError):
                     out[ref.uid] = f"claim {ref.namespace}/{ref.name}: cannot read it: {obj}"
                 else:
-                    result = prepare_claim(ref, obj, driver=self.driver, pool=self.pool, devices=devices)
+                    result = prepare_claim(
+                        ref,
+                        obj,
+                        driver=self.driver,
+                        pool=self.pool,
+                        devices=devices,
+                        in_use=self.prepared.in_use(),
+                    )
                     if isinstance(result, str):
                         log.warning("prepare failed: %s", result)
                     else:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 from cdi_plugin.dra.inventory import ServedDevice
@@ -32,6 +33,7 @@ class PreparedDevice:
     pool_name: str
     device_name: str
     cdi_device_ids: tuple[str, ...]
+    admin_access: bool = False  # kept by the driver, not sent: such a device may be shared
 
 
 def by_device_name(devices: Mapping[str, ServedDevice]) -> dict[str, ServedDevice]:
@@ -47,8 +49,13 @@ def prepare_claim(
     driver: str,
     pool: str,
     devices: Mapping[str, ServedDevice],
+    in_use: Mapping[tuple[str, str], str] = MappingProxyType({}),
 ) -> tuple[PreparedDevice, ...] | str:
-    """The prepared devices of ``claim``, or why it cannot be prepared."""
+    """The prepared devices of ``claim``, or why it cannot be prepared.
+
+    ``in_use`` maps (pool, device) to the UID of the claim it is prepared for, without admin
+    access; such a device is refused to another claim unless this one has admin access.
+    """
     where = f"claim {ref.namespace}/{ref.name}"
     if claim is None:
         return f"{where}: not found in the API server (deleted after allocation?)"
@@ -63,6 +70,7 @@ def prepare_claim(
         return f"{where}: no device allocated by driver {driver}"
     served = by_device_name(devices)
     requests: dict[tuple[str, str], list[str]] = {}
+    admin: dict[tuple[str, str], bool] = {}
     for result in results:
         key = (str(result.get("pool")), str(result.get("device")))
         device = f"device {key[0]}/{key[1]}"
@@ -73,10 +81,15 @@ def prepare_claim(
             return f"{where}: {device}: not served by driver {driver} on this node (removed?)"
         if not found.healthy:
             return f"{where}: {device} ({found.cdi_name}): unhealthy: {found.reason or 'no reason given'}"
+        admin[key] = admin.get(key, True) and bool(result.get("adminAccess"))
+        holder = in_use.get(key, ref.uid)
+        if holder != ref.uid and not admin[key]:
+            return f"{where}: {device} ({found.cdi_name}): already prepared for claim {holder}"
         base = str(result.get("request", "")).partition("/")[0]
         names = requests.setdefault(key, [])
         if base not in names:
             names.append(base)
     return tuple(
-        PreparedDevice(tuple(names), p, d, (served[d].cdi_name,)) for (p, d), names in requests.items()
+        PreparedDevice(tuple(names), p, d, (served[d].cdi_name,), admin[p, d])
+        for (p, d), names in requests.items()
     )

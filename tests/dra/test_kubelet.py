@@ -29,9 +29,9 @@ pytestmark = pytest.mark.asyncio
 
 
 def claim_obj(
-    ref: api.Claim, *results: tuple[str, str, str], driver: str = DRIVER, uid: str = ""
+    ref: api.Claim, *results: tuple[str, str, str], driver: str = DRIVER, uid: str = "", admin: bool = False
 ) -> dict[str, Any]:
-    """A ResourceClaim allocated to (request, pool, device) triples."""
+    """A ResourceClaim allocated to (request, pool, device) triples (with admin access: ``admin``)."""
     return {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceClaim",
@@ -40,7 +40,9 @@ def claim_obj(
             "allocation": {
                 "devices": {
                     "results": [
-                        {"request": r, "driver": driver, "pool": p, "device": d} for r, p, d in results
+                        {"request": r, "driver": driver, "pool": p, "device": d}
+                        | ({"adminAccess": True} if admin else {})
+                        for r, p, d in results
                     ]
                 }
             }
@@ -170,7 +172,7 @@ async def test_bad_claims_get_one_line_errors_and_do_not_stop_the_good_one(
     claims.add(claim_obj(refs["good"], ("r", NODE, "fuse-fuse")))
     claims.add(claim_obj(refs["replaced"], ("r", NODE, "fuse-fuse"), uid="uid-new"))
     claims.add(claim_obj(refs["other"], ("r", NODE, "fuse-fuse"), driver="gpu.example.com"))
-    claims.add(claim_obj(refs["unknown"], ("r", NODE, "fuse-fuse"), ("r", NODE, "net-eth0")))
+    claims.add(claim_obj(refs["unknown"], ("r", NODE, "gpu-card1"), ("r", NODE, "net-eth0")))
     claims.add(claim_obj(refs["sick"], ("r", NODE, "gpu-gone")))
     claims.add(claim_obj(refs["pool"], ("r", "node-b", "fuse-fuse")))
     claims.add(
@@ -287,3 +289,25 @@ async def test_a_socket_another_instance_serves_is_not_replaced(
         assert await kubelet.prepare() == {}  # the first instance still answers
     assert FakeKubelet(paths.registry_dir).sockets() == []
     assert not paths.dra_socket.exists()
+
+
+async def test_a_device_prepared_for_one_claim_is_refused_to_another_unless_admin_access(
+    kubelet: FakeKubelet, claims: Claims, paths: Paths
+) -> None:
+    first, second, admin = (api.Claim("ns", n, f"uid-{n}") for n in ("first", "second", "admin"))
+    claims.add(claim_obj(first, ("r", NODE, "gpu-card0")))
+    claims.add(claim_obj(second, ("r", NODE, "gpu-card1"), ("r", NODE, "gpu-card0")))
+    claims.add(claim_obj(admin, ("r", NODE, "gpu-card0"), admin=True))
+    assert isinstance((await kubelet.prepare(first))["uid-first"], tuple)
+    assert await kubelet.prepare(second) == {
+        "uid-second": "claim ns/second: device node-a/gpu-card0 (cdi-plugin.io/gpu=card0): "
+        "already prepared for claim uid-first"
+    }
+    assert isinstance((await kubelet.prepare(admin))["uid-admin"], tuple)  # admin access may share it
+    assert await kubelet.unprepare(first) == {"uid-first": ""}
+    assert [d.device_name for d in (await kubelet.prepare(second))["uid-second"]] == [
+        "gpu-card1",
+        "gpu-card0",
+    ]
+    state = json.loads(paths.state_file.read_text())
+    assert [d["admin_access"] for d in state["uid-admin"]] == [True]
