@@ -84,21 +84,24 @@ class PreparedClaims:
         self._claims: dict[str, tuple[api.PreparedDevice, ...]] = {}
         try:
             raw = json.loads(path.read_bytes())
-        except FileNotFoundError:
-            return
-        except (OSError, ValueError) as exc:
-            log.warning("%s: unreadable, starting with no prepared claims: %s", path, exc)
-            return
-        for uid, devices in raw.items():
-            self._claims[uid] = tuple(
-                api.PreparedDevice(
-                    tuple(d["request_names"]),
-                    d["pool_name"],
-                    d["device_name"],
-                    tuple(d["cdi_device_ids"]),
-                    bool(d.get("admin_access")),
+            self._claims = {
+                str(uid): tuple(
+                    api.PreparedDevice(
+                        tuple(d["request_names"]),
+                        d["pool_name"],
+                        d["device_name"],
+                        tuple(d["cdi_device_ids"]),
+                        bool(d.get("admin_access")),
+                    )
+                    for d in devices
                 )
-                for d in devices
+                for uid, devices in raw.items()
+            }
+        except FileNotFoundError:
+            pass
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            log.warning(
+                "%s: unreadable (%s: %s); starting with no prepared claims", path, type(exc).__name__, exc
             )
 
     def get(self, uid: str) -> tuple[api.PreparedDevice, ...] | None:

@@ -311,3 +311,17 @@ async def test_a_device_prepared_for_one_claim_is_refused_to_another_unless_admi
     ]
     state = json.loads(paths.state_file.read_text())
     assert [d["admin_access"] for d in state["uid-admin"]] == [True]
+
+
+@pytest.mark.parametrize("content", ["{not json", '{"uid-1": [{"pool_name": "x"}]}', "[1, 2]"])
+async def test_an_unreadable_state_file_is_reported_and_replaced(
+    tmp_path: Path, content: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "prepared.json"
+    path.write_text(content)
+    with caplog.at_level(logging.WARNING):
+        state = PreparedClaims(path)
+    assert f"{path}: unreadable (" in caplog.text
+    assert state.get("uid-1") is None
+    state.put("uid-2", ())
+    assert json.loads(path.read_text()) == {"uid-2": []}
