@@ -1,13 +1,13 @@
-"""Generate the Python code of the kubelet device plugin API from proto/deviceplugin/v1beta1/api.proto.
+"""Generate the Python code of the kubelet APIs from the protos in proto/.
 
-    python proto/generate.py           write cdi_plugin/deviceplugin/_proto/
+    python proto/generate.py           write every target package (see TARGETS)
     python proto/generate.py --check   regenerate into a temporary directory and exit 1 if the
                                        committed code differs (or has files too many or too few)
 
 Uses grpcio-tools (protoc + the gRPC plugin) and mypy-protobuf (the .pyi stubs), at the versions
 pinned in pyproject.toml: another version generates different code, which --check reports.
 protoc writes imports as ``from deviceplugin.v1beta1 import api_pb2``; they are rewritten to the
-package path so the code imports as ``cdi_plugin.deviceplugin._proto``.
+package path so the code imports as, for example, ``cdi_plugin.deviceplugin._proto``.
 """
 
 from __future__ import annotations
@@ -19,19 +19,42 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import NamedTuple
 
 ROOT = Path(__file__).resolve().parent.parent
 PROTO_ROOT = ROOT / "proto"
-PROTO_FILE = "deviceplugin/v1beta1/api.proto"
-OUT_DIR = ROOT / "cdi_plugin" / "deviceplugin" / "_proto"
-PACKAGE = "cdi_plugin.deviceplugin._proto"
-PROTOC_IMPORT = "from deviceplugin.v1beta1 import api_pb2 as"
 GENERATED = ("api_pb2.py", "api_pb2.pyi", "api_pb2_grpc.py", "api_pb2_grpc.pyi")
-INIT = '''"""Code generated from proto/deviceplugin/v1beta1/api.proto by proto/generate.py; do not edit.
 
-Only cdi_plugin.deviceplugin.api imports this package.
+
+class Target(NamedTuple):
+    """One proto file and the package its code is generated into."""
+
+    proto: str  # relative to proto/
+    package: str  # dotted import path of the generated package
+    importer: str  # the only module allowed to import it
+    out: Path  # where the package is written
+
+    @property
+    def init(self) -> str:
+        return f'''"""Code generated from proto/{self.proto} by proto/generate.py; do not edit.
+
+Only {self.importer} imports this package.
 """
 '''
+
+
+def _target(proto: str, package: str, importer: str) -> Target:
+    return Target(proto, package, importer, ROOT.joinpath(*package.split(".")))
+
+
+TARGETS = (
+    _target(
+        "deviceplugin/v1beta1/api.proto", "cdi_plugin.deviceplugin._proto", "cdi_plugin.deviceplugin.api"
+    ),
+    _target("pluginregistration/v1/api.proto", "cdi_plugin.dra._proto.registration_v1", "cdi_plugin.dra.api"),
+    _target("dra/v1/api.proto", "cdi_plugin.dra._proto.dra_v1", "cdi_plugin.dra.api"),
+    _target("dra/v1beta1/api.proto", "cdi_plugin.dra._proto.dra_v1beta1", "cdi_plugin.dra.api"),
+)
 
 
 def _plugin(name: str) -> str:
@@ -43,8 +66,8 @@ def _plugin(name: str) -> str:
     return found
 
 
-def generate(out: Path) -> None:
-    """Write the generated package (``__init__.py`` and the four modules) into ``out``."""
+def generate(target: Target, out: Path) -> None:
+    """Write the generated package of ``target`` (``__init__.py`` and four modules) into ``out``."""
     with tempfile.TemporaryDirectory() as raw:
         tmp = Path(raw)
         cmd = [
@@ -58,21 +81,22 @@ def generate(out: Path) -> None:
             f"--plugin=protoc-gen-mypy_grpc={_plugin('protoc-gen-mypy_grpc')}",
             f"--mypy_out={tmp}",
             f"--mypy_grpc_out={tmp}",
-            PROTO_FILE,
+            target.proto,
         ]
         result = subprocess.run(cmd, capture_output=True, text=True, check=False)
         if result.returncode != 0:
             sys.exit(f"generate.py: error: protoc failed: {result.stderr.strip()}")
         out.mkdir(parents=True, exist_ok=True)
-        src = tmp / Path(PROTO_FILE).parent
+        src = tmp / Path(target.proto).parent
+        protoc_import = f"from {src.relative_to(tmp).as_posix().replace('/', '.')} import api_pb2 as"
         for name in GENERATED:
             text = (src / name).read_text(encoding="utf-8")
             if name.startswith("api_pb2_grpc"):
-                if PROTOC_IMPORT not in text:
-                    sys.exit(f"generate.py: error: {name}: expected import {PROTOC_IMPORT!r} not found")
-                text = text.replace(PROTOC_IMPORT, f"from {PACKAGE} import api_pb2 as")
+                if protoc_import not in text:
+                    sys.exit(f"generate.py: error: {name}: expected import {protoc_import!r} not found")
+                text = text.replace(protoc_import, f"from {target.package} import api_pb2 as")
             (out / name).write_text(text, encoding="utf-8")
-        (out / "__init__.py").write_text(INIT, encoding="utf-8")
+        (out / "__init__.py").write_text(target.init, encoding="utf-8")
 
 
 def _files(directory: Path) -> dict[str, str]:
@@ -83,19 +107,20 @@ def _files(directory: Path) -> dict[str, str]:
     }
 
 
-def check() -> int:
-    """0 when the committed code is what the generator writes now; 1 (with a diff) otherwise."""
+def _stale(target: Target) -> bool:
+    """Whether the committed code of ``target`` differs from what the generator writes now."""
     with tempfile.TemporaryDirectory() as raw:
         fresh_dir = Path(raw) / "_proto"
-        generate(fresh_dir)
+        generate(target, fresh_dir)
         fresh = _files(fresh_dir)
-    committed = _files(OUT_DIR) if OUT_DIR.is_dir() else {}
+    out_dir = target.out
+    committed = _files(out_dir) if out_dir.is_dir() else {}
     stale = False
     for name in sorted(set(fresh) | set(committed)):
         if name not in committed:
-            print(f"{OUT_DIR / name}: missing", file=sys.stderr)
+            print(f"{out_dir / name}: missing", file=sys.stderr)
         elif name not in fresh:
-            print(f"{OUT_DIR / name}: not generated from the proto (remove it)", file=sys.stderr)
+            print(f"{out_dir / name}: not generated from the proto (remove it)", file=sys.stderr)
         elif fresh[name] != committed[name]:
             diff = difflib.unified_diff(
                 committed[name].splitlines(keepends=True),
@@ -105,11 +130,17 @@ def check() -> int:
                 n=1,
             )
             sys.stderr.writelines(list(diff)[:40])
-            print(f"{OUT_DIR / name}: out of date", file=sys.stderr)
+            print(f"{out_dir / name}: out of date", file=sys.stderr)
         else:
             continue
         stale = True
-    if stale:
+    return stale
+
+
+def check() -> int:
+    """0 when the committed code is what the generator writes now; 1 (with a diff) otherwise."""
+    stale = [_stale(target) for target in TARGETS]  # every target, to report them all
+    if any(stale):
         print(
             "generate.py: the generated code is out of date; run: python proto/generate.py", file=sys.stderr
         )
@@ -125,8 +156,9 @@ def main() -> int:
     args = parser.parse_args()
     if args.check:
         return check()
-    generate(OUT_DIR)
-    print(f"wrote {OUT_DIR.relative_to(ROOT)}/")
+    for target in TARGETS:
+        generate(target, target.out)
+        print(f"wrote {target.out.relative_to(ROOT)}/")
     return 0
 
 

@@ -42,13 +42,14 @@ def test_committed_code_is_what_the_generator_writes() -> None:
 def test_the_check_fails_on_stale_or_extra_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     gen = _generator()
     copy = tmp_path / "_proto"
-    shutil.copytree(gen.OUT_DIR, copy, ignore=shutil.ignore_patterns("__pycache__"))
-    monkeypatch.setattr(gen, "OUT_DIR", copy)
+    target = gen.TARGETS[0]._replace(out=copy)
+    shutil.copytree(gen.TARGETS[0].out, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setattr(gen, "TARGETS", (target,))
     assert gen.check() == 0
     stale = copy / "api_pb2.pyi"
     stale.write_text(stale.read_text() + "\n# edited by hand\n")
     assert gen.check() == 1
-    gen.generate(copy)
+    gen.generate(target, copy)
     assert gen.check() == 0
     (copy / "extra_pb2.py").write_text("")
     assert gen.check() == 1

@@ -1,0 +1,205 @@
+"""The kubelet DRA APIs: the only module that imports the generated code in ``_proto``.
+
+Three services: plugin registration (``pluginregistration``, served by the driver for the
+kubelet's plugin watcher) and the DRA plugin service in versions v1 and v1beta1 (identical but
+for ``Device.share_id``). The rest of the driver, and the tests' fake kubelet, use the names and
+builders here. Requests are parsed so that a malformed one is answered INVALID_ARGUMENT, naming
+the message type and the parser's reason, before any handler runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from types import ModuleType
+from typing import Any, Protocol
+
+import grpc
+from google.protobuf.message import DecodeError
+
+from cdi_plugin.dra._proto.dra_v1 import api_pb2 as _v1
+from cdi_plugin.dra._proto.dra_v1 import api_pb2_grpc as _v1_grpc
+from cdi_plugin.dra._proto.dra_v1beta1 import api_pb2 as _v1beta1
+from cdi_plugin.dra._proto.dra_v1beta1 import api_pb2_grpc as _v1beta1_grpc
+from cdi_plugin.dra._proto.registration_v1 import api_pb2 as _reg
+from cdi_plugin.dra._proto.registration_v1 import api_pb2_grpc as _reg_grpc
+from cdi_plugin.dra.prepare import Claim, PreparedDevice
+
+__all__ = [
+    "PLUGIN_TYPE",
+    "V1",
+    "V1BETA1",
+    "VERSIONS",
+    "Claim",
+    "DRAServicer",
+    "InfoRequest",
+    "PluginInfo",
+    "PreparedDevice",
+    "RegistrationServicer",
+    "RegistrationStatus",
+    "RegistrationStatusResponse",
+    "RegistrationStub",
+    "add_dra_servicer",
+    "add_registration_servicer",
+    "claims_of",
+    "dra_stub",
+    "prepare_request",
+    "prepare_response",
+    "prepared",
+    "unprepare_request",
+    "unprepare_response",
+    "version_of",
+]
+
+#: Plugin type a DRA driver registers with.
+PLUGIN_TYPE = "DRAPlugin"
+#: Advertised API strings, in the driver's order of preference (the kubelet takes the first it knows).
+V1 = "v1.DRAPlugin"
+V1BETA1 = "v1beta1.DRAPlugin"
+VERSIONS = (V1, V1BETA1)
+_MODULES: Mapping[str, tuple[ModuleType, ModuleType]] = {
+    V1: (_v1, _v1_grpc),
+    V1BETA1: (_v1beta1, _v1beta1_grpc),
+}
+
+InfoRequest = _reg.InfoRequest
+PluginInfo = _reg.PluginInfo
+RegistrationStatus = _reg.RegistrationStatus
+RegistrationStatusResponse = _reg.RegistrationStatusResponse
+RegistrationStub = _reg_grpc.RegistrationStub
+
+
+class _Malformed:
+    def __init__(self, type_name: str, reason: str) -> None:
+        self.message = f"malformed {type_name}: {reason}"
+
+
+def _parser(cls: Any) -> Callable[[bytes], Any]:
+    def parse(data: bytes) -> Any:
+        try:
+            return cls.FromString(data)
+        except DecodeError as exc:
+            return _Malformed(cls.DESCRIPTOR.full_name, str(exc))
+
+    return parse
+
+
+def _unary(behavior: Callable[[Any, Any], Awaitable[Any]]) -> Callable[[Any, Any], Awaitable[Any]]:
+    async def handle(request: Any, context: Any) -> Any:
+        if isinstance(request, _Malformed):
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, request.message)
+        return await behavior(request, context)
+
+    return handle
+
+
+def _add(pb: ModuleType, service_name: str, servicer: object, server: grpc.aio.Server) -> None:
+    service = pb.DESCRIPTOR.services_by_name[service_name]
+    handlers = {
+        method.name: grpc.unary_unary_rpc_method_handler(
+            _unary(getattr(servicer, method.name)),
+            request_deserializer=_parser(getattr(pb, method.input_type.name)),
+            response_serializer=getattr(pb, method.output_type.name).SerializeToString,
+        )
+        for method in service.methods
+    }
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service.full_name, handlers),))
+
+
+class RegistrationServicer(Protocol):
+    async def GetInfo(self, request: Any, context: Any) -> Any: ...
+    async def NotifyRegistrationStatus(self, request: Any, context: Any) -> Any: ...
+
+
+class DRAServicer(Protocol):
+    """Answers both API versions: builds responses with :func:`prepare_response` for ``version``."""
+
+    async def NodePrepareResources(self, request: Any, context: Any) -> Any: ...
+    async def NodeUnprepareResources(self, request: Any, context: Any) -> Any: ...
+
+
+def add_registration_servicer(servicer: RegistrationServicer, server: grpc.aio.Server) -> None:
+    """Serve ``/pluginregistration.Registration/*`` from ``servicer`` on ``server``."""
+    _add(_reg, "Registration", servicer, server)
+
+
+def add_dra_servicer(version: str, servicer: DRAServicer, server: grpc.aio.Server) -> None:
+    """Serve the DRAPlugin service of ``version`` (``v1.DRAPlugin`` or ``v1beta1.DRAPlugin``)."""
+    _add(_MODULES[version][0], "DRAPlugin", servicer, server)
+
+
+def version_of(request: Any) -> str:
+    """The advertised API string of a request message."""
+    package = request.DESCRIPTOR.file.package
+    return V1 if package == _v1.DESCRIPTOR.package else V1BETA1
+
+
+def claims_of(request: Any) -> list[Claim]:
+    """The claims of a prepare or unprepare request of either version."""
+    return [Claim(c.namespace, c.name, c.uid) for c in request.claims]
+
+
+def _claims(pb: ModuleType, claims: Iterable[Claim]) -> list[Any]:
+    return [pb.Claim(namespace=c.namespace, name=c.name, uid=c.uid) for c in claims]
+
+
+def prepare_request(version: str, claims: Iterable[Claim]) -> Any:
+    pb = _MODULES[version][0]
+    return pb.NodePrepareResourcesRequest(claims=_claims(pb, claims))
+
+
+def unprepare_request(version: str, claims: Iterable[Claim]) -> Any:
+    pb = _MODULES[version][0]
+    return pb.NodeUnprepareResourcesRequest(claims=_claims(pb, claims))
+
+
+def prepare_response(version: str, results: Mapping[str, tuple[PreparedDevice, ...] | str]) -> Any:
+    """Per claim UID, its devices or an error text."""
+    pb = _MODULES[version][0]
+    out = pb.NodePrepareResourcesResponse()
+    for uid, result in results.items():
+        entry = out.claims[uid]
+        if isinstance(result, str):
+            entry.error = result
+            continue
+        entry.devices.extend(
+            pb.Device(
+                request_names=list(d.request_names),
+                pool_name=d.pool_name,
+                device_name=d.device_name,
+                cdi_device_ids=list(d.cdi_device_ids),
+            )
+            for d in result
+        )
+    return out
+
+
+def unprepare_response(version: str, errors: Mapping[str, str]) -> Any:
+    """Per claim UID, an error text (empty when released)."""
+    pb = _MODULES[version][0]
+    out = pb.NodeUnprepareResourcesResponse()
+    for uid, error in errors.items():
+        out.claims[uid].error = error
+    return out
+
+
+def prepared(response: Any) -> dict[str, tuple[PreparedDevice, ...] | str]:
+    """A prepare response of either version as plain values (the fake kubelet's view)."""
+    return {
+        uid: entry.error
+        or tuple(
+            PreparedDevice(tuple(d.request_names), d.pool_name, d.device_name, tuple(d.cdi_device_ids))
+            for d in entry.devices
+        )
+        for uid, entry in response.claims.items()
+    }
+
+
+class _Stub(Protocol):
+    NodePrepareResources: Callable[..., Any]
+    NodeUnprepareResources: Callable[..., Any]
+
+
+def dra_stub(version: str, channel: grpc.aio.Channel) -> _Stub:
+    """A client of the DRAPlugin service of ``version`` (the kubelet's side)."""
+    stub: _Stub = _MODULES[version][1].DRAPluginStub(channel)
+    return stub

@@ -1,0 +1,313 @@
+"""The driver's side of the kubelet: registration through the plugin watcher, and the DRA service.
+
+Sockets (absolute paths, the same inside and outside the container):
+
+* ``<plugins>/<driver>/dra.sock`` serves ``v1.DRAPlugin`` and ``v1beta1.DRAPlugin``;
+* ``<plugins_registry>/<driver>-reg.sock`` serves ``pluginregistration.Registration``.
+
+The DRA socket starts first, so the kubelet never registers an endpoint that does not answer;
+on stop the registration socket goes first. A stale socket is removed before listening.
+
+Prepare reads every claim through a :class:`ClaimReader` (outside the lock), then, one call at
+a time, answers each claim with its devices' CDI names or a one-line error. Prepared claims are
+kept in ``<plugins>/<driver>/prepared.json``, so a repeated call (the kubelet's, after either
+side restarted) gets the same answer, and Unprepare, which only names the claim, releases it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import json
+import logging
+import socket
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import grpc
+
+from cdi_plugin.dra import api
+from cdi_plugin.dra.inventory import Inventory
+from cdi_plugin.dra.prepare import prepare_claim
+from cdi_plugin.errors import CdiPluginError
+from cdi_plugin.store.atomic import write_atomic
+
+log = logging.getLogger(__name__)
+
+DEFAULT_REGISTRY_DIR = Path("/var/lib/kubelet/plugins_registry")
+DEFAULT_PLUGINS_DIR = Path("/var/lib/kubelet/plugins")
+
+
+class ClaimReadError(CdiPluginError):
+    """A ResourceClaim could not be read (the API server is down, refused, or kept failing)."""
+
+
+class ClaimReader(Protocol):
+    async def read_claim(self, namespace: str, name: str) -> Mapping[str, Any] | None:
+        """The claim object, or ``None`` when it does not exist; ClaimReadError when unknown."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class Paths:
+    driver: str
+    registry_dir: Path = DEFAULT_REGISTRY_DIR
+    plugins_dir: Path = DEFAULT_PLUGINS_DIR
+
+    @property
+    def plugin_dir(self) -> Path:
+        return self.plugins_dir / self.driver
+
+    @property
+    def dra_socket(self) -> Path:
+        return self.plugin_dir / "dra.sock"
+
+    @property
+    def registration_socket(self) -> Path:
+        return self.registry_dir / f"{self.driver}-reg.sock"
+
+    @property
+    def state_file(self) -> Path:
+        return self.plugin_dir / "prepared.json"
+
+
+Result = tuple[api.PreparedDevice, ...] | str
+
+
+class PreparedClaims:
+    """The prepared claims by UID, on disk so they outlive a restart of either side."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._claims: dict[str, tuple[api.PreparedDevice, ...]] = {}
+        try:
+            raw = json.loads(path.read_bytes())
+            self._claims = {
+                str(uid): tuple(
+                    api.PreparedDevice(
+                        tuple(d["request_names"]),
+                        d["pool_name"],
+                        d["device_name"],
+                        tuple(d["cdi_device_ids"]),
+                        bool(d.get("admin_access")),
+                    )
+                    for d in devices
+                )
+                for uid, devices in raw.items()
+            }
+        except FileNotFoundError:
+            pass
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            log.warning(
+                "%s: unreadable (%s: %s); starting with no prepared claims", path, type(exc).__name__, exc
+            )
+
+    def get(self, uid: str) -> tuple[api.PreparedDevice, ...] | None:
+        return self._claims.get(uid)
+
+    def in_use(self) -> dict[tuple[str, str], str]:
+        """(pool, device) to the claim UID it is prepared for, without admin access."""
+        return {
+            (d.pool_name, d.device_name): uid
+            for uid, devices in self._claims.items()
+            for d in devices
+            if not d.admin_access
+        }
+
+    def put(self, uid: str, devices: tuple[api.PreparedDevice, ...]) -> None:
+        self._claims[uid] = devices
+        self._save()
+
+    def drop(self, uid: str) -> None:
+        if self._claims.pop(uid, None) is not None:
+            self._save()
+
+    def _save(self) -> None:
+        data = {uid: [asdict(d) for d in devices] for uid, devices in sorted(self._claims.items())}
+        write_atomic(self.path, json.dumps(data, indent=1).encode(), mode=0o600)
+
+
+class DraService:
+    """NodePrepareResources / NodeUnprepareResources for both API versions."""
+
+    def __init__(
+        self, driver: str, pool: str, inventory: Inventory, claims: ClaimReader, prepared: PreparedClaims
+    ) -> None:
+        self.driver = driver
+        self.pool = pool
+        self.inventory = inventory
+        self.claims = claims
+        self.prepared = prepared
+        self._lock = asyncio.Lock()
+
+    async def _read(self, ref: api.Claim) -> Mapping[str, Any] | ClaimReadError | None:
+        if self.prepared.get(ref.uid) is not None:
+            return None  # answered from the prepared state, not read again
+        try:
+            return await self.claims.read_claim(ref.namespace, ref.name)
+        except ClaimReadError as exc:
+            return exc
+
+    async def prepare(self, refs: list[api.Claim]) -> dict[str, Result]:
+        objects = await asyncio.gather(*(self._read(ref) for ref in refs))
+        out: dict[str, Result] = {}
+        async with self._lock:
+            devices = self.inventory.devices()
+            for ref, obj in zip(refs, objects, strict=True):
+                done = self.prepared.get(ref.uid)
+                if done is not None:
+                    out[ref.uid] = done
+                elif isinstance(obj, ClaimReadError):
+                    out[ref.uid] = f"claim {ref.namespace}/{ref.name}: cannot read it: {obj}"
+                else:
+                    result = prepare_claim(
+                        ref,
+                        obj,
+                        driver=self.driver,
+                        pool=self.pool,
+                        devices=devices,
+                        in_use=self.prepared.in_use(),
+                    )
+                    if isinstance(result, str):
+                        log.warning("prepare failed: %s", result)
+                    else:
+                        self.prepared.put(ref.uid, result)
+                        log.info("prepared claim %s/%s (%s)", ref.namespace, ref.name, ref.uid)
+                    out[ref.uid] = result
+        return out
+
+    async def unprepare(self, refs: list[api.Claim]) -> dict[str, str]:
+        async with self._lock:
+            for ref in refs:
+                self.prepared.drop(ref.uid)
+        return {ref.uid: "" for ref in refs}
+
+    async def NodePrepareResources(self, request: Any, context: Any) -> Any:
+        return api.prepare_response(api.version_of(request), await self.prepare(api.claims_of(request)))
+
+    async def NodeUnprepareResources(self, request: Any, context: Any) -> Any:
+        return api.unprepare_response(api.version_of(request), await self.unprepare(api.claims_of(request)))
+
+
+class Registrar:
+    """The Registration service the kubelet's plugin watcher calls."""
+
+    def __init__(self, driver: str, endpoint: Path) -> None:
+        self.driver = driver
+        self.endpoint = endpoint
+        self.registered = asyncio.Event()
+        self.error = ""
+
+    async def GetInfo(self, request: Any, context: Any) -> Any:
+        return api.PluginInfo(
+            type=api.PLUGIN_TYPE,
+            name=self.driver,
+            endpoint=str(self.endpoint),
+            supported_versions=list(api.VERSIONS),
+        )
+
+    async def NotifyRegistrationStatus(self, request: Any, context: Any) -> Any:
+        if request.plugin_registered:
+            self.error = ""
+            self.registered.set()
+            log.info("registered with the kubelet as DRA driver %s", self.driver)
+        else:
+            self.error = request.error
+            self.registered.clear()
+            reason = request.error or "no reason given"
+            log.error("the kubelet refused DRA driver %s: %s", self.driver, reason)
+        return api.RegistrationStatusResponse()
+
+
+def _identity(path: Path) -> tuple[int, int] | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def _someone_listens(path: Path) -> bool:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        probe.settimeout(0.5)
+        try:
+            probe.connect(str(path))
+        except OSError as exc:
+            if exc.errno in (errno.ECONNREFUSED, errno.ENOENT):
+                return False
+            raise
+        return True
+
+
+class SocketInUseError(CdiPluginError):
+    """Another process serves a socket this plugin would bind (another instance of the driver)."""
+
+
+async def _listen(path: Path, add: Any) -> grpc.aio.Server:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if _someone_listens(path):
+        raise SocketInUseError(f"{path}: another process is serving it; not replacing it")
+    path.unlink(missing_ok=True)  # stale: nothing listens on it
+    server = grpc.aio.server()
+    add(server)
+    if server.add_insecure_port(f"unix://{path}") == 0:
+        raise OSError(f"{path}: cannot listen")
+    await server.start()
+    return server
+
+
+class KubeletPlugin:
+    """Both sockets, started DRA first and stopped registration first; use ``async with``.
+
+    A socket another process serves is never replaced (SocketInUseError), and on stop a socket is
+    removed only while it is the one this plugin bound. When a socket disappears (a kubelet
+    restart that wiped its directories), :meth:`recover` starts both again, and the kubelet's
+    plugin watcher registers the driver anew.
+    """
+
+    def __init__(self, paths: Paths, service: DraService) -> None:
+        self.paths = paths
+        self.service = service
+        self.registrar = Registrar(paths.driver, paths.dra_socket.absolute())
+        self._servers: list[tuple[Path, grpc.aio.Server, tuple[int, int] | None]] = []
+
+    async def start(self) -> None:
+        def add_dra(server: grpc.aio.Server) -> None:
+            for version in api.VERSIONS:
+                api.add_dra_servicer(version, self.service, server)
+
+        try:
+            for path, add in (
+                (self.paths.dra_socket, add_dra),
+                (self.paths.registration_socket, lambda s: api.add_registration_servicer(self.registrar, s)),
+            ):
+                server = await _listen(path, add)
+                self._servers.append((path, server, _identity(path)))
+        except BaseException:
+            await self.stop()
+            raise
+
+    async def stop(self, grace: float = 1.0) -> None:
+        while self._servers:
+            path, server, bound = self._servers.pop()
+            await server.stop(grace)
+            if bound is not None and _identity(path) == bound:
+                path.unlink(missing_ok=True)
+
+    async def recover(self) -> bool:
+        """Start again when a socket is gone or replaced; True when it did."""
+        if all(_identity(path) == inode for path, _, inode in self._servers):
+            return False
+        log.warning("a DRA plugin socket of %s disappeared; serving and registering again", self.paths.driver)
+        await self.stop()
+        await self.start()
+        return True
+
+    async def __aenter__(self) -> KubeletPlugin:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()

@@ -1,0 +1,95 @@
+"""A claim's allocation to the devices the kubelet hands to the runtime, by CDI name.
+
+Pure: the claim object (as the API server returns it, or ``None`` when it is gone) and the
+devices served now in, per claim either the prepared devices or one line saying which device
+failed and why.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+
+from cdi_plugin.dra.inventory import ServedDevice
+from cdi_plugin.dra.names import device_names
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """A claim as the kubelet names it in a request (either API version)."""
+
+    namespace: str
+    name: str
+    uid: str
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedDevice:
+    """One allocated device of a prepared claim, as the kubelet receives it."""
+
+    request_names: tuple[str, ...]
+    pool_name: str
+    device_name: str
+    cdi_device_ids: tuple[str, ...]
+    admin_access: bool = False  # kept by the driver, not sent: such a device may be shared
+
+
+def by_device_name(devices: Mapping[str, ServedDevice]) -> dict[str, ServedDevice]:
+    """The served devices by their name in the pool (the names :mod:`slices` publishes)."""
+    names = device_names(devices)
+    return {names[cdi]: d for cdi, d in devices.items()}
+
+
+def prepare_claim(
+    ref: Claim,
+    claim: Mapping[str, Any] | None,
+    *,
+    driver: str,
+    pool: str,
+    devices: Mapping[str, ServedDevice],
+    in_use: Mapping[tuple[str, str], str] = MappingProxyType({}),
+) -> tuple[PreparedDevice, ...] | str:
+    """The prepared devices of ``claim``, or why it cannot be prepared.
+
+    ``in_use`` maps (pool, device) to the UID of the claim it is prepared for, without admin
+    access; such a device is refused to another claim unless this one has admin access.
+    """
+    where = f"claim {ref.namespace}/{ref.name}"
+    if claim is None:
+        return f"{where}: not found in the API server (deleted after allocation?)"
+    uid = claim.get("metadata", {}).get("uid")
+    if uid != ref.uid:
+        return f"{where}: UID {uid} in the API server, {ref.uid} requested (the claim was replaced)"
+    allocation = (claim.get("status") or {}).get("allocation")
+    if not allocation:
+        return f"{where}: not allocated"
+    results = [r for r in (allocation.get("devices") or {}).get("results") or [] if r.get("driver") == driver]
+    if not results:
+        return f"{where}: no device allocated by driver {driver}"
+    served = by_device_name(devices)
+    requests: dict[tuple[str, str], list[str]] = {}
+    admin: dict[tuple[str, str], bool] = {}
+    for result in results:
+        key = (str(result.get("pool")), str(result.get("device")))
+        device = f"device {key[0]}/{key[1]}"
+        if key[0] != pool:
+            return f"{where}: {device}: pool {key[0]} is not this node's pool {pool}"
+        found = served.get(key[1])
+        if found is None:
+            return f"{where}: {device}: not served by driver {driver} on this node (removed?)"
+        if not found.healthy:
+            return f"{where}: {device} ({found.cdi_name}): unhealthy: {found.reason or 'no reason given'}"
+        admin[key] = admin.get(key, True) and bool(result.get("adminAccess"))
+        holder = in_use.get(key, ref.uid)
+        if holder != ref.uid and not admin[key]:
+            return f"{where}: {device} ({found.cdi_name}): already prepared for claim {holder}"
+        base = str(result.get("request", "")).partition("/")[0]
+        names = requests.setdefault(key, [])
+        if base not in names:
+            names.append(base)
+    return tuple(
+        PreparedDevice(tuple(names), p, d, (served[d].cdi_name,), admin[p, d])
+        for (p, d), names in requests.items()
+    )

@@ -1,0 +1,208 @@
+"""ResourceSlices for one node's pool: devices, attributes, taints, splitting and generations.
+
+Pure functions on plain dicts in the shape of ``resource.k8s.io/v1`` (the API client module sends
+them as they are). One pool, named after the node, holds every served device. The API allows at
+most 128 devices per slice, 64 when any device of the slice has taints, so the pool is split into
+as many slices as that needs; all slices of the pool carry the same generation and
+``resourceSliceCount``. When what is published differs from what should be, the generation goes
+up by one and every slice is rewritten, so a reader never mixes two generations' devices.
+
+Health: an unhealthy device keeps its place and gets a ``NoSchedule`` taint ``<driver>/unhealthy``
+when the cluster supports device taints; otherwise it is withdrawn from the pool.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from cdi_plugin.dra.inventory import ServedDevice
+from cdi_plugin.dra.names import SUBDOMAIN_MAX, device_names, short_hash
+
+API_VERSION = "resource.k8s.io/v1"
+MAX_DEVICES = 128
+MAX_DEVICES_WITH_TAINTS = 64
+ATTRIBUTE_VALUE_MAX = 64
+PCI_BUS_ID = "resource.kubernetes.io/pciBusID"
+TAINT_EFFECT = "NoSchedule"
+
+Obj = dict[str, Any]
+
+
+def taint_key(driver: str) -> str:
+    return f"{driver}/unhealthy"
+
+
+def attributes(device: ServedDevice) -> Obj:
+    """The attributes of one device; a string longer than the API allows is left out, never cut."""
+    vendor, _, class_ = device.kind.partition("/")
+    udev = device.udev
+    strings = {
+        "kind": device.kind,
+        "vendor": vendor,
+        "class": class_,
+        "subsystem": udev.subsystem,
+        "driver": udev.driver,
+        "vendorID": udev.vendor_id,
+        "modelID": udev.model_id,
+        "serial": udev.serial,
+        PCI_BUS_ID: udev.pci_address,
+    }
+    out: Obj = {
+        key: {"string": value}
+        for key, value in strings.items()
+        if value is not None and len(value) <= ATTRIBUTE_VALUE_MAX
+    }
+    if device.numa_node is not None:
+        out["numaNode"] = {"int": device.numa_node}
+    return out
+
+
+def device_entries(driver: str, devices: Iterable[ServedDevice], *, taints: bool) -> list[Obj]:
+    """Slice entries sorted by name; unhealthy devices tainted (``taints``) or left out."""
+    devices = list(devices)
+    names = device_names(d.cdi_name for d in devices)
+    entries: list[Obj] = []
+    for d in devices:
+        if not d.healthy and not taints:
+            continue
+        entry: Obj = {"name": names[d.cdi_name], "attributes": attributes(d)}
+        if not d.healthy:
+            entry["taints"] = [{"key": taint_key(driver), "effect": TAINT_EFFECT}]
+        entries.append(entry)
+    return sorted(entries, key=lambda e: str(e["name"]))
+
+
+def split(entries: Sequence[Obj]) -> list[list[Obj]]:
+    """Consecutive chunks within the per-slice limit; at least one (possibly empty) chunk."""
+    chunks: list[list[Obj]] = [[]]
+    for entry in entries:
+        chunk = chunks[-1]
+        tainted = any("taints" in e for e in [*chunk, entry])
+        if len(chunk) >= (MAX_DEVICES_WITH_TAINTS if tainted else MAX_DEVICES):
+            chunks.append([])
+        chunks[-1].append(entry)
+    return chunks
+
+
+def slice_name(driver: str, node: str, index: int) -> str:
+    """A stable object name per (driver, node, index): a DNS subdomain of at most 253 characters."""
+    name = f"{node}-{driver}-{index}"
+    if len(name) <= SUBDOMAIN_MAX:
+        return name
+    tail = f"-{short_hash(name)}-{index}"
+    return name[: SUBDOMAIN_MAX - len(tail)].rstrip("-.") + tail
+
+
+@dataclass(frozen=True, slots=True)
+class Pool:
+    """The slices of one node's pool as they should be."""
+
+    driver: str
+    node: str
+    chunks: tuple[tuple[Obj, ...], ...]
+    node_uid: str = ""  # when known, the Node owns the slices (deleted with it)
+
+    def _metadata(self, index: int) -> Obj:
+        meta: Obj = {"name": slice_name(self.driver, self.node, index)}
+        if self.node_uid:
+            meta["ownerReferences"] = [
+                {
+                    "apiVersion": "v1",
+                    "kind": "Node",
+                    "name": self.node,
+                    "uid": self.node_uid,
+                    "controller": True,
+                }
+            ]
+        return meta
+
+    def slices(self, generation: int) -> list[Obj]:
+        count = len(self.chunks)
+        return [
+            {
+                "apiVersion": API_VERSION,
+                "kind": "ResourceSlice",
+                "metadata": self._metadata(i),
+                "spec": {
+                    "driver": self.driver,
+                    "nodeName": self.node,
+                    "pool": {"name": self.node, "generation": generation, "resourceSliceCount": count},
+                    "devices": list(chunk),
+                },
+            }
+            for i, chunk in enumerate(self.chunks)
+        ]
+
+
+def build_pool(
+    driver: str, node: str, devices: Mapping[str, ServedDevice] | Iterable[ServedDevice], *, taints: bool
+) -> Pool:
+    served = devices.values() if isinstance(devices, Mapping) else devices
+    chunks = split(device_entries(driver, served, taints=taints))
+    return Pool(driver, node, tuple(tuple(c) for c in chunks))
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """What to send to bring the published slices to the pool: creates, updates, deletes (by name)."""
+
+    generation: int
+    create: tuple[Obj, ...] = ()
+    update: tuple[Obj, ...] = ()  # each carries the stored object's resourceVersion
+    delete: tuple[Obj, ...] = ()  # the stored objects
+
+    @property
+    def empty(self) -> bool:
+        return not (self.create or self.update or self.delete)
+
+
+def _device_content(device: Obj) -> Obj:
+    """What this driver sets in a device entry: the server's additions (taints' ``timeAdded``) left out."""
+    out = {k: v for k, v in device.items() if k in ("name", "attributes", "taints") and v}
+    if "taints" in out:
+        out["taints"] = [
+            {k: v for k, v in taint.items() if k != "timeAdded" and v} for taint in out["taints"]
+        ]
+    return out
+
+
+def _content(obj: Obj) -> tuple[str, Any]:
+    spec = obj["spec"]
+    devices = [_device_content(d) for d in spec.get("devices") or []]
+    return obj["metadata"]["name"], (spec["pool"].get("resourceSliceCount"), devices)
+
+
+def plan(pool: Pool, existing: Sequence[Obj]) -> Plan:
+    """Compare ``existing`` (this node's and driver's stored slices) with ``pool``.
+
+    Nothing to do when every stored slice already holds what it should, in one generation.
+    Otherwise the generation is the highest stored one plus one, every wanted slice is created or
+    updated with it, and stored slices not wanted any more are deleted.
+    """
+    generations = {int(o["spec"]["pool"].get("generation", 0)) for o in existing}
+    current = max(generations, default=0)
+    desired = pool.slices(current)
+    if len(generations) <= 1 and sorted(map(_content, existing)) == sorted(map(_content, desired)):
+        return Plan(current)
+    generation = current + 1 if existing else 0
+    stored = {o["metadata"]["name"]: o for o in existing}
+    create: list[Obj] = []
+    update: list[Obj] = []
+    for obj in pool.slices(generation):
+        old = stored.pop(obj["metadata"]["name"], None)
+        if old is None:
+            create.append(obj)
+        else:
+            obj["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"]
+            update.append(obj)
+    return Plan(generation, tuple(create), tuple(update), tuple(stored.values()))
+
+
+def taints_dropped(pool: Pool, stored: Sequence[Obj]) -> bool:
+    """Whether the API server stored our tainted devices without their taints (DRADeviceTaints off)."""
+    tainted = {str(e["name"]) for chunk in pool.chunks for e in chunk if e.get("taints")}
+    kept = {str(d["name"]) for s in stored for d in s["spec"].get("devices") or [] if d.get("taints")}
+    found = {str(d["name"]) for s in stored for d in s["spec"].get("devices") or []}
+    return bool(tainted & found - kept)

@@ -1,0 +1,229 @@
+"""A fake Kubernetes API server at the HTTP boundary: real HTTP on 127.0.0.1, strict where the
+real one is.
+
+Serves nodes (get), ResourceClaims (get) and ResourceSlices (list with field selectors, get,
+create, replace, delete) of ``resource.k8s.io/v1``. Like the real server it: refuses field
+selectors other than ``spec.nodeName``/``spec.driver``/``metadata.name``; answers a replace
+whose ``metadata.resourceVersion`` is missing or stale with 409 Conflict; refuses changes to
+immutable fields and every slice that breaks the validation rules (422 Invalid); answers
+Status objects. With ``drop_taints`` it drops device taints as a server with the gate off does;
+``fail`` queues errors (409/429/500...) for the next matching requests.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import threading
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+from tests.dra.rules import slice_problems
+
+SLICES = "/apis/resource.k8s.io/v1/resourceslices"
+CLAIMS = "/apis/resource.k8s.io/v1/namespaces/"
+NODES = "/api/v1/nodes/"
+SELECTABLE = {"spec.nodeName", "spec.driver", "metadata.name"}
+IMMUTABLE = (("driver",), ("nodeName",), ("pool", "name"))
+REASONS = {
+    400: "BadRequest",
+    403: "Forbidden",
+    404: "NotFound",
+    405: "MethodNotAllowed",
+    409: "Conflict",
+    422: "Invalid",
+    429: "TooManyRequests",
+    500: "InternalError",
+    503: "ServiceUnavailable",
+}
+
+
+class ApiStatus(Exception):
+    def __init__(self, code: int, message: str, reason: str = "") -> None:
+        super().__init__(message)
+        self.code, self.message, self.reason = code, message, reason or REASONS.get(code, "")
+
+    def body(self) -> dict[str, Any]:
+        return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                "message": self.message, "reason": self.reason, "code": self.code}  # fmt: skip
+
+
+def _field(obj: dict[str, Any], dotted: str) -> Any:
+    for part in dotted.split("."):
+        obj = (obj or {}).get(part)  # type: ignore[assignment]
+    return obj
+
+
+class FakeApiServer:
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.nodes: dict[str, dict[str, Any]] = {}
+        self.claims: dict[tuple[str, str], dict[str, Any]] = {}
+        self.slices: dict[str, dict[str, Any]] = {}
+        self.requests: list[tuple[str, str]] = []
+        self.failures: list[tuple[str, str, int]] = []  # (method, path prefix, code)
+        self.drop_taints = False  # as with the DRADeviceTaints gate off: taints silently dropped
+        self.before: Any = None  # called (method, path) before each request is handled, under the lock
+        self._rv = itertools.count(100)
+        self.url = ""
+
+    # -- test API ---------------------------------------------------------------------------
+    def add_node(self, name: str) -> str:
+        uid = str(uuid.uuid4())
+        self.nodes[name] = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "uid": uid}}
+        return uid
+
+    def add_claim(self, obj: dict[str, Any]) -> None:
+        meta = obj["metadata"]
+        self.claims[meta["namespace"], meta["name"]] = {**obj, "metadata": {**meta, "resourceVersion": "1"}}
+
+    def fail(self, method: str, prefix: str, *codes: int) -> None:
+        with self.lock:
+            self.failures += [(method, prefix, c) for c in codes]
+
+    def writes(self) -> list[tuple[str, str]]:
+        return [(m, p) for m, p in self.requests if m != "GET"]
+
+    def put_slice(self, obj: dict[str, Any]) -> dict[str, Any]:
+        """Store a slice directly (another writer: another node, driver, or a concurrent update).
+
+        Call it without the lock held, or from ``before`` (which runs under it) as ``_store``."""
+        with self.lock:
+            return self._store(json.loads(json.dumps(obj)))
+
+    # -- server -----------------------------------------------------------------------------
+    def _store(self, obj: dict[str, Any]) -> dict[str, Any]:
+        for device in obj["spec"].get("devices") or []:
+            if self.drop_taints:
+                device.pop("taints", None)
+            for taint in device.get("taints") or []:
+                taint.setdefault("timeAdded", "2026-01-01T00:00:00Z")  # the server fills it in
+        problems = slice_problems(obj)
+        if problems:
+            raise ApiStatus(422, f'ResourceSlice.resource.k8s.io "{obj["metadata"].get("name")}" is invalid: '
+                            + "; ".join(problems))  # fmt: skip
+        meta = obj["metadata"]
+        meta["resourceVersion"] = str(next(self._rv))
+        meta.setdefault("uid", str(uuid.uuid4()))
+        meta.setdefault("creationTimestamp", "2026-01-01T00:00:00Z")
+        self.slices[meta["name"]] = obj
+        return obj
+
+    def handle(self, method: str, url: str, body: dict[str, Any] | None) -> tuple[int, Any]:
+        parts = urlsplit(url)
+        path, query = parts.path, parse_qs(parts.query)
+        with self.lock:
+            self.requests.append((method, path))
+            if self.before is not None:
+                self.before(method, path)
+            for i, (m, prefix, code) in enumerate(self.failures):
+                if m == method and path.startswith(prefix):
+                    del self.failures[i]
+                    raise ApiStatus(code, f"injected {code}")
+            if path.startswith(NODES) and method == "GET":
+                node = self.nodes.get(path[len(NODES) :])
+                if node is None:
+                    raise ApiStatus(404, f'nodes "{path[len(NODES) :]}" not found')
+                return 200, node
+            if path.startswith(CLAIMS) and "/resourceclaims/" in path and method == "GET":
+                ns, _, name = path[len(CLAIMS) :].partition("/resourceclaims/")
+                claim = self.claims.get((ns, name))
+                if claim is None:
+                    raise ApiStatus(404, f'resourceclaims.resource.k8s.io "{name}" not found')
+                return 200, claim
+            if path == SLICES and method == "GET":
+                return 200, self._list(query.get("fieldSelector", [""])[0])
+            if path == SLICES and method == "POST":
+                assert body is not None
+                name = body.get("metadata", {}).get("name", "")
+                if "resourceVersion" in body.get("metadata", {}):
+                    raise ApiStatus(400, "resourceVersion should not be set on objects to be created")
+                if name in self.slices:
+                    raise ApiStatus(
+                        409, f'resourceslices.resource.k8s.io "{name}" already exists', "AlreadyExists"
+                    )
+                return 201, self._store(body)
+            if path.startswith(SLICES + "/"):
+                return self._one(method, path[len(SLICES) + 1 :], body)
+            raise ApiStatus(404, f"the server could not find the requested resource ({method} {path})")
+
+    def _list(self, selector: str) -> dict[str, Any]:
+        terms = [t.split("=", 1) for t in selector.split(",") if t]
+        for term in terms:
+            if len(term) != 2 or term[0] not in SELECTABLE:
+                raise ApiStatus(400, f"field label not supported: {term[0]}")
+        items = [s for s in self.slices.values() if all(_field(s, k) == v for k, v in terms)]
+        return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSliceList",
+                "metadata": {"resourceVersion": str(next(self._rv))}, "items": items}  # fmt: skip
+
+    def _one(self, method: str, name: str, body: dict[str, Any] | None) -> tuple[int, Any]:
+        stored = self.slices.get(name)
+        if stored is None:
+            raise ApiStatus(404, f'resourceslices.resource.k8s.io "{name}" not found')
+        if method == "GET":
+            return 200, stored
+        if method == "DELETE":
+            del self.slices[name]
+            return 200, stored
+        if method != "PUT":
+            raise ApiStatus(405, f"{method} not allowed")
+        assert body is not None
+        if body["metadata"].get("name") != name:
+            raise ApiStatus(400, "the name of the object does not match the name on the URL")
+        rv = body["metadata"].get("resourceVersion")
+        if not rv:
+            raise ApiStatus(422, "metadata.resourceVersion: Invalid value: must be specified for an update")
+        if rv != stored["metadata"]["resourceVersion"]:
+            raise ApiStatus(409, f'Operation cannot be fulfilled on resourceslices.resource.k8s.io "{name}": '
+                            "the object has been modified")  # fmt: skip
+        for path in IMMUTABLE:
+            old, new = stored["spec"], body["spec"]
+            for part in path:
+                old, new = old.get(part), new.get(part)
+            if old != new:
+                raise ApiStatus(422, f"spec.{'.'.join(path)}: Invalid value: field is immutable")
+        body["metadata"]["uid"] = stored["metadata"]["uid"]
+        body["metadata"]["creationTimestamp"] = stored["metadata"]["creationTimestamp"]
+        return 200, self._store(body)
+
+
+def _handler(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        def _serve(self) -> None:
+            length = int(self.headers.get("Content-Length") or 0)
+            body = json.loads(self.rfile.read(length)) if length else None
+            try:
+                code, answer = api.handle(self.command, self.path, body)
+            except ApiStatus as status:
+                code, answer = status.code, status.body()
+            data = json.dumps(answer).encode()
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = _serve
+
+        def log_message(self, format: str, *args: Any) -> None:
+            return
+
+    return Handler
+
+
+@contextmanager
+def running(api: FakeApiServer) -> Iterator[FakeApiServer]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(api))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    api.url = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        yield api
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()

@@ -1,0 +1,327 @@
+"""The driver's kubelet side over real unix sockets: registration and NodePrepare/Unprepare."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import AsyncIterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+import pytest_asyncio
+
+from cdi_plugin.dra import api
+from cdi_plugin.dra.kubelet import (
+    ClaimReadError,
+    DraService,
+    KubeletPlugin,
+    Paths,
+    PreparedClaims,
+    SocketInUseError,
+)
+from tests.dra.conftest import DRIVER, NODE, write_spec
+from tests.dra.fakekubelet import FakeKubelet, RegistrationRefused
+from tests.dra.specinventory import SpecDirInventory
+
+pytestmark = pytest.mark.asyncio
+
+
+def claim_obj(
+    ref: api.Claim, *results: tuple[str, str, str], driver: str = DRIVER, uid: str = "", admin: bool = False
+) -> dict[str, Any]:
+    """A ResourceClaim allocated to (request, pool, device) triples (with admin access: ``admin``)."""
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"namespace": ref.namespace, "name": ref.name, "uid": uid or ref.uid},
+        "status": {
+            "allocation": {
+                "devices": {
+                    "results": [
+                        {"request": r, "driver": driver, "pool": p, "device": d}
+                        | ({"adminAccess": True} if admin else {})
+                        for r, p, d in results
+                    ]
+                }
+            }
+        },
+    }
+
+
+class Claims:
+    """The API server's claims, at the boundary: a dict, or down."""
+
+    def __init__(self) -> None:
+        self.objects: dict[tuple[str, str], dict[str, Any]] = {}
+        self.down = False
+        self.reads = 0
+
+    def add(self, obj: dict[str, Any]) -> None:
+        self.objects[obj["metadata"]["namespace"], obj["metadata"]["name"]] = obj
+
+    async def read_claim(self, namespace: str, name: str) -> Mapping[str, Any] | None:
+        self.reads += 1
+        if self.down:
+            raise ClaimReadError("connection refused")
+        return self.objects.get((namespace, name))
+
+
+@pytest.fixture
+def paths(tmp_path: Path) -> Paths:
+    return Paths(DRIVER, registry_dir=tmp_path / "plugins_registry", plugins_dir=tmp_path / "plugins")
+
+
+@pytest.fixture
+def inventory(spec_dir: Path, host_nodes: Path) -> SpecDirInventory:
+    for name in ("fuse", "card0", "card1"):
+        (host_nodes / name).touch()
+    write_spec(spec_dir, "cdi-plugin.io/fuse", {"fuse": str(host_nodes / "fuse")})
+    write_spec(
+        spec_dir, "cdi-plugin.io/gpu", {n: str(host_nodes / n) for n in ("card0", "card1", "gone")}
+    )  # /dev/gone does not exist: gpu-gone is unhealthy
+    return SpecDirInventory([spec_dir])
+
+
+@pytest.fixture
+def claims() -> Claims:
+    return Claims()
+
+
+def _plugin(paths: Paths, inventory: SpecDirInventory, claims: Claims) -> KubeletPlugin:
+    service = DraService(DRIVER, NODE, inventory, claims, PreparedClaims(paths.state_file))
+    return KubeletPlugin(paths, service)
+
+
+@pytest_asyncio.fixture
+async def plugin(paths: Paths, inventory: SpecDirInventory, claims: Claims) -> AsyncIterator[KubeletPlugin]:
+    async with _plugin(paths, inventory, claims) as p:
+        yield p
+
+
+@pytest_asyncio.fixture
+async def kubelet(paths: Paths, plugin: KubeletPlugin) -> FakeKubelet:
+    k = FakeKubelet(paths.registry_dir)
+    [socket] = k.sockets()
+    await k.register(socket, DRIVER)
+    return k
+
+
+async def test_registration(paths: Paths, plugin: KubeletPlugin) -> None:
+    kubelet = FakeKubelet(paths.registry_dir)
+    assert kubelet.sockets() == [paths.registry_dir / f"{DRIVER}-reg.sock"]
+    await kubelet.register(kubelet.sockets()[0], DRIVER)
+    [info] = kubelet.infos
+    assert (info.type, info.name, info.endpoint) == (
+        "DRAPlugin",
+        DRIVER,
+        str(paths.plugins_dir / DRIVER / "dra.sock"),
+    )
+    assert list(info.supported_versions) == ["v1.DRAPlugin", "v1beta1.DRAPlugin"]
+    assert kubelet.version == "v1.DRAPlugin"
+    assert plugin.registrar.registered.is_set()
+
+
+async def test_an_older_kubelet_takes_v1beta1(paths: Paths, plugin: KubeletPlugin, claims: Claims) -> None:
+    kubelet = FakeKubelet(paths.registry_dir, known_versions=["v1beta1.DRAPlugin"])
+    await kubelet.register(kubelet.sockets()[0], DRIVER)
+    assert kubelet.version == "v1beta1.DRAPlugin"
+    ref = api.Claim("ns", "c", "uid-1")
+    claims.add(claim_obj(ref, ("fuse", NODE, "fuse-fuse")))
+    assert await kubelet.prepare(ref) == {
+        "uid-1": (api.PreparedDevice(("fuse",), NODE, "fuse-fuse", ("cdi-plugin.io/fuse=fuse",)),)
+    }
+
+
+async def test_refusal_is_logged(
+    paths: Paths, plugin: KubeletPlugin, caplog: pytest.LogCaptureFixture
+) -> None:
+    kubelet = FakeKubelet(paths.registry_dir, known_versions=["v1alpha4.DRAPlugin"])
+    with caplog.at_level(logging.ERROR), pytest.raises(RegistrationRefused):
+        await kubelet.register(kubelet.sockets()[0], DRIVER)
+    assert not plugin.registrar.registered.is_set()
+    assert "none of the versions" in plugin.registrar.error
+    assert f"the kubelet refused DRA driver {DRIVER}: none of the versions" in caplog.text
+
+
+async def test_prepare_answers_with_cdi_names(kubelet: FakeKubelet, claims: Claims) -> None:
+    one, two = api.Claim("ns", "one", "uid-1"), api.Claim("ns", "two", "uid-2")
+    claims.add(
+        claim_obj(
+            one, ("gpu/big", NODE, "gpu-card0"), ("gpu/small", NODE, "gpu-card0"), ("x", NODE, "gpu-card1")
+        )
+    )
+    claims.add(claim_obj(two, ("fuse", NODE, "fuse-fuse")))
+    assert await kubelet.prepare(one, two) == {
+        "uid-1": (
+            api.PreparedDevice(("gpu",), NODE, "gpu-card0", ("cdi-plugin.io/gpu=card0",)),
+            api.PreparedDevice(("x",), NODE, "gpu-card1", ("cdi-plugin.io/gpu=card1",)),
+        ),
+        "uid-2": (api.PreparedDevice(("fuse",), NODE, "fuse-fuse", ("cdi-plugin.io/fuse=fuse",)),),
+    }
+
+
+async def test_bad_claims_get_one_line_errors_and_do_not_stop_the_good_one(
+    kubelet: FakeKubelet, claims: Claims
+) -> None:
+    refs = {
+        n: api.Claim("ns", n, f"uid-{n}")
+        for n in ("good", "missing", "replaced", "other", "unknown", "sick", "pool", "unallocated")
+    }
+    claims.add(claim_obj(refs["good"], ("r", NODE, "fuse-fuse")))
+    claims.add(claim_obj(refs["replaced"], ("r", NODE, "fuse-fuse"), uid="uid-new"))
+    claims.add(claim_obj(refs["other"], ("r", NODE, "fuse-fuse"), driver="gpu.example.com"))
+    claims.add(claim_obj(refs["unknown"], ("r", NODE, "gpu-card1"), ("r", NODE, "net-eth0")))
+    claims.add(claim_obj(refs["sick"], ("r", NODE, "gpu-gone")))
+    claims.add(claim_obj(refs["pool"], ("r", "node-b", "fuse-fuse")))
+    claims.add(
+        {"metadata": {"namespace": "ns", "name": "unallocated", "uid": "uid-unallocated"}, "status": {}}
+    )
+    answer = await kubelet.prepare(*refs.values())
+    assert answer.pop("uid-good") == (
+        api.PreparedDevice(("r",), NODE, "fuse-fuse", ("cdi-plugin.io/fuse=fuse",)),
+    )
+    assert answer == {
+        "uid-missing": "claim ns/missing: not found in the API server (deleted after allocation?)",
+        "uid-replaced": "claim ns/replaced: UID uid-new in the API server, uid-replaced requested "
+        "(the claim was replaced)",
+        "uid-other": f"claim ns/other: no device allocated by driver {DRIVER}",
+        "uid-unknown": f"claim ns/unknown: device {NODE}/net-eth0: not served by driver {DRIVER} "
+        "on this node (removed?)",
+        "uid-sick": f"claim ns/sick: device {NODE}/gpu-gone (cdi-plugin.io/gpu=gone): unhealthy: "
+        f"{kubelet_dev(kubelet)}/gone is missing",
+        "uid-pool": f"claim ns/pool: device node-b/fuse-fuse: pool node-b is not this node's pool {NODE}",
+        "uid-unallocated": "claim ns/unallocated: not allocated",
+    }
+
+
+def kubelet_dev(kubelet: FakeKubelet) -> Path:
+    return kubelet.registry_dir.parent / "dev"
+
+
+async def test_api_server_down_is_a_per_claim_error(kubelet: FakeKubelet, claims: Claims) -> None:
+    claims.down = True
+    ref = api.Claim("ns", "c", "uid-1")
+    assert await kubelet.prepare(ref) == {"uid-1": "claim ns/c: cannot read it: connection refused"}
+    claims.down = False
+    claims.add(claim_obj(ref, ("r", NODE, "fuse-fuse")))
+    assert isinstance((await kubelet.prepare(ref))["uid-1"], tuple)  # retried by the kubelet: now prepared
+
+
+async def test_prepare_is_idempotent_across_restarts_and_unprepare_releases(
+    paths: Paths, inventory: SpecDirInventory, claims: Claims
+) -> None:
+    ref = api.Claim("ns", "c", "uid-1")
+    claims.add(claim_obj(ref, ("r", NODE, "gpu-card1")))
+    async with _plugin(paths, inventory, claims):
+        kubelet = FakeKubelet(paths.registry_dir)
+        await kubelet.register(kubelet.sockets()[0], DRIVER)
+        first = await kubelet.prepare(ref)
+        assert await kubelet.prepare(ref) == first
+    assert FakeKubelet(paths.registry_dir).sockets() == []
+    assert not paths.dra_socket.exists()
+    del claims.objects["ns", "c"]  # the claim object is gone; the prepared state is on disk
+    reads = claims.reads
+    async with _plugin(paths, inventory, claims):
+        kubelet = FakeKubelet(paths.registry_dir)
+        await kubelet.register(kubelet.sockets()[0], DRIVER)
+        assert await kubelet.prepare(ref) == first
+        assert claims.reads == reads
+        assert json.loads(paths.state_file.read_text())["uid-1"][0]["cdi_device_ids"] == [
+            "cdi-plugin.io/gpu=card1"
+        ]
+        assert await kubelet.unprepare(ref, api.Claim("ns", "never", "uid-never")) == {
+            "uid-1": "",
+            "uid-never": "",
+        }
+        assert json.loads(paths.state_file.read_text()) == {}
+        assert (await kubelet.prepare(ref))[
+            "uid-1"
+        ] == "claim ns/c: not found in the API server (deleted after allocation?)"
+
+
+async def test_a_stale_socket_is_replaced(paths: Paths, inventory: SpecDirInventory, claims: Claims) -> None:
+    paths.registry_dir.mkdir(parents=True)
+    paths.registration_socket.write_text("left over")
+    async with _plugin(paths, inventory, claims):
+        kubelet = FakeKubelet(paths.registry_dir)
+        assert kubelet.sockets() == [paths.registration_socket]
+        await kubelet.register(paths.registration_socket, DRIVER)
+
+
+async def test_malformed_request_is_invalid_argument(kubelet: FakeKubelet) -> None:
+    async with grpc.aio.insecure_channel(f"unix://{kubelet.endpoint}") as channel:
+        call = channel.unary_unary(
+            "/k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin/NodePrepareResources",
+            request_serializer=lambda b: b,
+            response_deserializer=lambda b: b,
+        )
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await call(b"\x0a\x05\xff\xff", timeout=5)
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "malformed k8s.io.kubelet.pkg.apis.dra.v1.NodePrepareResourcesRequest" in str(info.value.details())
+
+
+async def test_sockets_come_back_after_the_kubelet_wiped_them(
+    paths: Paths, plugin: KubeletPlugin, kubelet: FakeKubelet, claims: Claims
+) -> None:
+    assert not await plugin.recover()  # nothing to do
+    paths.registration_socket.unlink()
+    paths.dra_socket.unlink()
+    assert await plugin.recover()
+    again = FakeKubelet(paths.registry_dir)
+    await again.register(again.sockets()[0], DRIVER)
+    ref = api.Claim("ns", "c", "uid-1")
+    claims.add(claim_obj(ref, ("r", NODE, "fuse-fuse")))
+    assert isinstance((await again.prepare(ref))["uid-1"], tuple)
+
+
+async def test_a_socket_another_instance_serves_is_not_replaced(
+    paths: Paths, inventory: SpecDirInventory, claims: Claims
+) -> None:
+    async with _plugin(paths, inventory, claims):
+        second = _plugin(paths, inventory, claims)
+        with pytest.raises(SocketInUseError, match=r"dra\.sock: another process is serving it"):
+            await second.start()
+        kubelet = FakeKubelet(paths.registry_dir)
+        await kubelet.register(paths.registration_socket, DRIVER)
+        assert await kubelet.prepare() == {}  # the first instance still answers
+    assert FakeKubelet(paths.registry_dir).sockets() == []
+    assert not paths.dra_socket.exists()
+
+
+async def test_a_device_prepared_for_one_claim_is_refused_to_another_unless_admin_access(
+    kubelet: FakeKubelet, claims: Claims, paths: Paths
+) -> None:
+    first, second, admin = (api.Claim("ns", n, f"uid-{n}") for n in ("first", "second", "admin"))
+    claims.add(claim_obj(first, ("r", NODE, "gpu-card0")))
+    claims.add(claim_obj(second, ("r", NODE, "gpu-card1"), ("r", NODE, "gpu-card0")))
+    claims.add(claim_obj(admin, ("r", NODE, "gpu-card0"), admin=True))
+    assert isinstance((await kubelet.prepare(first))["uid-first"], tuple)
+    assert await kubelet.prepare(second) == {
+        "uid-second": "claim ns/second: device node-a/gpu-card0 (cdi-plugin.io/gpu=card0): "
+        "already prepared for claim uid-first"
+    }
+    assert isinstance((await kubelet.prepare(admin))["uid-admin"], tuple)  # admin access may share it
+    assert await kubelet.unprepare(first) == {"uid-first": ""}
+    assert [d.device_name for d in (await kubelet.prepare(second))["uid-second"]] == [
+        "gpu-card1",
+        "gpu-card0",
+    ]
+    state = json.loads(paths.state_file.read_text())
+    assert [d["admin_access"] for d in state["uid-admin"]] == [True]
+
+
+@pytest.mark.parametrize("content", ["{not json", '{"uid-1": [{"pool_name": "x"}]}', "[1, 2]"])
+async def test_an_unreadable_state_file_is_reported_and_replaced(
+    tmp_path: Path, content: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "prepared.json"
+    path.write_text(content)
+    with caplog.at_level(logging.WARNING):
+        state = PreparedClaims(path)
+    assert f"{path}: unreadable (" in caplog.text
+    assert state.get("uid-1") is None
+    state.put("uid-2", ())
+    assert json.loads(path.read_text()) == {"uid-2": []}

@@ -1,0 +1,162 @@
+"""The node's pool as ResourceSlices, every slice checked against the API server's rules."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cdi_plugin.dra.inventory import ServedDevice, UdevFacts
+from cdi_plugin.dra.slices import PCI_BUS_ID, Plan, build_pool, plan, slice_name, taint_key
+from tests.dra.conftest import DRIVER, NODE, write_spec
+from tests.dra.rules import pool_problems, slice_problems
+from tests.dra.specinventory import SpecDirInventory
+
+
+def _valid(slices: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    assert pool_problems(slices) == []
+    return slices
+
+
+def _stored(objs: list[dict[str, Any]] | tuple[dict[str, Any], ...], rv: int = 1) -> list[dict[str, Any]]:
+    """Objects as the API server stores them: with a resourceVersion."""
+    return [{**o, "metadata": {**o["metadata"], "resourceVersion": str(rv)}} for o in objs]
+
+
+def _inventory(spec_dir: Path, host_nodes: Path, count: int, missing: int = 0) -> SpecDirInventory:
+    nodes = {}
+    for i in range(count):
+        path = host_nodes / f"fuse{i}"
+        if i >= missing:
+            path.touch()
+        nodes[f"fuse{i}"] = str(path)
+    write_spec(spec_dir, "cdi-plugin.io/fuse", nodes)
+    return SpecDirInventory([spec_dir])
+
+
+def test_attributes_from_the_inventory(spec_dir: Path, host_nodes: Path) -> None:
+    (host_nodes / "card0").touch()
+    write_spec(spec_dir, "cdi-plugin.io/gpu", {"card0": str(host_nodes / "card0")})
+    facts = UdevFacts(
+        subsystem="drm", driver="amdgpu", vendor_id="0x1002", model_id="0x73bf",
+        serial="s" * 65, pci_address="0000:3b:00.0",
+    )  # fmt: skip
+    inv = SpecDirInventory([spec_dir], {"cdi-plugin.io/gpu=card0": (facts, 1)})
+    [obj] = _valid(build_pool(DRIVER, NODE, inv.devices(), taints=True).slices(0))
+    [device] = obj["spec"]["devices"]
+    assert device["name"] == "gpu-card0"
+    assert device["attributes"] == {
+        "kind": {"string": "cdi-plugin.io/gpu"},
+        "vendor": {"string": "cdi-plugin.io"},
+        "class": {"string": "gpu"},
+        "subsystem": {"string": "drm"},
+        "driver": {"string": "amdgpu"},
+        "vendorID": {"string": "0x1002"},
+        "modelID": {"string": "0x73bf"},
+        PCI_BUS_ID: {"string": "0000:3b:00.0"},
+        "numaNode": {"int": 1},
+    }  # the 65-character serial is left out, not cut
+    assert obj["spec"]["nodeName"] == NODE
+    assert obj["spec"]["pool"] == {"name": NODE, "generation": 0, "resourceSliceCount": 1}
+
+
+def test_an_empty_pool_is_still_one_slice() -> None:
+    slices = _valid(build_pool(DRIVER, NODE, {}, taints=True).slices(0))
+    assert [s["spec"]["devices"] for s in slices] == [[]]
+
+
+@pytest.mark.parametrize(
+    ("case", "sizes"),
+    [
+        ((128, 0, True), [128]),
+        ((129, 0, True), [128, 1]),
+        ((300, 0, False), [128, 128, 44]),
+        ((200, 1, True), [64, 128, 8]),  # the chunk with the tainted device holds at most 64
+        ((130, 130, True), [64, 64, 2]),
+        ((130, 2, False), [128]),  # without taints the unhealthy devices are withdrawn
+    ],
+)
+def test_split_at_the_api_limits(
+    spec_dir: Path, host_nodes: Path, case: tuple[int, int, bool], sizes: list[int]
+) -> None:
+    count, missing, taints = case
+    inv = _inventory(spec_dir, host_nodes, count, missing)
+    slices = _valid(build_pool(DRIVER, NODE, inv.devices(), taints=taints).slices(7))
+    assert [len(s["spec"]["devices"]) for s in slices] == sizes
+    assert {s["spec"]["pool"]["resourceSliceCount"] for s in slices} == {len(sizes)}
+    assert {s["spec"]["pool"]["generation"] for s in slices} == {7}
+
+
+def test_unhealthy_devices_get_a_noschedule_taint(spec_dir: Path, host_nodes: Path) -> None:
+    inv = _inventory(spec_dir, host_nodes, 3, missing=1)
+    [obj] = _valid(build_pool(DRIVER, NODE, inv.devices(), taints=True).slices(0))
+    tainted = {d["name"]: d.get("taints") for d in obj["spec"]["devices"]}
+    assert tainted == {
+        "fuse-fuse0": [{"key": taint_key(DRIVER), "effect": "NoSchedule"}],
+        "fuse-fuse1": None,
+        "fuse-fuse2": None,
+    }
+
+
+def test_validator_is_strict() -> None:
+    """The rules used above reject what the API server rejects."""
+    good = build_pool(DRIVER, NODE, {}, taints=True).slices(0)[0]
+    bad_device = {
+        "name": "Bad_Name",
+        "attributes": {"x" * 33: {"string": "a" * 65}, "two": {"int": 1, "bool": True}},
+    }
+    bad = {**good, "spec": {**good["spec"], "devices": [bad_device, bad_device]}}
+    problems = "\n".join(slice_problems(bad))
+    for part in ("not a DNS label", "C identifier", "longer than 64", "exactly one of", "duplicated"):
+        assert part in problems
+    too_many = [{"name": f"d{i}", "taints": [{"key": "k", "effect": "NoSchedule"}]} for i in range(65)]
+    assert slice_problems({**good, "spec": {**good["spec"], "devices": too_many}}) == [
+        "spec.devices: 65 devices, at most 64"
+    ]
+
+
+def test_plan_first_publish_then_nothing_then_a_new_generation(spec_dir: Path, host_nodes: Path) -> None:
+    inv = _inventory(spec_dir, host_nodes, 200)
+    pool = build_pool(DRIVER, NODE, inv.devices(), taints=True)
+    first = plan(pool, [])
+    assert first.generation == 0
+    assert (len(first.create), first.update, first.delete) == (2, (), ())
+    stored = _stored(first.create)
+    assert plan(pool, stored) == Plan(0)
+
+    (host_nodes / "fuse0").unlink()  # unhealthy: tainted, so its chunk holds at most 64
+    inv.refresh_now()
+    second = plan(build_pool(DRIVER, NODE, inv.devices(), taints=True), stored)
+    assert second.generation == 1
+    assert [o["metadata"]["name"] for o in second.update] == [slice_name(DRIVER, NODE, i) for i in (0, 1)]
+    assert all(o["metadata"]["resourceVersion"] == "1" for o in second.update)
+    assert [o["metadata"]["name"] for o in second.create] == [slice_name(DRIVER, NODE, 2)]
+    _valid([*second.update, *second.create])
+
+    write_spec(spec_dir, "cdi-plugin.io/fuse", {"fuse1": str(host_nodes / "fuse1")})  # hot-unplug of 129
+    inv.refresh_now()
+    third = plan(
+        build_pool(DRIVER, NODE, inv.devices(), taints=True), _stored([*second.update, *second.create])
+    )
+    assert third.generation == 2
+    assert [o["metadata"]["name"] for o in third.delete] == [slice_name(DRIVER, NODE, i) for i in (1, 2)]
+    _valid(list(third.update))
+
+
+def test_mixed_generations_are_rewritten() -> None:
+    pool = build_pool(DRIVER, NODE, {"a.io/bb=c": ServedDevice(cdi_name="a.io/bb=c")}, taints=True)
+    stored = _stored(pool.slices(4))
+    stale = _stored(build_pool(DRIVER, NODE, {}, taints=True).slices(3))
+    stale[0]["metadata"]["name"] = slice_name(DRIVER, NODE, 1)
+    result = plan(pool, [*stored, *stale])
+    assert result.generation == 5
+    assert [o["metadata"]["name"] for o in result.delete] == [slice_name(DRIVER, NODE, 1)]
+
+
+def test_slice_names_stay_within_253() -> None:
+    long_node = ".".join(["n" * 63] * 4)[:253].rstrip(".")
+    name = slice_name("d" * 63, long_node, 12)
+    assert len(name) <= 253
+    assert name.endswith("-12")
+    assert name != slice_name("d" * 63, long_node, 13)
