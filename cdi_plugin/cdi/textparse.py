@@ -61,13 +61,6 @@ class _Oversize:
         return f"{self!r}; no value here needs more than {MAX_NUMBER_CHARS}"
 
 
-def _bounded(convert: Callable[[str], Any]) -> Callable[[str], Any]:
-    def parse(text: str) -> Any:
-        return _Oversize(len(text)) if len(text) > MAX_NUMBER_CHARS else convert(text)
-
-    return parse
-
-
 class _DupDict(dict[str, Any]):
     duplicate: str = ""
 
@@ -114,13 +107,12 @@ def _json_loads(text: str, source: str) -> Any:
         return marked
 
     def number(convert: Callable[[str], Any]) -> Callable[[str], Any]:
-        bounded = _bounded(convert)
-
         def parse(literal: str) -> Any:
             nonlocal oversize
-            value = bounded(literal)
-            oversize = oversize or isinstance(value, _Oversize)
-            return value
+            if len(literal) <= MAX_NUMBER_CHARS:
+                return convert(literal)
+            oversize = True
+            return _Oversize(len(literal))
 
         return parse
 
