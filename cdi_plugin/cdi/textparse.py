@@ -194,8 +194,9 @@ def _yaml_loader() -> Any:
     from yaml.composer import Composer
 
     base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    bases = (base,) if issubclass(base, Composer) else (Composer, base)
 
-    class StrictLoader(Composer, base):  # type: ignore[misc, valid-type]
+    class StrictLoader(*bases):  # type: ignore[misc]
         def __init__(self, stream: str) -> None:
             base.__init__(self, stream)
             Composer.__init__(self)

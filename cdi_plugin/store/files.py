@@ -83,7 +83,7 @@ def _size(n: int) -> str:
 
 
 def read_file(path: Path, max_bytes: int, what: str, *, follow_links: bool = True) -> bytes:
-    """Read a file either tool trusts only as far as its size: every spec, record and config.
+    """Read a file another program may have put in place: every spec, record and config.
 
     It must be a regular file of at most ``max_bytes`` (checked on the open descriptor, so a file
     swapped in between check and read is seen); opening never blocks (a FIFO does not wait for a

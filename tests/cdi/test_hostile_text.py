@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from cdi_plugin.cdi import codec
+from cdi_plugin.cdi import codec, textparse
 from cdi_plugin.errors import SpecLoadError
 
 DIGITS = "7" * 5000
@@ -81,3 +81,19 @@ def test_an_alias_without_an_anchor_is_still_refused_as_an_alias() -> None:
 def test_a_merge_key_without_aliases_still_works() -> None:
     obj, _ = codec.parse(b"a: {<<: {b: 1}, c: 2}\n", "s.yaml", "yaml")
     assert obj == {"a": {"b": 1, "c": 2}}
+
+
+def test_the_pure_python_loader_refuses_aliases_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without libyaml, PyYAML's own parser feeds the same composer."""
+    import yaml
+
+    monkeypatch.delattr(yaml, "CSafeLoader")
+    textparse._yaml_loader.cache_clear()
+    try:
+        with pytest.raises(SpecLoadError, match=r"line 1: YAML anchors and aliases are not allowed \(&l0\)"):
+            codec.parse(billion_laughs(), "laughs.yaml", "yaml")
+        obj, _ = codec.parse(b"a: [1, {b: c}]\n", "ok.yaml", "yaml")
+        assert obj == {"a": [1, {"b": "c"}]}
+    finally:
+        monkeypatch.undo()
+        textparse._yaml_loader.cache_clear()
