@@ -2,10 +2,9 @@
 
 Decoding is as strict as the CDI library's loader (``yaml.UnmarshalStrict``): a duplicate key, an
 unknown field or a value of the wrong type is an error that names the field and where it is.
-JSON that is not strict JSON but is valid YAML is accepted, as runtimes read JSON through YAML.
-A JSON ``null`` counts as absent, as it does in Go. Only what JSON can hold is accepted (a YAML
-date stays a string; binary data, sets and unpaired surrogates are errors), nested at most
-:data:`MAX_DEPTH` levels deep. An error in a YAML file names its line.
+Text is parsed by :mod:`cdi_plugin.cdi.textparse` (JSON, or YAML as runtimes accept it, with every
+resource bounded). A JSON ``null`` counts as absent, as it does in Go. An error in a YAML file
+names its line.
 
 Encoding is canonical: fields in the order of the CDI library's structs, map keys sorted,
 2-space indent, trailing newline; absent fields are omitted and present ones kept, even if empty.
@@ -16,17 +15,35 @@ from __future__ import annotations
 import difflib
 import functools
 import json
-import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, Literal
+from typing import Any
 
 from cdi_plugin.cdi import model
 from cdi_plugin.cdi.problems import pointer_join
+from cdi_plugin.cdi.textparse import (
+    MAX_DEPTH,
+    UNPAIRED_SURROGATE,
+    Format,
+    find_unencodable,
+    parse,
+    yaml_lines,
+)
 from cdi_plugin.errors import SpecLoadError
 
-Format = Literal["json", "yaml"]
+__all__ = [
+    "MAX_DEPTH",
+    "UNPAIRED_SURROGATE",
+    "Format",
+    "decode",
+    "encode",
+    "find_unencodable",
+    "parse",
+    "spec_from_obj",
+    "spec_to_obj",
+    "yaml_lines",
+]
 
 _INT64 = (-(2**63), 2**63 - 1)
 _UINT32 = (0, 2**32 - 1)
@@ -284,271 +301,6 @@ def _yaml_dumper() -> Any:
 
     Dumper.add_representer(str, represent_str)
     return Dumper
-
-
-# -- parsing text ------------------------------------------------------------------------------
-
-
-#: Nesting deeper than this is not a spec (a real one is under 10 levels deep). Refusing it early
-#: keeps every recursive consumer safe: Python's json and the YAML constructor raise RecursionError
-#: around 1000 levels, jsonschema-rs fails at 255, and libyaml's composer crashes the process.
-MAX_DEPTH = 64
-#: A JSON escape of a UTF-16 surrogate (\uD800 to \uDFFF); an unpaired one makes a string UTF-8
-#: cannot encode.
-_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
-
-
-class _DupDict(dict[str, Any]):
-    duplicate: str = ""
-
-
-def _json_loads(text: str) -> tuple[Any, bool]:
-    """``json.loads`` that marks an object with a repeated key (see :func:`_find_duplicate`)."""
-    repeated = False
-
-    def pairs_hook(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-        nonlocal repeated
-        out = dict(pairs)
-        if len(out) == len(pairs):
-            return out
-        repeated = True
-        seen: set[str] = set()
-        marked = _DupDict(out)
-        for key, _ in pairs:
-            if key in seen:
-                marked.duplicate = key
-                break
-            seen.add(key)
-        return marked
-
-    obj = json.loads(text, object_pairs_hook=pairs_hook)
-    return obj, repeated
-
-
-def _find_duplicate(obj: Any, ptr: str = "") -> tuple[str, str] | None:
-    if isinstance(obj, _DupDict):
-        return ptr, obj.duplicate
-    children = obj.items() if isinstance(obj, dict) else enumerate(obj) if isinstance(obj, list) else ()
-    for key, value in children:
-        found = _find_duplicate(value, pointer_join(ptr, key))
-        if found:
-            return found
-    return None
-
-
-_TOO_DEEP = f"nested more than {MAX_DEPTH} levels deep, which no spec is"
-
-
-def _check_tree(obj: Any, source: str, surrogates: bool) -> None:
-    """Reject nesting deeper than :data:`MAX_DEPTH` and (if ``surrogates``) unpaired surrogates."""
-    stack: list[tuple[Any, int]] = [(obj, 0)] if isinstance(obj, (dict, list)) else []
-    while stack:
-        value, depth = stack.pop()
-        if depth >= MAX_DEPTH:
-            raise SpecLoadError(source, "", "syntax", _TOO_DEEP)
-        for item in value.values() if isinstance(value, dict) else value:
-            if isinstance(item, (dict, list)):
-                stack.append((item, depth + 1))
-    if surrogates:
-        found = find_unencodable(obj)
-        if found is not None:
-            where, what = found
-            raise SpecLoadError(source, where or "/", "syntax", f"a {what} {UNPAIRED_SURROGATE}")
-
-
-UNPAIRED_SURROGATE = (
-    "holds an unpaired UTF-16 surrogate (a lone \\uD800-\\uDFFF escape), which UTF-8 cannot encode"
-)
-
-
-def find_unencodable(value: Any, ptr: str = "") -> tuple[str, str] | None:
-    """The pointer to the first string or key UTF-8 cannot encode, and which of the two it is.
-
-    Such a string comes from a lone surrogate escape in JSON, or from bytes decoded with
-    ``surrogateescape``. ``value`` must be nested at most :data:`MAX_DEPTH` levels deep.
-    """
-    if isinstance(value, str):
-        return None if _is_utf8(value) else (ptr, "string")
-    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
-    for key, item in items:
-        if isinstance(key, str) and not _is_utf8(key):
-            return pointer_join(ptr, key), "key"
-        found = find_unencodable(item, pointer_join(ptr, key))
-        if found is not None:
-            return found
-    return None
-
-
-def _is_utf8(text: str) -> bool:
-    try:
-        text.encode()
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
-class _YamlKeyError(Exception):
-    def __init__(self, rule: str, message: str) -> None:
-        super().__init__(message)
-        self.rule = rule
-
-
-#: YAML types with no JSON equivalent: a runtime reads a spec as JSON, so they are not allowed.
-_NON_JSON_TAGS = ("binary", "set", "omap", "pairs", "timestamp")
-
-
-@functools.cache
-def _yaml_loader() -> Any:
-    """A safe YAML loader that rejects duplicate and non-string keys (go-yaml's strict mode).
-
-    Like the YAML-to-JSON conversion runtimes use, an unquoted date stays a string; explicit
-    tags of types JSON lacks (``!!binary``, ``!!set``, ...) are errors.
-    """
-    import yaml
-
-    class StrictLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
-        pass
-
-    timestamp = "tag:yaml.org,2002:timestamp"
-    StrictLoader.yaml_implicit_resolvers = {
-        first: [(tag, regexp) for tag, regexp in resolvers if tag != timestamp]
-        for first, resolvers in StrictLoader.yaml_implicit_resolvers.items()
-    }
-
-    def construct_mapping(loader: Any, node: Any) -> dict[str, Any]:
-        loader.flatten_mapping(node)
-        out: dict[str, Any] = {}
-        for key_node, value_node in node.value:
-            key = loader.construct_object(key_node, deep=True)
-            line = key_node.start_mark.line + 1
-            if not isinstance(key, str):
-                raise _YamlKeyError("type", f"line {line}: a key must be a string, got {key!r}")
-            if key in out:
-                raise _YamlKeyError("duplicate-key", f"line {line}: duplicate key {key!r}")
-            out[key] = loader.construct_object(value_node, deep=True)
-        return out
-
-    def reject(loader: Any, node: Any) -> None:
-        line = node.start_mark.line + 1
-        raise _YamlKeyError("type", f"line {line}: a {node.tag} value has no JSON equivalent")
-
-    StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, construct_mapping)
-    for tag in _NON_JSON_TAGS:
-        StrictLoader.add_constructor(f"tag:yaml.org,2002:{tag}", reject)
-    return StrictLoader
-
-
-def _yaml_depth_error(text: str, loader: Any) -> str | None:
-    """A message if the document nests deeper than :data:`MAX_DEPTH`, found from the event stream.
-
-    libyaml's event parser keeps its own stack, unlike the composer, which recurses on the C stack
-    and crashes the process on a deeply nested document; so this runs first.
-    """
-    import yaml
-
-    depth = 0
-    for event in yaml.parse(text, Loader=loader):
-        if isinstance(event, yaml.CollectionStartEvent):
-            depth += 1
-            if depth > MAX_DEPTH:
-                mark = event.start_mark
-                return f"line {mark.line + 1}: {_TOO_DEEP}" if mark else _TOO_DEEP
-        elif isinstance(event, yaml.CollectionEndEvent):
-            depth -= 1
-    return None
-
-
-def _parse_yaml(text: str, source: str) -> Any:
-    import yaml
-
-    loader = _yaml_loader()
-    try:
-        too_deep = _yaml_depth_error(text, loader)
-        if too_deep:
-            raise SpecLoadError(source, "", "syntax", too_deep)
-        return yaml.load(text, Loader=loader)
-    except _YamlKeyError as exc:
-        hint = "remove one of them" if exc.rule == "duplicate-key" else ""
-        raise SpecLoadError(source, "", exc.rule, str(exc), hint) from None
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark
-        where = f"line {mark.line + 1} column {mark.column + 1}: " if mark else ""
-        raise SpecLoadError(source, "", "syntax", f"invalid YAML: {where}{exc.problem}") from None
-    except yaml.YAMLError as exc:
-        raise SpecLoadError(source, "", "syntax", f"invalid YAML: {exc}") from None
-    except RecursionError:
-        raise SpecLoadError(source, "", "syntax", _TOO_DEEP) from None
-
-
-def parse(data: bytes, source: str = "<spec>", fmt: Format = "json") -> tuple[Any, Format]:
-    """Parse text strictly; returns the object and the syntax that parsed it.
-
-    ``fmt`` is the syntax the file name suggests; JSON that only parses as YAML is accepted
-    (runtimes read every spec through YAML) and reported as ``"yaml"``.
-    """
-    try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise SpecLoadError(
-            source, "", "syntax", f"not UTF-8 text (binary data at byte {exc.start})"
-        ) from None
-    if not text.strip():
-        raise SpecLoadError(source, "", "empty-file", "the file is empty (no spec data)")
-    if "\x00" in text:
-        raise SpecLoadError(source, "", "syntax", f"binary data (NUL byte at offset {text.index(chr(0))})")
-    if fmt == "json":
-        try:
-            obj, repeated = _json_loads(text)
-        except json.JSONDecodeError as exc:
-            json_error = f"invalid JSON: line {exc.lineno} column {exc.colno}: {exc.msg}"
-        except RecursionError:
-            raise SpecLoadError(source, "", "syntax", _TOO_DEEP) from None
-        else:
-            _check_tree(obj, source, surrogates=_SURROGATE_ESCAPE.search(text) is not None)
-            dup = _find_duplicate(obj) if repeated else None
-            if dup:
-                raise SpecLoadError(
-                    source, dup[0] or "/", "duplicate-key", f"duplicate key {dup[1]!r}", "remove one of them"
-                )
-            return obj, "json"
-        try:
-            obj = _parse_yaml(text, source)
-        except SpecLoadError as exc:
-            if exc.rule == "syntax":
-                raise SpecLoadError(source, "", "syntax", json_error) from None
-            raise
-        return obj, "yaml"
-    return _parse_yaml(text, source), "yaml"
-
-
-def yaml_lines(data: bytes, pointers: Iterable[str]) -> dict[str, int]:
-    """The 1-based line each JSON pointer points at in a YAML document (for messages).
-
-    A pointer to an object member gives the line of its key; one that leads nowhere gives the
-    line of the deepest node it reaches. Call it only on a document :func:`parse` accepted.
-    """
-    import yaml
-
-    root = yaml.compose(data.decode("utf-8-sig"), Loader=_yaml_loader())
-    out: dict[str, int] = {}
-    for pointer in pointers:
-        node, line = root, None
-        for part in pointer.split("/")[1:] if pointer.strip("/") else []:
-            key = part.replace("~1", "/").replace("~0", "~")
-            if isinstance(node, yaml.MappingNode):
-                found = [(k, v) for k, v in node.value if isinstance(k, yaml.ScalarNode) and k.value == key]
-                if not found:
-                    break
-                key_node, node = found[-1]
-                line = key_node.start_mark.line + 1
-            elif isinstance(node, yaml.SequenceNode) and key.isdigit() and int(key) < len(node.value):
-                node = node.value[int(key)]
-                line = node.start_mark.line + 1
-            else:
-                break
-        if line is not None:
-            out[pointer] = line
-    return out
 
 
 def decode(data: bytes, source: str = "<spec>", fmt: Format = "json") -> model.Spec:

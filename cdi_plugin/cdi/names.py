@@ -7,6 +7,7 @@ without a length check), which would crash the runtime that reads the spec.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
@@ -14,6 +15,8 @@ from cdi_plugin.errors import InvalidNameError
 
 _VENDOR_CLASS = re.compile(r"[A-Za-z](?:[A-Za-z0-9_.-]*[A-Za-z0-9])?")
 _DEVICE = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9_.:-]*[A-Za-z0-9])?")
+
+_DIGIT_RUN = re.compile(r"([0-9]+)")
 
 VENDOR_MAX = 253
 CLASS_MAX = 63
@@ -114,3 +117,21 @@ def qualified_name(vendor: str, class_: str, name: str) -> str:
     validate_class(class_)
     validate_device_name(name)
     return f"{vendor}/{class_}={name}"
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def natural_key(text: str) -> tuple[tuple[int, int, str], ...]:
+    """Sort key that orders ``dev2`` before ``dev10``.
+
+    A run of ASCII digits compares by its value, found from its length and digits rather than by
+    converting it (a name may hold thousands of digits, which ``int`` refuses); other text, other
+    scripts' digits included, compares as text.
+    """
+    out = []
+    for i, part in enumerate(_DIGIT_RUN.split(text)):
+        if i % 2:
+            digits = part.lstrip("0")
+            out.append((0, len(digits), digits))
+        elif part:
+            out.append((1, 0, part))
+    return tuple(out)

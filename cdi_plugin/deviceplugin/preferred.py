@@ -20,7 +20,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from cdi_plugin.deviceplugin.resources import natural_key
+from cdi_plugin.cdi.names import natural_key
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,13 +14,13 @@
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import re
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from cdi_plugin.cdi.names import natural_key
 from cdi_plugin.store.registry import ResolvedDevice
 
 MAX_DEVICE_ID = 63
@@ -29,7 +29,6 @@ REPLICA_SEPARATOR = "#"
 
 _DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 _QUALIFIED_NAME_PART = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
-_NATURAL = re.compile(r"(\d+)")
 
 
 def resource_name_problem(name: str) -> str | None:
@@ -76,12 +75,6 @@ def replica_ids(device_name: str, replicas: int) -> list[str]:
             tag = f"~{_short_hash(device_name)}"
             ids.append(device_name[: MAX_DEVICE_ID - len(tag) - len(suffix)] + tag + suffix)
     return ids
-
-
-@functools.lru_cache(maxsize=1 << 16)
-def natural_key(text: str) -> tuple[tuple[int, int | str], ...]:
-    """Sort key that orders ``dev2`` before ``dev10``."""
-    return tuple((0, int(p)) if p.isdigit() else (1, p) for p in _NATURAL.split(text) if p)
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,7 +7,6 @@ file's ``resources`` win over the global ``replicas`` (flag or file) for the kin
 
 from __future__ import annotations
 
-import fnmatch
 import math
 import os
 import re
@@ -17,6 +16,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from cdi_plugin.errors import ConfigError
+from cdi_plugin.globs import glob_match
 from cdi_plugin.store.files import DEFAULT_SPEC_DIRS
 
 Strategy = Literal["cri", "annotations", "both"]
@@ -78,13 +78,13 @@ class Settings:
             if pattern == kind:
                 return replicas
         for pattern, replicas in self.per_kind_replicas:
-            if fnmatch.fnmatchcase(kind, pattern):
+            if glob_match(pattern, kind):
                 return replicas
         return self.replicas
 
     def matching_glob(self, kind: str) -> str | None:
         """The first ``kinds`` glob that names ``kind``, if any."""
-        return next((g for g in self.kinds if fnmatch.fnmatchcase(kind, g)), None)
+        return next((g for g in self.kinds if glob_match(g, kind)), None)
 
 
 def from_config(section: Mapping[str, Any], source: str) -> dict[str, Any]:

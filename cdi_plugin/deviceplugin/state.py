@@ -17,8 +17,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
 
+from cdi_plugin.cdi.names import natural_key
 from cdi_plugin.deviceplugin.health import Health, HostNode, check, host_nodes, watch_dirs
-from cdi_plugin.deviceplugin.resources import Catalog, build_catalog, natural_key
+from cdi_plugin.deviceplugin.resources import Catalog, build_catalog
 from cdi_plugin.deviceplugin.settings import Settings
 from cdi_plugin.deviceplugin.specsource import SpecSource
 from cdi_plugin.deviceplugin.topology import NumaLocator

@@ -7,7 +7,6 @@ the live host: devices of the asked subsystems, only the asked attributes, and n
 
 from __future__ import annotations
 
-import fnmatch
 import posixpath
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
@@ -15,6 +14,7 @@ from types import MappingProxyType
 
 from cdi_plugin.discovery.model import Ancestor, DiscoveredDevice, Discovery, NodeInfo, Query
 from cdi_plugin.errors import DiscoveryError
+from cdi_plugin.globs import match_any
 
 DEV = "/dev"
 
@@ -43,21 +43,6 @@ def check_query(query: Query) -> None:
         check_devnode_glob(pattern)
     for name in sorted(query.attributes):
         check_attribute_name(name)
-
-
-def glob_match(pattern: str, path: str) -> bool:
-    """Match ``path`` like :func:`glob.glob` would find it: ``*`` never crosses ``/`` and a
-    wildcard does not match a leading dot."""
-    pattern_parts = pattern.split("/")
-    path_parts = path.split("/")
-    if len(pattern_parts) != len(path_parts):
-        return False
-    for pat, part in zip(pattern_parts, path_parts, strict=True):
-        if part.startswith(".") and not pat.startswith("."):
-            return False
-        if not fnmatch.fnmatchcase(part, pat):
-            return False
-    return True
 
 
 def node_key(node: NodeInfo) -> tuple[str, int, int]:
@@ -110,7 +95,7 @@ def apply_query(devices: Iterable[DiscoveredDevice], query: Query) -> Discovery:
             hits.extend(
                 (path, d.node, path != d.devnode)
                 for path in (d.devnode, *d.devlinks)
-                if any(glob_match(g, path) for g in query.devnode_globs)
+                if match_any(query.devnode_globs, path, path=True)
             )
     add_glob_entries(selected, hits)
     return Discovery(tuple(selected))

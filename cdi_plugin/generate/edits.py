@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from cdi_plugin.cdi.model import ContainerEdits, DeviceNode, Hook, Mount
 from cdi_plugin.discovery.model import DiscoveredDevice
 from cdi_plugin.generate.config import DeviceClass, EditsTemplate, NodeEdit
-from cdi_plugin.generate.match import glob_match
 from cdi_plugin.generate.naming import NamedDevice, describe, ordered
 from cdi_plugin.generate.template import Context, Lookup, device_lookup, render
+from cdi_plugin.globs import match_any
 
 _PERMISSION_BITS = 0o777
 
@@ -128,7 +128,7 @@ def siblings_of(
             and d.subsystem == device.subsystem
             and d.ancestors
             and d.ancestors[0].sys_path == parent
-            and glob_match(d.sys_name, cls.siblings)
+            and match_any(cls.siblings, d.sys_name)
         ]
     )
 

@@ -1,60 +1,29 @@
 """Which discovered devices belong to which device class, and what discovery must look for.
 
 Every key of a match must hold (and); a list of values matches if any value does (or). Globs are
-shell patterns (``*``, ``?``, ``[abc]``, ``[!abc]``) matched case-sensitively; in ``devnode`` globs
-``*`` and ``?`` stop at ``/`` as they do in a shell. ``driver`` matches the driver of the device or
+shell patterns (``*``, ``?``, ``[abc]``, ``[!abc]``, see :mod:`cdi_plugin.globs`) matched
+case-sensitively; in ``devnode`` globs ``*`` and ``?`` stop at ``/`` and skip a leading dot, as
+they do in a shell. ``driver`` matches the driver of the device or
 of any of its parents (udev's ``DRIVERS``); ``parent`` holds when one parent has all it asks for.
 """
 
 from __future__ import annotations
 
-import functools
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 from cdi_plugin.discovery.model import Ancestor, DiscoveredDevice, Query
 from cdi_plugin.generate.config import DeviceClass, GlobMap, Match, ParentMatch
 from cdi_plugin.generate.template import Template
+from cdi_plugin.globs import match_any
 
 _NEEDS_ANCESTORS = frozenset({"driver", "pci_slot", "serial"})
-
-
-@functools.lru_cache(maxsize=1024)
-def _compile(glob: str, path: bool) -> re.Pattern[str]:
-    any_char = "[^/]" if path else "."
-    out, i, n = "", 0, len(glob)
-    while i < n:
-        c = glob[i]
-        i += 1
-        if c == "*":
-            out += any_char + "*"
-        elif c == "?":
-            out += any_char
-        elif c == "[":
-            j = i + (glob[i : i + 1] == "!")
-            j += glob[j : j + 1] == "]"
-            end = glob.find("]", j)
-            if end < 0:
-                out += re.escape(c)
-                continue
-            body = glob[i:end]
-            negate = body.startswith("!")
-            chars = "".join(c if c == "-" else re.escape(c) for c in body[negate:])
-            out += ("[^" if negate else "[") + chars + "]"
-            i = end + 1
-        else:
-            out += re.escape(c)
-    return re.compile(out, re.DOTALL)
-
-
-def glob_match(value: str, globs: Iterable[str], *, path: bool = False) -> bool:
-    return any(_compile(g, path).fullmatch(value) for g in globs)
 
 
 def _map_match(values: Mapping[str, str], wanted: GlobMap) -> bool:
     for key, globs in wanted:
         value = values.get(key)
-        if value is None or not glob_match(value, globs):
+        if value is None or not match_any(globs, value):
             return False
     return True
 
@@ -62,8 +31,8 @@ def _map_match(values: Mapping[str, str], wanted: GlobMap) -> bool:
 def _parent_match(parent: Ancestor, want: ParentMatch) -> bool:
     return (
         (not want.subsystems or parent.subsystem in want.subsystems)
-        and (not want.kernel or glob_match(parent.sys_name, want.kernel))
-        and (not want.driver or (parent.driver is not None and glob_match(parent.driver, want.driver)))
+        and (not want.kernel or match_any(want.kernel, parent.sys_name))
+        and (not want.driver or (parent.driver is not None and match_any(want.driver, parent.driver)))
         and _map_match(parent.properties, want.properties)
         and _map_match(parent.attributes, want.attributes)
     )
@@ -73,15 +42,15 @@ def matches(match: Match, device: DiscoveredDevice) -> bool:
     """Whether ``device`` has everything ``match`` asks for."""
     if match.subsystems and device.subsystem not in match.subsystems:
         return False
-    if match.kernel and not glob_match(device.sys_name, match.kernel):
+    if match.kernel and not match_any(match.kernel, device.sys_name):
         return False
-    if match.devnode and not (device.devnode and glob_match(device.devnode, match.devnode, path=True)):
+    if match.devnode and not (device.devnode and match_any(match.devnode, device.devnode, path=True)):
         return False
     if match.devtypes and device.devtype not in match.devtypes:
         return False
     if match.driver:
         drivers = [device.driver, *(a.driver for a in device.ancestors)]
-        if not any(d is not None and glob_match(d, match.driver) for d in drivers):
+        if not any(d is not None and match_any(match.driver, d) for d in drivers):
             return False
     if not _map_match(device.properties, match.properties):
         return False

@@ -14,11 +14,11 @@ a pod someone else's device.
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from cdi_plugin.cdi.names import natural_key
 from cdi_plugin.discovery.model import DiscoveredDevice
 from cdi_plugin.errors import GenerateError
 from cdi_plugin.generate.config import DeviceClass
@@ -26,8 +26,6 @@ from cdi_plugin.generate.sanitize import device_name
 from cdi_plugin.generate.template import Context, Template, device_lookup, render
 
 ALL_DEVICE = "all"
-
-_DIGITS = re.compile(r"(\d+)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,13 +36,9 @@ class NamedDevice:
     strategy: str
 
 
-def _natural(text: str) -> tuple[tuple[int, int | str], ...]:
-    return tuple((0, int(p)) if p.isdigit() else (1, p) for p in _DIGITS.split(text) if p)
-
-
 def ordered(devices: Sequence[DiscoveredDevice]) -> list[DiscoveredDevice]:
     """Devices in index order: by node path, then sysfs path, numbers compared as numbers."""
-    return sorted(devices, key=lambda d: (_natural(d.devnode or ""), _natural(d.sys_path), d.sys_name))
+    return sorted(devices, key=lambda d: (natural_key(d.devnode or ""), natural_key(d.sys_path), d.sys_name))
 
 
 def describe(device: DiscoveredDevice) -> str:

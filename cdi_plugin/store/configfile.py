@@ -13,7 +13,7 @@ from typing import Any
 from cdi_plugin.cdi import codec, schema
 from cdi_plugin.cdi.problems import Problem
 from cdi_plugin.errors import ConfigError, SpecLoadError
-from cdi_plugin.store.files import read_spec_bytes
+from cdi_plugin.store.files import read_file
 
 MAX_CONFIG_BYTES = 1024 * 1024
 
@@ -41,7 +41,8 @@ def parse_config(data: bytes, source: str) -> dict[str, Any]:
     try:
         obj, _ = codec.parse(data, source, "yaml")
     except SpecLoadError as exc:
-        raise ConfigError(f"{source}: {exc.message}") from None
+        where = f"{key_path(exc.pointer)}: " if exc.pointer.strip("/") else ""
+        raise ConfigError(f"{source}: {where}{exc.message}") from None
     if not isinstance(obj, dict):
         raise ConfigError(f"{source}: the configuration must be a mapping with 'classes' and/or 'plugin'")
     problems = schema.problems(obj, schema.CONFIG_SCHEMA)
@@ -50,10 +51,15 @@ def parse_config(data: bytes, source: str) -> dict[str, Any]:
     return obj
 
 
-def load_config(path: Path) -> dict[str, Any]:
-    """Read, parse and validate a configuration file; raises :class:`ConfigError`."""
+def read_config_bytes(path: Path) -> bytes:
+    """A configuration file's bytes (through symbolic links: a ConfigMap mounts its files through
+    them); raises :class:`ConfigError`."""
     try:
-        data = read_spec_bytes(path, MAX_CONFIG_BYTES)
+        return read_file(path, MAX_CONFIG_BYTES, "configuration file")
     except SpecLoadError as exc:
         raise ConfigError(f"{path}: {exc.message}") from None
-    return parse_config(data, str(path))
+
+
+def load_config(path: Path) -> dict[str, Any]:
+    """Read, parse and validate a configuration file; raises :class:`ConfigError`."""
+    return parse_config(read_config_bytes(path), str(path))

@@ -75,31 +75,52 @@ def _os_reason(exc: OSError) -> tuple[str, str]:
     }.get(exc.errno or 0, ("unreadable", exc.strerror or str(exc)))
 
 
-def read_spec_bytes(path: Path, max_bytes: int = MAX_SPEC_BYTES) -> bytes:
-    """Read a spec file, turning every OS failure into a one-line :class:`SpecLoadError`."""
+def _size(n: int) -> str:
+    for unit, size in (("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size and n % size == 0:
+            return f"{n // size} {unit}"
+    return f"{n} bytes"
+
+
+def read_file(path: Path, max_bytes: int, what: str, *, follow_links: bool = True) -> bytes:
+    """Read a file another program may have put in place: every spec, record and config.
+
+    It must be a regular file of at most ``max_bytes`` (checked on the open descriptor, so a file
+    swapped in between check and read is seen); opening never blocks (a FIFO does not wait for a
+    writer) and, without ``follow_links``, a symbolic link is refused. Every failure is a one-line
+    :class:`SpecLoadError` naming the file and calling it ``what`` where needed.
+    """
     source = str(path)
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow_links else os.O_NOFOLLOW)
     try:
-        # O_NONBLOCK: opening a FIFO named like a spec must not wait for a writer.
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        fd = os.open(path, flags)
     except OSError as exc:
+        if exc.errno == errno.ELOOP and not follow_links:
+            raise SpecLoadError(
+                source, "", "not-a-file", "is a symbolic link, which is not followed"
+            ) from None
         raise SpecLoadError(source, "", *_os_reason(exc)) from None
     try:
         info = os.fstat(fd)
         if stat.S_ISDIR(info.st_mode):
-            raise SpecLoadError(source, "", "not-a-file", "is a directory, not a spec file")
+            raise SpecLoadError(source, "", "not-a-file", f"is a directory, not a {what}")
         if not stat.S_ISREG(info.st_mode):
             raise SpecLoadError(source, "", "not-a-file", "is not a regular file")
-        with os.fdopen(fd, "rb", closefd=False) as fh:
-            data = fh.read(max_bytes + 1)
+        data = b""
+        if info.st_size <= max_bytes:
+            with os.fdopen(fd, "rb", closefd=False) as fh:
+                data = fh.read(max_bytes + 1)
     except OSError as exc:
         raise SpecLoadError(source, "", *_os_reason(exc)) from None
     finally:
         os.close(fd)
-    if len(data) > max_bytes:
+    if info.st_size > max_bytes or len(data) > max_bytes:
         raise SpecLoadError(
-            source,
-            "",
-            "too-large",
-            f"the file is larger than {max_bytes // (1024 * 1024)} MiB, too large for a device spec",
+            source, "", "too-large", f"the file is larger than {_size(max_bytes)}, too large for a {what}"
         )
     return data
+
+
+def read_spec_bytes(path: Path, max_bytes: int = MAX_SPEC_BYTES) -> bytes:
+    """Read a spec file (through symbolic links, as runtimes do) with :func:`read_file`."""
+    return read_file(path, max_bytes, "device spec")

@@ -17,7 +17,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from cdi_plugin.cdi.textparse import parse
+from cdi_plugin.errors import SpecLoadError
 from cdi_plugin.store.atomic import write_atomic
+from cdi_plugin.store.files import MAX_SPEC_BYTES, read_file, read_spec_bytes
 
 log = logging.getLogger(__name__)
 
@@ -40,21 +43,25 @@ def read_record(directory: Path) -> dict[str, OwnedFile]:
     """The files recorded as cdi-gen's in ``directory``; empty if there is no usable record.
 
     An unreadable or corrupt record counts as owning nothing, the safe side: cdi-gen then treats
-    every existing file as foreign.
+    every existing file as foreign. cdi-gen writes the record as a regular file, so anything else
+    in its place (a symbolic link, a FIFO, a device) is not read.
     """
     path = directory / RECORD_NAME
     try:
-        raw = json.loads(path.read_bytes())
+        data = read_file(path, MAX_SPEC_BYTES, "ownership record", follow_links=False)
+        raw, _ = parse(data, str(path), "json")
         files = raw["files"]
         return {
             name: OwnedFile(name, str(entry["kind"]), str(entry["sha256"]))
             for name, entry in files.items()
             if "/" not in name and "\x00" not in name and name not in {"", ".", ".."}
         }
-    except FileNotFoundError:
+    except SpecLoadError as exc:
+        if exc.rule != "not-found":
+            log.warning("ignoring unusable ownership record %s; treating every spec as foreign", exc)
         return {}
-    except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
-        log.warning("%s: ignoring unusable ownership record (%s); treating every spec as foreign", path, exc)
+    except (KeyError, TypeError, AttributeError) as exc:
+        log.warning("%s: ignoring unusable ownership record (%r); treating every spec as foreign", path, exc)
         return {}
 
 
@@ -78,8 +85,8 @@ def owned_kinds(directories: Iterable[Path]) -> set[str]:
     for directory in directories:
         for owned in read_record(directory).values():
             try:
-                if digest((directory / owned.name).read_bytes()) == owned.sha256:
+                if digest(read_spec_bytes(directory / owned.name)) == owned.sha256:
                     kinds.add(owned.kind)
-            except OSError:
+            except SpecLoadError:
                 continue
     return kinds

@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from cdi_plugin.errors import ConfigError, SpecLoadError
+from cdi_plugin.errors import ConfigError
 from cdi_plugin.generate.config import (
     DEFAULT_CONFIG_NAME,
     DeviceClass,
@@ -26,17 +26,13 @@ from cdi_plugin.generate.config import (
     parse_classes,
     refuse_hooks_and_mounts,
 )
-from cdi_plugin.store.configfile import MAX_CONFIG_BYTES, parse_config
-from cdi_plugin.store.files import read_spec_bytes
+from cdi_plugin.store.configfile import parse_config, read_config_bytes
 
 log = logging.getLogger(__name__)
 
 
 def _read(path: Path) -> tuple[bytes, dict[str, Any]]:
-    try:
-        data = read_spec_bytes(path, MAX_CONFIG_BYTES)
-    except SpecLoadError as exc:
-        raise ConfigError(f"{path}: {exc.message}") from None
+    data = read_config_bytes(path)
     return data, parse_config(data, str(path))
 
 

@@ -9,25 +9,19 @@ computed again after every change.
 
 from __future__ import annotations
 
-import fnmatch
 import glob
 import os
 from collections.abc import Iterable
 from pathlib import Path
 
 from cdi_plugin.discovery.query import DEV
+from cdi_plugin.globs import path_glob_match
 
 
 def _subdirs(directory: Path, pattern: str) -> list[Path]:
     try:
         with os.scandir(directory) as entries:
-            return [
-                Path(e.path)
-                for e in entries
-                if e.is_dir()
-                and fnmatch.fnmatchcase(e.name, pattern)
-                and (pattern.startswith(".") or not e.name.startswith("."))
-            ]
+            return [Path(e.path) for e in entries if e.is_dir() and path_glob_match(pattern, e.name)]
     except OSError:
         return []
 

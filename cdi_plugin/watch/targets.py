@@ -17,9 +17,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from cdi_plugin.discovery.model import UdevEvent
-from cdi_plugin.discovery.query import glob_match
 from cdi_plugin.generate.config import DeviceClass
 from cdi_plugin.generate.match import query_for
+from cdi_plugin.globs import path_glob_match
 
 Kinds = frozenset[str]
 
@@ -51,7 +51,7 @@ class Targets:
 
     def kinds_for_node(self, path: str) -> Kinds:
         """The kinds whose globs match the device node ``path`` (``/dev/...``)."""
-        return frozenset(k for glob, kinds in self.globs if glob_match(glob, path) for k in kinds)
+        return frozenset(k for glob, kinds in self.globs if path_glob_match(glob, path) for k in kinds)
 
     def kinds_for_dir_entry(self, path: str) -> Kinds:
         """The kinds whose globs match ``path`` or could match below it (a new directory on a
@@ -60,7 +60,7 @@ class Targets:
         out: set[str] = set()
         for glob, kinds in self.globs:
             parts = glob.split("/")
-            if depth < len(parts) and glob_match("/".join(parts[: depth + 1]), path):
+            if depth < len(parts) and path_glob_match("/".join(parts[: depth + 1]), path):
                 out |= kinds
         return frozenset(out)
 

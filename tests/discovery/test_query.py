@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from cdi_plugin.discovery.model import Ancestor, DiscoveredDevice, NodeInfo, Query
-from cdi_plugin.discovery.query import apply_query, check_query, glob_match
+from cdi_plugin.discovery.query import apply_query, check_query
 from cdi_plugin.errors import DiscoveryError
 
 
@@ -42,26 +42,6 @@ SERIAL = DiscoveredDevice(
 NVIDIA = DiscoveredDevice(subsystem="", sys_name="nvidia0", devnode="/dev/nvidia0", node=node(195, 0))
 CONNECTOR = DiscoveredDevice(subsystem="drm", sys_name="card0-HDMI-A-1", ancestors=(PCI,))
 RECORDED = (CARD, CONNECTOR, FUSE, SERIAL, NVIDIA)
-
-
-@pytest.mark.parametrize(
-    ("pattern", "path", "expected"),
-    [
-        ("/dev/loop[0-9]*", "/dev/loop0", True),
-        ("/dev/loop[0-9]*", "/dev/loop-control", False),
-        ("/dev/nvidia*", "/dev/nvidia0", True),
-        ("/dev/nvidia*", "/dev/nvidia-caps/nvidia-cap1", False),  # '*' stays in one component
-        ("/dev/*/*", "/dev/dri/card0", True),
-        ("/dev/*", "/dev/dri/card0", False),
-        ("/dev/*", "/dev/.hidden", False),  # like glob(): wildcards skip dot files
-        ("/dev/.hid*", "/dev/.hidden", True),
-        ("/dev/vfio/[0-9]*", "/dev/vfio/42", True),
-        ("/dev/vfio/[0-9]*", "/dev/vfio/vfio", False),
-        ("/dev/ttyUSB?", "/dev/ttyUSB10", False),
-    ],
-)
-def test_glob_match_follows_glob_semantics(pattern: str, path: str, expected: bool) -> None:
-    assert glob_match(pattern, path) is expected
 
 
 @pytest.mark.parametrize(

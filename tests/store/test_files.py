@@ -59,7 +59,7 @@ def test_missing_file(tmp_path: Path) -> None:
 
 def test_directory(tmp_path: Path) -> None:
     err = read_error(tmp_path)
-    assert (err.rule, str(err)) == ("not-a-file", f"{tmp_path}: is a directory, not a spec file")
+    assert (err.rule, str(err)) == ("not-a-file", f"{tmp_path}: is a directory, not a device spec")
 
 
 @pytest.mark.timeout(30)

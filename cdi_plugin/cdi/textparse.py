@@ -1,0 +1,342 @@
+"""JSON and YAML text to plain objects, strictly, and bounded whatever the text holds.
+
+As strict as the CDI library's loader (``yaml.UnmarshalStrict``): a duplicate key is an error
+that names where it is. JSON that is not strict JSON but is valid YAML is accepted, as runtimes
+read JSON through YAML. Only what JSON can hold is accepted (a YAML date stays a string; binary
+data, sets and unpaired surrogates are errors). An error in a YAML file names its line.
+
+The work done is bounded by the size of the text, so a hostile file is one more bad file:
+
+* nesting deeper than :data:`MAX_DEPTH` is refused before any recursive code sees it;
+* a number literal longer than :data:`MAX_NUMBER_CHARS` is refused before Python converts it
+  (converting thousands of digits takes quadratic time, and past 4300 digits raises);
+* YAML anchors and aliases are refused while the document is composed, before any data is built:
+  an alias repeats a subtree without repeating its text, so a few hundred bytes can stand for
+  gigabytes ("billion laughs"). Neither CDI specs nor the configuration need them.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+from collections.abc import Callable, Iterable
+from typing import Any, Literal
+
+from cdi_plugin.cdi.problems import pointer_join
+from cdi_plugin.errors import SpecLoadError
+
+Format = Literal["json", "yaml"]
+
+#: Nesting deeper than this is not a spec (a real one is under 10 levels deep). Refusing it early
+#: keeps every recursive consumer safe: Python's json and the YAML constructor raise RecursionError
+#: around 1000 levels, jsonschema-rs fails at 255, and libyaml's composer crashes the process.
+MAX_DEPTH = 64
+#: No value in a spec or the configuration needs a longer number (a 64-bit integer has 20 digits).
+MAX_NUMBER_CHARS = 64
+#: A JSON escape of a UTF-16 surrogate (\uD800 to \uDFFF); an unpaired one makes a string UTF-8
+#: cannot encode.
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+
+_NO_ALIASES = "YAML anchors and aliases are not allowed"
+_TOO_DEEP = f"nested more than {MAX_DEPTH} levels deep, which no spec is"
+UNPAIRED_SURROGATE = (
+    "holds an unpaired UTF-16 surrogate (a lone \\uD800-\\uDFFF escape), which UTF-8 cannot encode"
+)
+
+
+class _Oversize:
+    """Stands for a number literal too long to convert, until the parser names where it is."""
+
+    __slots__ = ("length",)
+
+    def __init__(self, length: int) -> None:
+        self.length = length
+
+    def __repr__(self) -> str:
+        return f"a number {self.length} characters long"
+
+    @property
+    def message(self) -> str:
+        return f"{self!r}; no value here needs more than {MAX_NUMBER_CHARS}"
+
+
+class _DupDict(dict[str, Any]):
+    duplicate: str = ""
+
+
+def _find(obj: Any, wanted: Callable[[Any], bool], ptr: str = "") -> tuple[str, Any] | None:
+    """The pointer to the first value ``wanted`` accepts, and the value (depth already bounded)."""
+    if wanted(obj):
+        return ptr, obj
+    children = obj.items() if isinstance(obj, dict) else enumerate(obj) if isinstance(obj, list) else ()
+    for key, value in children:
+        found = _find(value, wanted, pointer_join(ptr, key))
+        if found:
+            return found
+    return None
+
+
+def _is_oversize(value: Any) -> bool:
+    return isinstance(value, _Oversize)
+
+
+def _oversize_error(obj: Any, source: str, line: int | None = None) -> SpecLoadError:
+    ptr, value = _find(obj, _is_oversize) or ("", _Oversize(0))
+    where = f"line {line}: " if line else ""
+    return SpecLoadError(source, ptr or "/", "syntax", where + value.message)
+
+
+def _json_loads(text: str, source: str) -> Any:
+    """``json.loads`` that refuses repeated keys and oversize numbers, naming where they are."""
+    repeated = oversize = False
+
+    def pairs_hook(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        nonlocal repeated
+        out = dict(pairs)
+        if len(out) == len(pairs):
+            return out
+        repeated = True
+        seen: set[str] = set()
+        marked = _DupDict(out)
+        for key, _ in pairs:
+            if key in seen:
+                marked.duplicate = key
+                break
+            seen.add(key)
+        return marked
+
+    def number(convert: Callable[[str], Any]) -> Callable[[str], Any]:
+        def parse(literal: str) -> Any:
+            nonlocal oversize
+            if len(literal) <= MAX_NUMBER_CHARS:
+                return convert(literal)
+            oversize = True
+            return _Oversize(len(literal))
+
+        return parse
+
+    obj = json.loads(text, object_pairs_hook=pairs_hook, parse_int=number(int), parse_float=number(float))
+    _check_depth(obj, source)
+    if oversize:
+        raise _oversize_error(obj, source)
+    if repeated:
+        ptr, dup = _find(obj, lambda v: isinstance(v, _DupDict)) or ("", _DupDict())
+        raise SpecLoadError(
+            source, ptr or "/", "duplicate-key", f"duplicate key {dup.duplicate!r}", "remove one of them"
+        )
+    if _SURROGATE_ESCAPE.search(text):
+        found = find_unencodable(obj)
+        if found is not None:
+            where, what = found
+            raise SpecLoadError(source, where or "/", "syntax", f"a {what} {UNPAIRED_SURROGATE}")
+    return obj
+
+
+def _check_depth(obj: Any, source: str) -> None:
+    stack: list[tuple[Any, int]] = [(obj, 0)] if isinstance(obj, (dict, list)) else []
+    while stack:
+        value, depth = stack.pop()
+        if depth >= MAX_DEPTH:
+            raise SpecLoadError(source, "", "syntax", _TOO_DEEP)
+        for item in value.values() if isinstance(value, dict) else value:
+            if isinstance(item, (dict, list)):
+                stack.append((item, depth + 1))
+
+
+def find_unencodable(value: Any, ptr: str = "") -> tuple[str, str] | None:
+    """The pointer to the first string or key UTF-8 cannot encode, and which of the two it is.
+
+    Such a string comes from a lone surrogate escape in JSON, or from bytes decoded with
+    ``surrogateescape``. ``value`` must be nested at most :data:`MAX_DEPTH` levels deep.
+    """
+    if isinstance(value, str):
+        return None if _is_utf8(value) else (ptr, "string")
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, item in items:
+        if isinstance(key, str) and not _is_utf8(key):
+            return pointer_join(ptr, key), "key"
+        found = find_unencodable(item, pointer_join(ptr, key))
+        if found is not None:
+            return found
+    return None
+
+
+def _is_utf8(text: str) -> bool:
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+class _YamlRefused(Exception):
+    def __init__(self, rule: str, line: int, message: str) -> None:
+        super().__init__(f"line {line}: {message}")
+        self.rule = rule
+
+
+#: YAML types with no JSON equivalent: a runtime reads a spec as JSON, so they are not allowed.
+_NON_JSON_TAGS = ("binary", "set", "omap", "pairs", "timestamp")
+
+
+@functools.cache
+def _yaml_loader() -> Any:
+    """A safe YAML loader for documents without anchors, aliases or oversize numbers, nested at
+    most :data:`MAX_DEPTH` deep, that rejects duplicate and non-string keys (go-yaml's strict mode).
+
+    libyaml (when present) still scans and parses; composing is PyYAML's, so that an anchor, an
+    alias or deep nesting is refused event by event, before a node or a value exists. Like the
+    YAML-to-JSON conversion runtimes use, an unquoted date stays a string; explicit tags of types
+    JSON lacks (``!!binary``, ``!!set``, ...) are errors.
+    """
+    import yaml
+    from yaml.composer import Composer
+
+    base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    bases = (base,) if issubclass(base, Composer) else (Composer, base)
+
+    class StrictLoader(*bases):  # type: ignore[misc]
+        def __init__(self, stream: str) -> None:
+            base.__init__(self, stream)
+            Composer.__init__(self)
+            self.depth = 0
+            self.oversize_line = 0
+
+        def compose_node(self, parent: Any, index: Any) -> Any:
+            event = self.peek_event()
+            line = event.start_mark.line + 1
+            if event.anchor is not None:
+                sign = "*" if isinstance(event, yaml.AliasEvent) else "&"
+                raise _YamlRefused("syntax", line, f"{_NO_ALIASES} ({sign}{event.anchor})")
+            if not isinstance(event, yaml.CollectionStartEvent):
+                return super().compose_node(parent, index)
+            if self.depth >= MAX_DEPTH:
+                raise _YamlRefused("syntax", line, _TOO_DEEP)
+            self.depth += 1
+            try:
+                return super().compose_node(parent, index)
+            finally:
+                self.depth -= 1
+
+    timestamp = "tag:yaml.org,2002:timestamp"
+    StrictLoader.yaml_implicit_resolvers = {
+        first: [(tag, regexp) for tag, regexp in resolvers if tag != timestamp]
+        for first, resolvers in StrictLoader.yaml_implicit_resolvers.items()
+    }
+
+    def construct_mapping(loader: Any, node: Any) -> dict[str, Any]:
+        loader.flatten_mapping(node)
+        out: dict[str, Any] = {}
+        for key_node, value_node in node.value:
+            key = loader.construct_object(key_node, deep=True)
+            line = key_node.start_mark.line + 1
+            if not isinstance(key, str):
+                raise _YamlRefused("type", line, f"a key must be a string, got {key!r}")
+            if key in out:
+                raise _YamlRefused("duplicate-key", line, f"duplicate key {key!r}")
+            out[key] = loader.construct_object(value_node, deep=True)
+        return out
+
+    def bounded_number(construct: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
+        def build(loader: Any, node: Any) -> Any:
+            if len(node.value) <= MAX_NUMBER_CHARS:
+                return construct(loader, node)
+            loader.oversize_line = loader.oversize_line or node.start_mark.line + 1
+            return _Oversize(len(node.value))
+
+        return build
+
+    def reject(loader: Any, node: Any) -> None:
+        raise _YamlRefused("type", node.start_mark.line + 1, f"a {node.tag} value has no JSON equivalent")
+
+    StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, construct_mapping)
+    for kind in ("int", "float"):
+        construct = StrictLoader.yaml_constructors[f"tag:yaml.org,2002:{kind}"]
+        StrictLoader.add_constructor(f"tag:yaml.org,2002:{kind}", bounded_number(construct))
+    for tag in _NON_JSON_TAGS:
+        StrictLoader.add_constructor(f"tag:yaml.org,2002:{tag}", reject)
+    return StrictLoader
+
+
+def _parse_yaml(text: str, source: str, syntax_error: str = "") -> Any:
+    """The YAML document in ``text``; ``syntax_error`` replaces the message of a YAML syntax error."""
+    import yaml
+
+    loader = _yaml_loader()(text)
+    try:
+        obj = loader.get_single_data()
+    except _YamlRefused as exc:
+        hint = "remove one of them" if exc.rule == "duplicate-key" else ""
+        raise SpecLoadError(source, "", exc.rule, str(exc), hint) from None
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark
+        where = f"line {mark.line + 1} column {mark.column + 1}: " if mark else ""
+        message = syntax_error or f"invalid YAML: {where}{exc.problem}"
+        raise SpecLoadError(source, "", "syntax", message) from None
+    except yaml.YAMLError as exc:
+        raise SpecLoadError(source, "", "syntax", syntax_error or f"invalid YAML: {exc}") from None
+    except RecursionError:
+        raise SpecLoadError(source, "", "syntax", _TOO_DEEP) from None
+    finally:
+        loader.dispose()
+    if loader.oversize_line:
+        raise _oversize_error(obj, source, loader.oversize_line)
+    return obj
+
+
+def parse(data: bytes, source: str = "<spec>", fmt: Format = "json") -> tuple[Any, Format]:
+    """Parse text strictly; returns the object and the syntax that parsed it.
+
+    ``fmt`` is the syntax the file name suggests; JSON that only parses as YAML is accepted
+    (runtimes read every spec through YAML) and reported as ``"yaml"``.
+    """
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise SpecLoadError(
+            source, "", "syntax", f"not UTF-8 text (binary data at byte {exc.start})"
+        ) from None
+    if not text.strip():
+        raise SpecLoadError(source, "", "empty-file", "the file is empty (no spec data)")
+    if "\x00" in text:
+        raise SpecLoadError(source, "", "syntax", f"binary data (NUL byte at offset {text.index(chr(0))})")
+    if fmt == "yaml":
+        return _parse_yaml(text, source), "yaml"
+    try:
+        return _json_loads(text, source), "json"
+    except json.JSONDecodeError as exc:
+        json_error = f"invalid JSON: line {exc.lineno} column {exc.colno}: {exc.msg}"
+    except RecursionError:
+        raise SpecLoadError(source, "", "syntax", _TOO_DEEP) from None
+    return _parse_yaml(text, source, json_error), "yaml"
+
+
+def yaml_lines(data: bytes, pointers: Iterable[str]) -> dict[str, int]:
+    """The 1-based line each JSON pointer points at in a YAML document (for messages).
+
+    A pointer to an object member gives the line of its key; one that leads nowhere gives the
+    line of the deepest node it reaches. Call it only on a document :func:`parse` accepted.
+    """
+    import yaml
+
+    root = yaml.compose(data.decode("utf-8-sig"), Loader=_yaml_loader())
+    out: dict[str, int] = {}
+    for pointer in pointers:
+        node, line = root, None
+        for part in pointer.split("/")[1:] if pointer.strip("/") else []:
+            key = part.replace("~1", "/").replace("~0", "~")
+            if isinstance(node, yaml.MappingNode):
+                found = [(k, v) for k, v in node.value if isinstance(k, yaml.ScalarNode) and k.value == key]
+                if not found:
+                    break
+                key_node, node = found[-1]
+                line = key_node.start_mark.line + 1
+            elif isinstance(node, yaml.SequenceNode) and key.isdigit() and int(key) < len(node.value):
+                node = node.value[int(key)]
+                line = node.start_mark.line + 1
+            else:
+                break
+        if line is not None:
+            out[pointer] = line
+    return out

@@ -1,0 +1,99 @@
+"""Text that would make the parser allocate without bound: huge numbers and YAML aliases."""
+
+from __future__ import annotations
+
+import pytest
+
+from cdi_plugin.cdi import codec, textparse
+from cdi_plugin.errors import SpecLoadError
+
+DIGITS = "7" * 5000
+
+
+def spec_text(major: str) -> str:
+    return (
+        '{"cdiVersion": "0.5.0", "kind": "example.com/x", "devices": [{"name": "a", '
+        '"containerEdits": {"deviceNodes": [{"path": "/dev/a", "major": ' + major + "}]}}]}"
+    )
+
+
+@pytest.mark.parametrize("literal", [DIGITS, "-" + DIGITS, DIGITS + ".5", "1e" + DIGITS, "0." + DIGITS])
+def test_an_oversize_json_number_is_an_error_naming_the_file_and_key(literal: str) -> None:
+    with pytest.raises(SpecLoadError) as caught:
+        codec.decode(spec_text(literal).encode(), "big.json", "json")
+    assert caught.value.pointer == "/devices/0/containerEdits/deviceNodes/0/major"
+    assert str(caught.value).startswith("big.json: /devices/0/containerEdits/deviceNodes/0/major: ")
+    assert caught.value.message.endswith(" characters long; no value here needs more than 64")
+    assert "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "literal", [DIGITS, "0x" + "f" * 5000, "0o" + "7" * 5000, "1:" * 3000 + "1", DIGITS + ".0"]
+)
+def test_an_oversize_yaml_number_is_an_error_naming_the_file_key_and_line(literal: str) -> None:
+    text = (
+        "cdiVersion: 0.5.0\nkind: example.com/x\ndevices:\n  - name: a\n    containerEdits:\n"
+        f"      deviceNodes:\n        - path: /dev/a\n          minor: {literal}\n"
+    )
+    with pytest.raises(SpecLoadError) as caught:
+        codec.decode(text.encode(), "big.yaml", "yaml")
+    assert caught.value.pointer == "/devices/0/containerEdits/deviceNodes/0/minor"
+    assert caught.value.message.startswith("line 8: ")
+    assert "\n" not in str(caught.value)
+
+
+def test_numbers_of_ordinary_length_still_parse() -> None:
+    obj, _ = codec.parse(b'{"a": 18446744073709551615, "b": -1.5e300, "c": 0}', "n.json", "json")
+    assert obj == {"a": 2**64 - 1, "b": -1.5e300, "c": 0}
+    obj, _ = codec.parse(b"a: 0x1f\nb: 1_000\nc: 190:20:30\nd: .5\n", "n.yaml", "yaml")
+    assert obj == {"a": 31, "b": 1000, "c": 685230, "d": 0.5}
+
+
+def billion_laughs(levels: int = 9) -> bytes:
+    lines = ['l0: &l0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    lines += [f"l{i}: &l{i} [" + ", ".join([f"*l{i - 1}"] * 9) + "]" for i in range(1, levels)]
+    return ("\n".join(lines) + "\n").encode()
+
+
+@pytest.mark.timeout(20)
+@pytest.mark.parametrize("fmt", ["yaml", "json"])
+def test_yaml_aliases_are_refused_before_anything_is_built(fmt: codec.Format) -> None:
+    with pytest.raises(SpecLoadError) as caught:
+        codec.decode(billion_laughs(), f"laughs.{fmt}", fmt)
+    assert caught.value.rule == "syntax"
+    assert caught.value.message == "line 1: YAML anchors and aliases are not allowed (&l0)"
+
+
+@pytest.mark.timeout(20)
+def test_a_spec_repeating_an_anchored_device_is_refused() -> None:
+    device = "  - &dev\n    name: a\n    containerEdits: {env: [A=1]}\n"
+    text = "cdiVersion: 0.5.0\nkind: example.com/x\ndevices:\n" + device + "  - *dev\n" * 20000
+    assert len(text) > 100_000
+    with pytest.raises(SpecLoadError, match=r"line 4: YAML anchors and aliases are not allowed \(&dev\)"):
+        codec.decode(text.encode(), "bomb.yaml", "yaml")
+
+
+def test_an_alias_without_an_anchor_is_still_refused_as_an_alias() -> None:
+    with pytest.raises(SpecLoadError, match=r"line 2: YAML anchors and aliases are not allowed \(\*x\)"):
+        codec.parse(b"a: 1\nb: *x\n", "s.yaml", "yaml")
+
+
+def test_a_merge_key_without_aliases_still_works() -> None:
+    obj, _ = codec.parse(b"a: {<<: {b: 1}, c: 2}\n", "s.yaml", "yaml")
+    assert obj == {"a": {"b": 1, "c": 2}}
+
+
+def test_the_pure_python_loader_refuses_aliases_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without libyaml, PyYAML's own parser feeds the same composer."""
+    import yaml
+
+    monkeypatch.delattr(yaml, "CSafeLoader")
+    textparse._yaml_loader.cache_clear()
+    try:
+        with pytest.raises(SpecLoadError, match=r"line 1: YAML anchors and aliases are not allowed \(&l0\)"):
+            codec.parse(billion_laughs(), "laughs.yaml", "yaml")
+        obj, _ = codec.parse(b"a: [1, {b: c}]\n", "ok.yaml", "yaml")
+        assert obj == {"a": [1, {"b": "c"}]}
+    finally:
+        monkeypatch.undo()
+        textparse._yaml_loader.cache_clear()
