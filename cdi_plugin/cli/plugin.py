@@ -237,6 +237,8 @@ def serve(
             fail(str(exc))
     from cdi_plugin.cli.service import run_until_stopped, start_metrics_server
 
+    if watcher is not None:
+        metrics.probes.track("rescans", lambda: watcher.stalled_since)
     server = (
         None
         if metrics_address is None

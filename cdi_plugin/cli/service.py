@@ -77,8 +77,9 @@ def serve_scan_metrics(
 ) -> None:
     """``cdi-gen watch --metrics-address``: the watcher, its metrics and probes on ``address``.
 
-    Live while the event loop runs and the output directory can be listed; ready after the first
-    scan, once every event source listens.
+    Live while the event loop runs, the output directory can be listed and rescans get through
+    (not stuck, nor failing for want of the output directory's lock, for 30 s); ready after the
+    first scan, once every event source listens.
     """
     from cdi_plugin.metrics import Probes, ScanMetrics
     from cdi_plugin.watch.watcher import Watcher
@@ -87,6 +88,7 @@ def serve_scan_metrics(
     probes = Probes([options.scan.output_dir])
     probes.require([INITIAL_SCAN])
     watcher = Watcher(options, metrics=metrics)
+    probes.track("rescans", lambda: watcher.stalled_since)
     server = start_metrics_server(address, metrics.registry, probes, fail)
 
     async def heartbeat(stop: asyncio.Event) -> None:
