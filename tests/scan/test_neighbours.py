@@ -11,7 +11,7 @@ import shutil
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -85,14 +85,23 @@ def test_a_scan_that_waits_too_long_for_the_lock_fails_in_one_line(world: Path) 
     assert 0.5 <= took < 15
 
 
-def test_a_lock_that_is_a_symlink_is_refused(world: Path) -> None:
+@pytest.mark.parametrize(
+    ("make", "reason"),
+    [
+        (lambda p: p.symlink_to(p.parent.parent / "elsewhere"), "cannot open the lock: Too many levels"),
+        (os.mkfifo, "not a regular file owned by uid 0"),
+        (os.mkdir, "cannot open the lock: Is a directory"),
+    ],
+)
+def test_a_lock_that_is_not_a_regular_file_is_refused(
+    world: Path, make: Callable[[Path], object], reason: str
+) -> None:
     out = world / "cdi"
     out.mkdir()
-    target = world / "elsewhere"
-    (out / LOCK_NAME).symlink_to(target)
-    with pytest.raises(SpecWriteError, match="cannot open the lock"), locked(out):
+    make(out / LOCK_NAME)
+    with pytest.raises(SpecWriteError, match=reason), locked(out):
         pass
-    assert not target.exists()
+    assert not (world / "elsewhere").exists()
 
 
 def test_directory_creation_does_not_follow_another_users_link(world: Path) -> None:
