@@ -3,9 +3,10 @@
 Nothing here is global: every :class:`PluginMetrics` and :class:`ScanMetrics` registers its
 metrics in the ``CollectorRegistry`` it is given (a fresh one by default), and
 :class:`MetricsServer` serves one registry and one :class:`Probes`. The device plugin and the
-scanner update their metrics on the event loop; the server answers from its own threads (the
-metrics and :class:`Probes` are thread-safe), so a blocked event loop is seen as a stale heartbeat
-on ``/healthz`` instead of a probe that hangs.
+scanner update their metrics on the event loop; the server answers from its own thread and event
+loop (the metrics and :class:`Probes` are thread-safe), so a blocked main event loop is seen as a
+stale heartbeat on ``/healthz`` instead of a probe that hangs, and idle connections cost neither
+threads nor much memory (:mod:`cdi_plugin.httpserver`).
 
 Endpoints (GET only, as the kubelet's probes and Prometheus ask; other methods 405, other paths 404):
 
@@ -22,19 +23,17 @@ from __future__ import annotations
 import ipaddress
 import logging
 import os
-import socket
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from socketserver import ThreadingMixIn
 from typing import Any, Literal
-from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make_wsgi_app
 
 from cdi_plugin import __version__
+from cdi_plugin.httpserver import BoundedHttpServer
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +89,8 @@ class Probes:
     """Liveness and readiness state: written from the event loop, read from the server's threads.
 
     * Liveness: :meth:`beat` was called within ``stale_after`` seconds (the loop runs; it beats
-      every :attr:`interval` seconds) and every directory of ``dirs`` that exists can be listed.
+      every :attr:`interval` seconds), every directory of ``dirs`` that exists can be listed, and
+      no work given to :meth:`track` has been stalled for longer than ``stale_after``.
     * Readiness: every name given to :meth:`require` was :meth:`satisfy`-ed (and not unsatisfied
       since). Nothing required means ready.
     """
@@ -109,6 +109,7 @@ class Probes:
         self._last_beat = clock()
         self._required: tuple[str, ...] = ()
         self._satisfied: set[str] = set()
+        self._tracked: list[tuple[str, Callable[[], float | None]]] = []
 
     @property
     def interval(self) -> float:
@@ -124,6 +125,13 @@ class Probes:
         with self._lock:
             self._required = tuple(sorted(set(names)))
 
+    def track(self, what: str, stalled_since: Callable[[], float | None]) -> None:
+        """Fail liveness while ``stalled_since()`` (a time of :attr:`clock`, or None when all is
+        well; called from the server's thread) lies more than ``stale_after`` seconds back: work
+        that runs off the event loop (a rescan in a worker thread) can stall while the loop beats."""
+        with self._lock:
+            self._tracked.append((what, stalled_since))
+
     def satisfy(self, name: str, ok: bool = True) -> None:
         with self._lock:
             if ok:
@@ -133,9 +141,15 @@ class Probes:
 
     def liveness(self) -> Check:
         with self._lock:
-            silent = self.clock() - self._last_beat
+            now = self.clock()
+            silent = now - self._last_beat
+            tracked = list(self._tracked)
         if silent > self.stale_after:
             return Check(False, f"the event loop has not run for {silent:.0f}s")
+        for what, stalled_since in tracked:
+            since = stalled_since()
+            if since is not None and now - since > self.stale_after:
+                return Check(False, f"{what} stalled for {now - since:.0f}s")
         problems = [p for p in map(_directory_problem, self.dirs) if p]
         if problems:
             return Check(False, "; ".join(problems))
@@ -375,25 +389,6 @@ def parse_address(text: str) -> tuple[str, int]:
     return host, int(port_text)
 
 
-class _Server4(ThreadingMixIn, WSGIServer):
-    """One thread per request, so a slow client never holds up a probe."""
-
-    address_family = socket.AF_INET
-    daemon_threads = True
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        log.debug("metrics endpoint: a request from %s failed", client_address, exc_info=True)
-
-
-class _Server6(_Server4):
-    address_family = socket.AF_INET6
-
-
-class _QuietHandler(WSGIRequestHandler):
-    def log_message(self, format: str, *args: Any) -> None:
-        log.debug("metrics endpoint: " + format, *args)
-
-
 def _text(start_response: Callable[..., Any], status: str, body: str) -> list[bytes]:
     data = (body + "\n").encode()
     start_response(
@@ -422,20 +417,18 @@ def make_app(registry: CollectorRegistry, probes: Probes) -> Callable[..., Itera
 
 
 class MetricsServer:
-    """Serves :func:`make_app` on exactly one address, in a background thread."""
+    """Serves :func:`make_app` on exactly one address, in a background thread
+    (:class:`~cdi_plugin.httpserver.BoundedHttpServer`: bounded connections and idle time)."""
 
     def __init__(self, host: str, port: int, registry: CollectorRegistry, probes: Probes) -> None:
         self.host = host
         self.requested_port = port
-        self._app = make_app(registry, probes)
-        self._server: WSGIServer | None = None
-        self._thread: threading.Thread | None = None
+        self._http = BoundedHttpServer(host, port, make_app(registry, probes))
+        self._started = False
 
     @property
     def port(self) -> int:
-        if self._server is None:
-            return self.requested_port
-        return int(self._server.server_address[1])
+        return int(self._http.address[1]) if self._started else self.requested_port
 
     @property
     def url(self) -> str:
@@ -444,23 +437,12 @@ class MetricsServer:
 
     def start(self) -> None:
         """Bind and serve; raises OSError (address in use, not an address of this host)."""
-        family = _Server6 if ipaddress.ip_address(self.host).version == 6 else _Server4
-        server = make_server(self.host, self.requested_port, self._app, family, _QuietHandler)
-        self._server = server
-        self._thread = threading.Thread(
-            target=server.serve_forever, kwargs={"poll_interval": 0.2}, name="metrics", daemon=True
-        )
-        self._thread.start()
+        self._http.start()
+        self._started = True
         log.info("serving metrics on %s%s, health on %s and %s", self.url, METRICS, HEALTHZ, READYZ)
 
     def close(self) -> None:
-        server, self._server = self._server, None
-        if server is None:
-            return
-        server.shutdown()
-        server.server_close()
-        if self._thread is not None:
-            self._thread.join(5)
+        self._http.close()
 
     def __enter__(self) -> MetricsServer:
         self.start()

@@ -25,8 +25,9 @@ from cdi_plugin.generate.config import (
 )
 from cdi_plugin.generate.match import query_for
 from cdi_plugin.store.configfile import load_config
+from cdi_plugin.store.dirlock import DEFAULT_LOCK_TIMEOUT, locked
 from cdi_plugin.store.files import DEFAULT_SPEC_DIRS, STATIC_DIR
-from cdi_plugin.store.writer import DONE, Applied, Plan, apply, locked, plan_writes
+from cdi_plugin.store.writer import DONE, Applied, Plan, apply, plan_writes
 
 DEFAULT_MAX_VERSION = "0.5.0"
 
@@ -44,6 +45,8 @@ class ScanOptions:
     allow_hooks_and_mounts: bool = True
     #: Directories searched for foreign specs of the same kinds, besides the output directory.
     spec_dirs: tuple[Path, ...] = DEFAULT_SPEC_DIRS
+    #: Seconds to wait for another scan of the output directory before giving up.
+    lock_timeout: float = DEFAULT_LOCK_TIMEOUT
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +68,7 @@ class ScanReport:
     applied: Applied | None = None
     forced: tuple[str, ...] = field(default=())
     refused: int = 0  # devices left out because their udev data is hostile
+    lock_wait: float = 0.0  # seconds spent waiting for another scan of the output directory
 
     @property
     def device_count(self) -> int:
@@ -175,7 +179,10 @@ def run_scan(
             + "; ".join(build.refused)
             + " (--skip-refused writes the other devices)"
         )
-    with contextlib.nullcontext() if options.dry_run else locked(options.output_dir):
+    lock = (
+        contextlib.nullcontext(None) if options.dry_run else locked(options.output_dir, options.lock_timeout)
+    )
+    with lock as held:
         plan = plan_writes(
             [s.spec for s in build.specs],
             options.output_dir,
@@ -185,7 +192,7 @@ def run_scan(
             max_version=options.max_version,
             kinds=kinds,
         )
-        applied = None if options.dry_run else apply(plan)
+        applied = None if held is None else apply(plan, tidy=held.held)
     forced = tuple(f"{c.kind}: {c.path} ({c.reason})" for c in plan.overridden)
     return ScanReport(
         options,
@@ -196,4 +203,5 @@ def run_scan(
         applied,
         forced,
         len(build.refused),
+        0.0 if held is None else held.waited,
     )

@@ -19,6 +19,7 @@ from cdi_plugin.cli.scanopts import (
     config_option,
     force_option,
     format_option,
+    lock_timeout_option,
     log_format_option,
     max_version_option,
     metrics_address_option,
@@ -158,6 +159,7 @@ def list_(spec_dirs: tuple[Path, ...], as_json: bool) -> None:
     "where a class uses it) and write the rest, instead of failing.",
 )
 @spec_dir_option
+@lock_timeout_option
 @source_option()
 @click.option(
     "--print-default-config", is_flag=True, help="Print the embedded default configuration and exit."
@@ -173,6 +175,7 @@ def scan(
     force: bool,
     skip_refused: bool,
     spec_dirs: tuple[Path, ...],
+    lock_timeout: float,
     source: str,
     print_default_config: bool,
 ) -> None:
@@ -210,6 +213,7 @@ def scan(
         force=force,
         skip_refused=skip_refused,
         spec_dirs=(*DEFAULT_SPEC_DIRS, *spec_dirs),
+        lock_timeout=lock_timeout,
     )
     with render_scan.progress("scanning devices"):
         report = run_scan(options, make_source(source))
@@ -227,6 +231,7 @@ def scan(
 @max_version_option()
 @force_option
 @spec_dir_option
+@lock_timeout_option
 @source_option(watch=True)
 @uevent_source_option
 @metrics_address_option
@@ -240,13 +245,14 @@ def watch(
     cdi_version_max: str,
     force: bool,
     spec_dirs: tuple[Path, ...],
+    lock_timeout: float,
     source: str,
     uevent_source: str | None,
     metrics_address: tuple[str, int] | None,
     log_format: str,
     verbose: bool,
 ) -> None:
-    """Keep the specs in step with the host until SIGTERM or SIGINT.
+    """Keep the specs in step with the host until SIGTERM, SIGINT or SIGHUP.
 
     Scans like 'cdi-gen scan', then listens for udev events of the subsystems its classes match
     (and for device nodes appearing under /dev where a class matches by devnode glob) and rescans
@@ -255,8 +261,8 @@ def watch(
     edited --config is applied without a restart; an invalid edit is logged and the last good
     configuration stays. Devices with hostile udev data are always skipped (and logged).
 
-    Exit status: 0 after SIGTERM or SIGINT, 1 when it cannot start (a bad configuration, no
-    access to udev), 2 on usage errors. See docs/hotplug.md.
+    Exit status: 0 after SIGTERM, SIGINT or SIGHUP, 1 when it cannot start (a bad configuration,
+    no access to udev), 2 on usage errors. See docs/hotplug.md.
     """
     import asyncio
     import logging
@@ -277,6 +283,7 @@ def watch(
             force=force,
             skip_refused=True,
             spec_dirs=(*DEFAULT_SPEC_DIRS, *spec_dirs),
+            lock_timeout=lock_timeout,
         ),
         source=source,
         uevent_source="udev" if uevent_source == "udev" else "kernel" if uevent_source == "kernel" else None,

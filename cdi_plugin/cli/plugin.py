@@ -176,14 +176,15 @@ def serve(
     allow_hooks_and_mounts: bool | None,
     **flags: Any,
 ) -> None:
-    """Serve CDI devices to the kubelet until SIGTERM or SIGINT.
+    """Serve CDI devices to the kubelet until SIGTERM, SIGINT or SIGHUP (exit status 0).
 
     Every CDI kind served becomes an extended resource named after the kind (vendor/class), every
     CDI device one or more devices of it. Allocate answers with the devices' fully-qualified CDI
     names only; the container runtime (containerd >= 1.7, CRI-O, iSulad) applies the specs.
     Spec files and device nodes are watched: devices come and go, turn Unhealthy when a host
     device node disappears and Healthy when it returns, and the plugin registers again by itself
-    after a kubelet restart.
+    after a kubelet restart. A signal stops the servers and removes the sockets they bound; a
+    restart reads the configuration again.
 
     With --scan the same process keeps the specs in step with the host, as 'cdi-gen watch' does,
     with the 'classes' of --config (the embedded default without): a device plugged in or removed
@@ -236,6 +237,8 @@ def serve(
             fail(str(exc))
     from cdi_plugin.cli.service import run_until_stopped, start_metrics_server
 
+    if watcher is not None:
+        metrics.probes.track("rescans", lambda: watcher.stalled_since)
     server = (
         None
         if metrics_address is None

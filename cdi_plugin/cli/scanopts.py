@@ -73,6 +73,17 @@ def force_option(f: F) -> F:
     )(f)
 
 
+def lock_timeout_option(f: F) -> F:
+    return click.option(
+        "--lock-timeout",
+        type=click.FloatRange(min=0),
+        default=30.0,
+        show_default=True,
+        metavar="SECONDS",
+        help="How long to wait while another scan writes the output directory before failing.",
+    )(f)
+
+
 def spec_dir_option(f: F) -> F:
     return click.option(
         "--spec-dir",

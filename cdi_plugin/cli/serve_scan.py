@@ -4,7 +4,7 @@ This is the usual DaemonSet shape: one container per node both generates the spe
 them. The two halves still meet only through spec files: the watcher writes into one of the
 plugin's spec directories (the first one by default) and the plugin follows that directory as it
 follows any other. Both run in one event loop (the watcher's scans in a worker thread) and stop
-together on SIGTERM or SIGINT, or when one of them fails.
+together on SIGTERM, SIGINT or SIGHUP, or when one of them fails.
 """
 
 from __future__ import annotations

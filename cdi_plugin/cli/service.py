@@ -1,4 +1,4 @@
-"""Long-running jobs in one event loop until SIGTERM or SIGINT (``cdi-gen watch``, ``cdi-plugin serve``).
+"""Long-running jobs in one event loop until a signal (``cdi-gen watch``, ``cdi-plugin serve``).
 
 Every job gets the same stop event. One signal handler sets it; a job that ends or fails sets it
 too, so the others stop as well (a watcher whose event source broke must not leave a plugin
@@ -25,7 +25,9 @@ log = logging.getLogger(__name__)
 
 Job = Callable[[asyncio.Event], Awaitable[None]]
 INITIAL_SCAN = "initial scan"
-SIGNALS = (signal.SIGTERM, signal.SIGINT)
+#: Each stops every job cleanly. SIGHUP too: a hang-up (the terminal closed, or a reload asked of a
+#: service without one) must not kill the process with its sockets left behind; a restart reloads.
+SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
 def _on_signal(sig: signal.Signals, stop: asyncio.Event) -> None:
@@ -34,7 +36,7 @@ def _on_signal(sig: signal.Signals, stop: asyncio.Event) -> None:
 
 
 async def run_until_stopped(*jobs: Job, stop: asyncio.Event | None = None) -> None:
-    """Run ``jobs`` together until ``stop`` is set or SIGTERM/SIGINT arrives (handled only on
+    """Run ``jobs`` together until ``stop`` is set or one of :data:`SIGNALS` arrives (handled only on
     the main thread), or until one of them ends."""
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -75,8 +77,9 @@ def serve_scan_metrics(
 ) -> None:
     """``cdi-gen watch --metrics-address``: the watcher, its metrics and probes on ``address``.
 
-    Live while the event loop runs and the output directory can be listed; ready after the first
-    scan, once every event source listens.
+    Live while the event loop runs, the output directory can be listed and rescans get through
+    (not stuck, nor failing for want of the output directory's lock, for 30 s); ready after the
+    first scan, once every event source listens.
     """
     from cdi_plugin.metrics import Probes, ScanMetrics
     from cdi_plugin.watch.watcher import Watcher
@@ -85,6 +88,7 @@ def serve_scan_metrics(
     probes = Probes([options.scan.output_dir])
     probes.require([INITIAL_SCAN])
     watcher = Watcher(options, metrics=metrics)
+    probes.track("rescans", lambda: watcher.stalled_since)
     server = start_metrics_server(address, metrics.registry, probes, fail)
 
     async def heartbeat(stop: asyncio.Event) -> None:

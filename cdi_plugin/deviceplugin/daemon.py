@@ -8,8 +8,9 @@ Tasks, all on one event loop:
 * the state changed -> the set of endpoints (one per resource) and of watched node directories
   follows it: a new kind is served and registered, a resource without devices is stopped.
 
-SIGTERM or SIGINT stops everything: servers stop, the sockets this process bound are removed, and
-:func:`run` returns normally (exit status 0).
+SIGTERM, SIGINT or SIGHUP stops everything: servers stop, the sockets this process bound are
+removed, and :func:`run` returns normally (exit status 0). SIGHUP does not reload in place: the
+``plugin`` settings shape every endpoint, so a restart (which the DaemonSet does) reads them again.
 """
 
 from __future__ import annotations
@@ -187,10 +188,10 @@ class Daemon:
 async def run(
     settings: Settings, stop: asyncio.Event | None = None, metrics: PluginMetrics | None = None
 ) -> None:
-    """Serve until ``stop`` is set or SIGTERM/SIGINT arrives (handled only on the main thread)."""
+    """Serve until ``stop`` is set or SIGTERM/SIGINT/SIGHUP arrives (handled only on the main thread)."""
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
-    signals = (signal.SIGTERM, signal.SIGINT)
+    signals = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
     on_main = threading.current_thread() is threading.main_thread()
     if on_main:
         for sig in signals:

@@ -215,8 +215,9 @@ class DeviceState:
     def _select(self, kinds: list[str]) -> set[str]:
         """The kinds to serve: cdi-gen's (by its ownership record) and those matching ``--kind``.
 
-        cdi-gen rewrites a spec file first and its ownership record right after, so for a moment
-        the file does not match the record. A kind served as cdi-gen's therefore stays served for
+        cdi-gen replaces its ownership record (owning the old and the new content) just before it
+        renames a spec file into place, so a record read before that can meet the new file: for a
+        moment the file does not match the record. A kind served as cdi-gen's therefore stays served for
         :data:`OWNERSHIP_SETTLE` seconds after its file stopped matching, and is let go only if it
         still does not match then (someone else changed the file): no flapping on every rewrite.
         """

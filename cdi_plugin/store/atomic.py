@@ -6,14 +6,18 @@ is named ``.<name>.<random>.tmp``, which runtimes never read (they read only ``*
 
 :class:`StagedFile` splits the same steps in two, so that several files can be written before
 any of them replaces its target: a full disk or a read-only file system shows up while staging,
-when nothing visible has changed yet.
+when nothing visible has changed yet. :func:`remove_stale` removes the temporary files a killed
+process left behind.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import re
+import stat
 import tempfile
+from collections.abc import Collection
 from pathlib import Path
 
 from cdi_plugin.errors import SpecWriteError
@@ -33,6 +37,32 @@ def fsync_dir(directory: Path) -> None:
             os.fsync(fd)
         finally:
             os.close(fd)
+
+
+#: ``.<name>.<8 random characters>.tmp``, as :func:`tempfile.mkstemp` names them.
+_TEMP = re.compile(r"\.(?P<name>.+)\.[a-z0-9_]{8}\.tmp")
+
+
+def remove_stale(directory: Path, names: Collection[str]) -> list[str]:
+    """Remove the temporary files of ``names`` in ``directory``: regular files named as
+    :class:`StagedFile` names them and owned by this process's user, nothing else. Call it only
+    while no other writer stages files there (holding the directory's lock). Returns the names
+    removed."""
+    removed: list[str] = []
+    try:
+        entries = list(os.scandir(directory))
+    except OSError:
+        return removed
+    for entry in entries:
+        match = _TEMP.fullmatch(entry.name)
+        if match is None or match["name"] not in names:
+            continue
+        with contextlib.suppress(OSError):
+            st = entry.stat(follow_symlinks=False)
+            if stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid():
+                os.unlink(entry.path)
+                removed.append(entry.name)
+    return removed
 
 
 class StagedFile:

@@ -33,6 +33,10 @@ class OwnedFile:
     name: str  # file name inside the directory
     kind: str
     sha256: str
+    previous: str | None = None  # the digest of the content before cdi-gen last changed it
+
+    def owns(self, sha256: str) -> bool:
+        return sha256 in (self.sha256, self.previous)
 
 
 def digest(data: bytes) -> str:
@@ -52,7 +56,7 @@ def read_record(directory: Path) -> dict[str, OwnedFile]:
         raw, _ = parse(data, str(path), "json")
         files = raw["files"]
         return {
-            name: OwnedFile(name, str(entry["kind"]), str(entry["sha256"]))
+            name: OwnedFile(name, str(entry["kind"]), str(entry["sha256"]), _previous(entry))
             for name, entry in files.items()
             if "/" not in name and "\x00" not in name and name not in {"", ".", ".."}
         }
@@ -65,12 +69,21 @@ def read_record(directory: Path) -> dict[str, OwnedFile]:
         return {}
 
 
+def _previous(entry: Mapping[str, object]) -> str | None:
+    previous = entry.get("previous")
+    return previous if isinstance(previous, str) else None
+
+
+def _entry(f: OwnedFile) -> dict[str, str]:
+    entry = {"kind": f.kind, "sha256": f.sha256}
+    if f.previous is not None:
+        entry["previous"] = f.previous
+    return entry
+
+
 def encode_record(owned: Mapping[str, OwnedFile]) -> bytes:
     """The bytes of a record listing ``owned``."""
-    body = {
-        "version": _FORMAT_VERSION,
-        "files": {n: {"kind": f.kind, "sha256": f.sha256} for n, f in sorted(owned.items())},
-    }
+    body = {"version": _FORMAT_VERSION, "files": {n: _entry(f) for n, f in sorted(owned.items())}}
     return (json.dumps(body, indent=2) + "\n").encode()
 
 
@@ -85,7 +98,7 @@ def owned_kinds(directories: Iterable[Path]) -> set[str]:
     for directory in directories:
         for owned in read_record(directory).values():
             try:
-                if digest(read_spec_bytes(directory / owned.name)) == owned.sha256:
+                if owned.owns(digest(read_spec_bytes(directory / owned.name))):
                     kinds.add(owned.kind)
             except SpecLoadError:
                 continue

@@ -8,19 +8,21 @@ cdi-gen did not write, or wrote but someone edited since (the ownership record,
 :mod:`cdi_plugin.store.ownership`). ``--dry-run`` shows a plan; :func:`apply` carries one out.
 
 :func:`apply` first checks that nothing changed since the plan, then stages every new file (and
-the record) beside its target: a full disk, a read-only file system or a missing permission
-fails there, before anything visible changed. Only then are the files renamed into place, own
-files removed and the record replaced. Unchanged files are not touched, so their mtime stays and
-watchers are not woken.
+the record) beside its target: a full disk, a read-only file system, a missing permission or a
+record path that is a directory fails there, before anything visible changed. The record goes
+first: it already owns the new contents and still the old ones (:mod:`cdi_plugin.store.ownership`),
+so a scan killed half-way leaves files it still owns and the next scan carries on. Only then are
+the files renamed into place and own files removed (and, after a removal, the record replaced once
+more). Unchanged files are not touched, so their mtime stays and watchers are not woken.
 """
 
 from __future__ import annotations
 
 import contextlib
 import difflib
-import fcntl
 import os
-from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+import stat
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -30,7 +32,7 @@ from cdi_plugin.cdi.model import Spec
 from cdi_plugin.cdi.names import parse_kind
 from cdi_plugin.cdi.validate import validate_object
 from cdi_plugin.errors import SpecInvalidError, SpecLoadError, SpecWriteError
-from cdi_plugin.store.atomic import StagedFile, fsync_dir
+from cdi_plugin.store.atomic import StagedFile, fsync_dir, remove_stale
 from cdi_plugin.store.files import (
     DEFAULT_SPEC_DIRS,
     list_spec_files,
@@ -38,6 +40,7 @@ from cdi_plugin.store.files import (
     spec_file_name,
     spec_format,
 )
+from cdi_plugin.store.mkdirs import make_dirs
 from cdi_plugin.store.ownership import RECORD_NAME, OwnedFile, digest, encode_record, read_record
 
 Action = Literal["create", "change", "unchanged", "remove"]
@@ -187,7 +190,7 @@ def _owned_now(output_dir: Path, record: Mapping[str, OwnedFile]) -> dict[str, O
             data = read_spec_bytes(output_dir / name)
         except SpecLoadError:
             continue
-        if digest(data) == entry.sha256:
+        if entry.owns(digest(data)):
             owned[name] = entry
     return owned
 
@@ -276,14 +279,31 @@ def plan_writes(
             path = output_dir / name
             changes.append(FileChange(path, entry.kind, "remove", None, _read(path)))
     after = dict(kept)
-    after.update({name: OwnedFile(name, kind, digest(data)) for name, (kind, data) in wanted.items()})
+    for change in changes:
+        if change.data is not None:
+            after[change.path.name] = _entry(change, record.get(change.path.name), change.path.name in owned)
     return Plan(output_dir, tuple(changes), dict(record), after, tuple(conflicts))
+
+
+def _entry(change: FileChange, before: OwnedFile | None, owned: bool) -> OwnedFile:
+    """The record entry of a file written (or left) as ``change`` says; a file of cdi-gen's
+    that changes keeps its old digest as ``previous``."""
+    assert change.data is not None
+    name, new = change.path.name, digest(change.data)
+    if owned and change.old is not None and digest(change.old) != new:
+        return OwnedFile(name, change.kind, new, digest(change.old))
+    previous = before.previous if before is not None and before.sha256 == new else None
+    return OwnedFile(name, change.kind, new, previous)
 
 
 # -- applying ----------------------------------------------------------------------------------
 
 
 def _verify(plan: Plan) -> None:
+    record = plan.output_dir / RECORD_NAME
+    with contextlib.suppress(FileNotFoundError):
+        if stat.S_ISDIR(os.lstat(record).st_mode):
+            raise SpecWriteError(f"{record}: is a directory; nothing was written")
     for change in plan.changes:
         try:
             now = _read(change.path)
@@ -294,84 +314,64 @@ def _verify(plan: Plan) -> None:
                 f"{change.path} changed since the plan was made; nothing was written, run again"
             )
     if read_record(plan.output_dir) != dict(plan.record_before):
-        raise SpecWriteError(
-            f"{plan.output_dir / RECORD_NAME} changed since the plan was made; nothing was written, run again"
-        )
+        raise SpecWriteError(f"{record} changed since the plan was made; nothing was written, run again")
 
 
-@contextlib.contextmanager
-def locked(directory: Path) -> Iterator[None]:
-    """Hold an exclusive ``flock`` on ``directory`` itself, so that scans run one at a time.
-
-    A directory that does not exist (yet) or cannot be opened is not locked.
-    """
-    try:
-        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    except OSError:
-        yield
-        return
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)
-
-
-def _make_dir(directory: Path) -> bool:
-    """Create the output directory and any missing parent, each mode 0755 whatever the umask
-    (another thread of the process may change it); True if it was created."""
-    if directory.is_dir():
-        return False
-    missing = [d for d in (directory, *directory.parents) if not d.exists()]
-    try:
-        for d in reversed(missing):
-            d.mkdir(mode=0o755, exist_ok=True)
-            os.chmod(d, 0o755)
-    except OSError as exc:
-        raise SpecWriteError(
-            f"{directory}: cannot create the spec directory: {exc.strerror or exc}"
-        ) from None
-    return True
-
-
-def _record_after_failure(plan: Plan, done: Sequence[tuple[Path, Action]]) -> dict[str, OwnedFile]:
-    """The record that matches the disk when only ``done`` happened."""
-    names_done = {p.name for p, _ in done}
-    touched = {c.path.name for c in plan.changes}
-    record = {name: entry for name, entry in plan.record_after.items() if name not in touched}
-    for change in plan.changes:
-        name = change.path.name
-        if name in names_done:
-            if change.action != "remove":
-                record[name] = plan.record_after[name]
-        elif name in plan.record_before and not change.replaces_foreign:
-            record[name] = plan.record_before[name]
-    return record
-
-
-def apply(plan: Plan) -> Applied:
-    """Carry out ``plan``; raises :class:`SpecWriteError` (nothing changed) or
-    :class:`PartialWriteError` (some files were written: the message lists them)."""
-    if plan.is_noop:
-        return Applied((), False)
-    directory = plan.output_dir
-    created = _make_dir(directory)
+def _stage(plan: Plan) -> tuple[list[tuple[FileChange, StagedFile]], list[StagedFile]]:
+    """The new files, then the records: the one committed first owns the old and the new
+    contents and the files still to remove; a second one, without those, only after removals."""
     staged: list[tuple[FileChange, StagedFile]] = []
-    record: StagedFile | None = None
+    records: list[StagedFile] = []
     try:
-        _verify(plan)
         for change in plan.writes:
             assert change.data is not None
             staged.append((change, StagedFile(change.path, change.data)))
-        if plan.record_changed:
-            record = StagedFile(directory / RECORD_NAME, encode_record(plan.record_after))
-    except SpecWriteError as exc:
-        for _, s in staged:
+        path = plan.output_dir / RECORD_NAME
+        first = dict(plan.record_after)
+        first.update({c.path.name: plan.record_before[c.path.name] for c in plan.removals})
+        records.append(StagedFile(path, encode_record(first)))
+        if plan.removals:
+            records.append(StagedFile(path, encode_record(plan.record_after)))
+    except SpecWriteError:
+        _discard([s for _, s in staged], records)
+        raise
+    return staged, records
+
+
+def _discard(*groups: Iterable[StagedFile]) -> None:
+    for group in groups:
+        for s in group:
             s.discard()
+
+
+def apply(plan: Plan, *, tidy: bool = False) -> Applied:
+    """Carry out ``plan``; raises :class:`SpecWriteError` (nothing changed) or
+    :class:`PartialWriteError` (some files were written: the message lists them).
+
+    ``tidy`` (only while holding :func:`~cdi_plugin.store.dirlock.locked`) first removes the
+    temporary files that killed runs left of the record and of the files the plan names.
+    """
+    directory = plan.output_dir
+    if tidy:
+        names = {RECORD_NAME, *plan.record_before, *plan.record_after, *(c.path.name for c in plan.changes)}
+        remove_stale(directory, names)
+    if plan.is_noop:
+        return Applied((), False)
+    created = make_dirs(directory)
+    try:
+        _verify(plan)
+        staged, records = _stage(plan)
+        try:
+            records[0].commit()
+        except SpecWriteError:
+            _discard([s for _, s in staged], records)
+            raise
+    except SpecWriteError as exc:
         if created:
             with contextlib.suppress(OSError):
                 directory.rmdir()
         raise SpecWriteError(f"{exc}{'' if 'nothing was' in str(exc) else '; nothing was changed'}") from None
+    fsync_dir(directory)
     done: list[tuple[Path, Action]] = []
     try:
         for change, s in staged:
@@ -385,20 +385,10 @@ def apply(plan: Plan) -> Applied:
             except OSError as exc:
                 raise SpecWriteError(f"{change.path}: cannot remove: {exc.strerror or exc}") from None
             done.append((change.path, "remove"))
-        if record is not None:
+        for record in records[1:]:
             record.commit()
     except SpecWriteError as exc:
-        for _, s in staged:
-            s.discard()
-        if record is not None:
-            record.discard()
-        _try_record(directory, _record_after_failure(plan, done))
-        raise PartialWriteError(str(exc), done) from None
+        _discard([s for _, s in staged], records)
+        raise PartialWriteError(str(exc), done) from None  # the first record matches the disk
     fsync_dir(directory)
-    return Applied(tuple(done), record is not None)
-
-
-def _try_record(directory: Path, owned: Mapping[str, OwnedFile]) -> None:
-    with contextlib.suppress(SpecWriteError):
-        s = StagedFile(directory / RECORD_NAME, encode_record(owned))
-        s.commit()
+    return Applied(tuple(done), True)

@@ -15,7 +15,9 @@
 4. One log line per batch says which files were written or removed and which devices came and went.
 
 A batch that fails (a foreign spec of the same kind, a full disk) is logged once and retried with
-a growing delay (1 s up to a minute) until it succeeds.
+a growing delay (1 s up to a minute) until it succeeds. :attr:`Watcher.stalled_since` says since
+when rescans have not got through (one still running, or failing because another scan held the
+output directory's lock too long), for the liveness probe.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from cdi_plugin.discovery.query import DEV
 from cdi_plugin.discovery.udev import RECEIVE_BUFFER_BYTES, MonitorSource, UdevMonitor
 from cdi_plugin.errors import CdiPluginError, DiscoveryError, GenerateError, SpecInvalidError
 from cdi_plugin.scan import ScanOptions, ScanReport, make_source, run_scan
+from cdi_plugin.store.dirlock import LockTimeoutError
 from cdi_plugin.watch.coalesce import Coalescer
 from cdi_plugin.watch.configfollow import ConfigFollower
 from cdi_plugin.watch.dirwatch import FILES, DirWatch
@@ -137,6 +140,8 @@ class Watcher:
         self._retry_handle: asyncio.TimerHandle | None = None
         self._retry_delay = RETRY_FIRST
         self._last_error = ""
+        #: ``time.monotonic()`` since which rescans have not got through; None when they do.
+        self.stalled_since: float | None = None
 
     def _make_source(self) -> DeviceSource:
         spec = self.options.source
@@ -378,6 +383,8 @@ class Watcher:
                 return
         classes = list(self.config.classes)
         started = time.perf_counter()
+        if self.stalled_since is None:
+            self.stalled_since = time.monotonic()
         scan = asyncio.ensure_future(
             asyncio.to_thread(run_scan, self._scan_options, self.source, classes, scope)
         )
@@ -385,6 +392,8 @@ class Watcher:
         def finish() -> None:
             exc = scan.exception()
             seconds = time.perf_counter() - started
+            if not isinstance(exc, LockTimeoutError):
+                self.stalled_since = None
             if isinstance(exc, CdiPluginError):
                 self._failed(wanted, scope, str(exc))
             elif exc is not None:
@@ -475,11 +484,16 @@ class Watcher:
             "devices_added": len(added),
             "devices_removed": len(gone),
             "ms": round(ms, 1),
+            "lock_wait_ms": round(report.lock_wait * 1000, 1),
         }
+        waited = (
+            f" ({report.lock_wait:.1f} s of it waiting for another scan)" if report.lock_wait >= 0.1 else ""
+        )
         if initial:
             log.info(
-                "initial scan in %.0f ms: %s in %s%s%s",
+                "initial scan in %.0f ms%s: %s in %s%s%s",
                 ms,
+                waited,
                 _plural(len(new_names), "device"),
                 _plural(len(after), "spec"),
                 f"; wrote {_names(written)}" if written else "; no spec changed",
@@ -498,10 +512,11 @@ class Watcher:
             changes.append(f"devices removed: {_names(gone)}")
         log.log(
             logging.INFO if changes else logging.DEBUG,
-            "rescanned %s after %s in %.0f ms: %s",
+            "rescanned %s after %s in %.0f ms%s: %s",
             what,
             _plural(events, "event"),
             ms,
+            waited,
             "; ".join(changes) or "nothing changed",
             extra=extra,
         )

@@ -37,7 +37,7 @@ def _serve_args(layout: Layout, *extra: str) -> list[str]:
     ]
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
 def test_signal_stops_the_process_with_status_0_and_removes_its_sockets(
     tmp_path: Path, sig: signal.Signals
 ) -> None:

@@ -158,3 +158,50 @@ def test_the_serve_flag_refuses_a_bad_or_busy_address(tmp_path: Path) -> None:
         f"cdi-plugin: error: --metrics-address 127.0.0.1:{port}: cannot listen: Address already in use"
     )
     assert not list(layout.plugin_dir.iterdir())
+
+
+def _rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError(f"no VmRSS for {pid}")
+
+
+def _open_idle(port: int, count: int) -> list[socket.socket]:
+    """``count`` connections that send half a request head and then nothing."""
+    conns = []
+    for _ in range(count):
+        conn = socket.create_connection(("127.0.0.1", port), timeout=5)
+        conn.sendall(b"GET /metrics HTTP/1.1\r\n")
+        conns.append(conn)
+    return conns
+
+
+def test_thousands_of_idle_connections_cost_little_and_do_not_block_the_probes(tmp_path: Path) -> None:
+    layout = Layout.under(tmp_path)
+    proc = subprocess.Popen(
+        _serve(layout, "--metrics-address", "127.0.0.1:0"), stderr=subprocess.PIPE, text=True
+    )
+    conns: list[socket.socket] = []
+    try:
+        assert proc.stderr is not None
+        found = re.search(r"serving metrics on (http://127\.0\.0\.1:(\d+))/metrics", proc.stderr.readline())
+        assert found
+        base, port = found.group(1), int(found.group(2))
+        assert get(base + "/healthz") == (200, "ok\n")
+        before = _rss_mib(proc.pid)
+        conns = _open_idle(port, 2000)
+        assert get(base + "/healthz") == (200, "ok\n"), "a probe is answered among 2000 idle connections"
+        during = _rss_mib(proc.pid)
+        assert during - before < 20, f"RSS {before:.0f} -> {during:.0f} MiB with 2000 idle connections"
+        for conn in conns:
+            conn.close()
+        conns = []
+        assert get(base + "/healthz") == (200, "ok\n")
+        after = _rss_mib(proc.pid)
+        assert after - before < 20, f"RSS {before:.0f} -> {after:.0f} MiB after the connections closed"
+    finally:
+        for conn in conns:
+            conn.close()
+        proc.terminate()
+        proc.communicate(timeout=10)

@@ -45,6 +45,7 @@ def test_print_default_config() -> None:
 
 def test_scan_writes_then_leaves_unchanged_files_alone(workstation: Path, tmp_path: Path) -> None:
     out = tmp_path / "cdi"
+    out.mkdir()  # so that the first scan already takes the lock (its file stays)
     first = scan(workstation, out)
     assert re.search(r"cdi-plugin\.io/usb-serial +FT4ZK0A1 +/dev/ttyUSB0 ", first.stdout)
     assert f"{out}/cdi-plugin.io-kvm.json" in first.stdout

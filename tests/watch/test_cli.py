@@ -70,7 +70,7 @@ async def _stop(proc: asyncio.subprocess.Process, sig: signal.Signals = signal.S
             await proc.wait()
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
 def test_watch_follows_a_fixture_and_stops_cleanly_on_a_signal(tmp_path: Path, sig: signal.Signals) -> None:
     host = tmp_path / "host.json"
     write_host(host, WORKSTATION)
