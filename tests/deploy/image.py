@@ -61,6 +61,7 @@ def base_rootfs() -> Path:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not tarball.is_file():
             partial = tarball.with_suffix(".partial.tar")
+            partial.unlink(missing_ok=True)  # from a run that was killed
             made = subprocess.run(
                 [*_mmdebstrap_args(), str(partial), mirror],
                 stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=600, check=False,
@@ -193,9 +194,3 @@ def host_path(pod: Mapping[str, Any], name: str) -> str:
 def container_of(pod: Mapping[str, Any]) -> dict[str, Any]:
     (container,) = pod["containers"]
     return dict(container)
-
-
-def image_size(env: PodmanEnv, tag: str) -> int:
-    inspected = env.podman("image", "inspect", "--format", "{{.Size}}", tag)
-    assert inspected.returncode == 0, inspected.stderr
-    return int(inspected.stdout)
