@@ -1,6 +1,6 @@
-"""The Containerfile, checked statically (no registry or image builder is reachable here): a small
-multi-stage build from a pinned base, nothing fetched with ADD, the build done by a plain user,
-and a final stage that runs cdi-plugin with the labels and the context it needs."""
+"""The Containerfile, checked statically: a small multi-stage build from a pinned public base that a
+build argument can replace, nothing fetched with ADD, the build done by a plain user, and a final
+stage that runs cdi-plugin with the labels and the context it needs. test_image.py builds it."""
 
 from __future__ import annotations
 
@@ -44,6 +44,26 @@ def test_multi_stage_from_a_pinned_base(parser: DockerfileParser) -> None:
     for image in parser.parent_images:
         assert _PINNED.match(image), image
     assert len(set(parser.parent_images)) == 1, "build and run from the same base"
+
+
+def test_the_base_is_a_build_argument(parser: DockerfileParser) -> None:
+    """Users get the pinned public base; a build without a registry names its own, for both stages."""
+    (base,) = [
+        i["value"] for i in parser.structure if i["instruction"] == "ARG" and i["value"].startswith("BASE=")
+    ]
+    assert _PINNED.match(base.removeprefix("BASE="))
+    assert [i["value"].split()[0] for i in parser.structure if i["instruction"] == "FROM"] == ["${BASE}"] * 2
+    local = DockerfileParser(
+        fileobj=io.BytesIO(CONTAINERFILE.read_bytes()), build_args={"BASE": "localhost/b:1"}
+    )
+    assert local.parent_images == ["localhost/b:1"] * 2
+
+
+def test_pip_options_are_a_build_argument_with_no_default(parser: DockerfileParser) -> None:
+    build, _ = _stages(parser)
+    assert [i["value"] for i in build if i["instruction"] == "ARG"] == ["PIP_OPTIONS="]
+    (install,) = [i["value"] for i in build if i["instruction"] == "RUN" and "pip install" in i["value"]]
+    assert "pip install --no-compile $PIP_OPTIONS ." in install
 
 
 def test_nothing_is_fetched_with_add(parser: DockerfileParser) -> None:
