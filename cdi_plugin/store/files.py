@@ -16,12 +16,23 @@ log = logging.getLogger(__name__)
 
 STATIC_DIR = Path("/etc/cdi")
 DYNAMIC_DIR = Path("/var/run/cdi")
-#: The directories runtimes read, lowest priority first (a later directory wins).
+#: The directories runtimes read by default, lowest priority first (a later directory wins).
 DEFAULT_SPEC_DIRS = (STATIC_DIR, DYNAMIC_DIR)
+#: Names the spec directories the runtimes of this host read, when they are not the default ones.
+SPEC_DIRS_ENV = "CDI_SPEC_DIRS"
 #: Runtimes read only these suffixes (not ``.yml``), without recursing into subdirectories.
 SPEC_SUFFIXES: dict[str, codec.Format] = {".json": "json", ".yaml": "yaml"}
 #: A spec this large is not a device spec; refusing it keeps a stray file from eating memory.
 MAX_SPEC_BYTES = 4 * 1024 * 1024
+
+
+def spec_dirs() -> tuple[Path, ...]:
+    """The spec directories runtimes read, lowest priority first: ``$CDI_SPEC_DIRS`` (separated by
+    ``:``, as runtimes' ``cdi_spec_dirs`` lists them) when set and not empty, else /etc/cdi and
+    /var/run/cdi."""
+    value = os.environ.get(SPEC_DIRS_ENV, "")
+    dirs = tuple(dict.fromkeys(Path(d) for d in value.split(":") if d))
+    return dirs or DEFAULT_SPEC_DIRS
 
 
 def spec_format(path: Path) -> codec.Format | None:
