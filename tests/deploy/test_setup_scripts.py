@@ -58,3 +58,56 @@ def test_an_unreadable_checkout_is_an_error_naming_the_file(private_parent: Path
         f"tests/unprivileged_access.sh: uid 65534 cannot read {checkout}/pyproject.toml; some tests run "
         "as that user: make the checkout readable by other users\n"
     )
+
+
+STUB_PYTHON = """#!/bin/sh
+# ruff, mypy: pass. pytest: log the arguments, exit $FIRST (as it is) or $SECOND (in host_specs.sh)
+case "$*" in
+  *"-m pytest"*)
+    if [ -n "${HOST_SPECS_LAYERS:-}" ]; then
+      echo "second $(ls /etc/cdi | tr '\\n' ' '): ${*#-m pytest }" >> "$LOG"; exit "$SECOND"
+    fi
+    echo "first: ${*#-m pytest }" >> "$LOG"; exit "$FIRST";;
+esac
+"""
+
+
+@pytest.fixture
+def check_sh(tmp_path: Path) -> Path:
+    """A copy of tests/check.sh and tests/host_specs.sh whose tools are stubs."""
+    (tmp_path / "tests").mkdir()
+    for name in ("check.sh", "host_specs.sh"):
+        shutil.copy2(ROOT / "tests" / name, tmp_path / "tests" / name)
+    bin_dir = tmp_path / ".venv" / "bin"
+    bin_dir.mkdir(parents=True)
+    stubs = {
+        "python": STUB_PYTHON,
+        "lint-imports": "#!/bin/sh\n",
+        "cdi-gen": '#!/bin/sh\necho "{}" > /etc/cdi/cdi-plugin.io-fuse.json\n',
+    }
+    for name, text in stubs.items():
+        (bin_dir / name).write_text(text)
+        (bin_dir / name).chmod(0o755)
+    return tmp_path / "tests" / "check.sh"
+
+
+@pytest.mark.parametrize(
+    ("first", "second", "status"),
+    [(0, 0, 0), (1, 0, 1), (0, 1, 1), (0, 2, 2), (0, 5, 0), (5, 0, 5)],
+)
+def test_check_sh_runs_pytest_twice_and_fails_if_either_run_fails(
+    check_sh: Path, tmp_path: Path, first: int, second: int, status: int
+) -> None:
+    log = tmp_path / "pytest.log"
+    env = {"PATH": "/usr/bin:/bin", "LOG": str(log), "FIRST": str(first), "SECOND": str(second)}
+    done = subprocess.run(
+        [str(check_sh), "-q", "-k", "x y"], capture_output=True, text=True, env=env, check=False
+    )
+    assert done.returncode == status, done.stdout + done.stderr
+    runs = log.read_text().splitlines()
+    assert runs[0] == "first: -q -k x y"
+    if first == 0:
+        # exit 5 in the second run: every test selected was an image test
+        assert runs[1:] == ["second cdi-plugin.io-fuse.json vendor.example-gpu.json : -m not image -q -k x y"]
+    else:
+        assert runs[1:] == []
