@@ -48,7 +48,9 @@ OUTPUT_DIR_HELP = (
 def _dir_list(ctx: click.Context, param: click.Parameter, value: str | None) -> tuple[Path, ...] | None:
     if value is None:
         return None
-    dirs = tuple(dict.fromkeys(Path(d) for d in value.split(":") if d))
+    from cdi_plugin.store.files import parse_spec_dirs
+
+    dirs = parse_spec_dirs(value)
     if not dirs:
         raise click.BadParameter(f"{value!r} names no directory")
     return dirs

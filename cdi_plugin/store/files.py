@@ -26,13 +26,16 @@ SPEC_SUFFIXES: dict[str, codec.Format] = {".json": "json", ".yaml": "yaml"}
 MAX_SPEC_BYTES = 4 * 1024 * 1024
 
 
+def parse_spec_dirs(text: str) -> tuple[Path, ...]:
+    """Directories separated by ``:``, as ``$CDI_SPEC_DIRS`` and ``--cdi-spec-dirs`` list them;
+    empty entries and repeats are dropped."""
+    return tuple(dict.fromkeys(Path(d) for d in text.split(":") if d))
+
+
 def spec_dirs() -> tuple[Path, ...]:
-    """The spec directories runtimes read, lowest priority first: ``$CDI_SPEC_DIRS`` (separated by
-    ``:``, as runtimes' ``cdi_spec_dirs`` lists them) when set and not empty, else /etc/cdi and
-    /var/run/cdi."""
-    value = os.environ.get(SPEC_DIRS_ENV, "")
-    dirs = tuple(dict.fromkeys(Path(d) for d in value.split(":") if d))
-    return dirs or DEFAULT_SPEC_DIRS
+    """The spec directories runtimes read, lowest priority first: ``$CDI_SPEC_DIRS`` when it names
+    any, else /etc/cdi and /var/run/cdi."""
+    return parse_spec_dirs(os.environ.get(SPEC_DIRS_ENV, "")) or DEFAULT_SPEC_DIRS
 
 
 def spec_format(path: Path) -> codec.Format | None:
