@@ -7,6 +7,7 @@ Configuration, discovery, specs, plan and (unless a dry run) apply, in that orde
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,9 +25,9 @@ from cdi_plugin.generate.config import (
     refuse_hooks_and_mounts,
 )
 from cdi_plugin.generate.match import query_for
+from cdi_plugin.store import files
 from cdi_plugin.store.configfile import load_config
 from cdi_plugin.store.dirlock import DEFAULT_LOCK_TIMEOUT, locked
-from cdi_plugin.store.files import DEFAULT_SPEC_DIRS, STATIC_DIR
 from cdi_plugin.store.writer import DONE, Applied, Plan, apply, plan_writes
 
 DEFAULT_MAX_VERSION = "0.5.0"
@@ -35,7 +36,8 @@ DEFAULT_MAX_VERSION = "0.5.0"
 @dataclass(frozen=True, slots=True)
 class ScanOptions:
     config: Path | None = None
-    output_dir: Path = STATIC_DIR
+    #: Default: the first of the spec directories runtimes read (/etc/cdi).
+    output_dir: Path = field(default_factory=lambda: files.spec_dirs()[0])
     dry_run: bool = False
     fmt: codec.Format = "json"
     max_version: str = DEFAULT_MAX_VERSION
@@ -43,8 +45,25 @@ class ScanOptions:
     skip_refused: bool = False
     #: False refuses a configuration whose classes have hooks or mounts (``serve --scan``).
     allow_hooks_and_mounts: bool = True
-    #: Directories searched for foreign specs of the same kinds, besides the output directory.
-    spec_dirs: tuple[Path, ...] = DEFAULT_SPEC_DIRS
+    #: The spec directories runtimes read, lowest priority first (``$CDI_SPEC_DIRS``, else
+    #: /etc/cdi and /var/run/cdi).
+    runtime_dirs: tuple[Path, ...] = field(default_factory=files.spec_dirs)
+    #: More directories searched for foreign specs of the same kinds (``--spec-dir``).
+    spec_dirs: tuple[Path, ...] = ()
+
+    def conflict_dirs(self) -> tuple[Path, ...]:
+        """The directories, besides the output directory, where a foreign spec of a kind being
+        written makes the scan fail (unless ``force``).
+
+        A runtime merges every directory it reads, so specs written into one of them must not
+        clash with the others. An output directory that no runtime reads (a try-out, a staging
+        directory) cannot clash with them in any runtime: it is checked against ``spec_dirs`` only.
+        """
+        read = (*self.runtime_dirs, *self.spec_dirs)
+        if os.path.realpath(self.output_dir) in {os.path.realpath(d) for d in read}:
+            return read
+        return self.spec_dirs
+
     #: Seconds to wait for another scan of the output directory before giving up.
     lock_timeout: float = DEFAULT_LOCK_TIMEOUT
 
@@ -66,7 +85,10 @@ class ScanReport:
     files: tuple[FileReport, ...]
     warnings: tuple[str, ...] = ()
     applied: Applied | None = None
-    forced: tuple[str, ...] = field(default=())
+    #: --force: foreign files in the output directory replaced by cdi-gen's spec of their kind.
+    forced: tuple[str, ...] = ()
+    #: --force: foreign specs elsewhere that define a kind written; cdi-gen leaves them alone.
+    left_alone: tuple[str, ...] = ()
     refused: int = 0  # devices left out because their udev data is hostile
     lock_wait: float = 0.0  # seconds spent waiting for another scan of the output directory
 
@@ -99,6 +121,7 @@ class ScanReport:
             "config": self.config_source,
             "files": files,
             "forced": list(self.forced),
+            "leftAlone": list(self.left_alone),
             "warnings": list(self.warnings),
         }
 
@@ -187,13 +210,14 @@ def run_scan(
             [s.spec for s in build.specs],
             options.output_dir,
             fmt=options.fmt,
-            spec_dirs=options.spec_dirs,
+            spec_dirs=options.conflict_dirs(),
             force=options.force,
             max_version=options.max_version,
             kinds=kinds,
         )
         applied = None if held is None else apply(plan, tidy=held.held)
-    forced = tuple(f"{c.kind}: {c.path} ({c.reason})" for c in plan.overridden)
+    replaced = {c.path for c in plan.changes if c.replaces_foreign}
+    overridden = [(c.path in replaced, f"{c.kind}: {c.path} ({c.reason})") for c in plan.overridden]
     return ScanReport(
         options,
         config_source,
@@ -201,7 +225,8 @@ def run_scan(
         _file_reports(plan, build, options.dry_run),
         tuple(discovery.warnings) + build.warnings + build.refused,
         applied,
-        forced,
+        tuple(line for was_replaced, line in overridden if was_replaced),
+        tuple(line for was_replaced, line in overridden if not was_replaced),
         len(build.refused),
         0.0 if held is None else held.waited,
     )

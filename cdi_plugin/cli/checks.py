@@ -11,7 +11,7 @@ from cdi_plugin.cdi.model import Spec
 from cdi_plugin.cdi.problems import Problem, Severity, from_error
 from cdi_plugin.cdi.validate import runtime_problems, validate_bytes
 from cdi_plugin.errors import SpecLoadError
-from cdi_plugin.store.files import DEFAULT_SPEC_DIRS, read_spec_bytes, scan_spec_dir, spec_format
+from cdi_plugin.store.files import read_spec_bytes, scan_spec_dir, spec_dirs, spec_format
 from cdi_plugin.store.registry import SpecFile, resolve
 
 
@@ -134,10 +134,10 @@ def validate_paths(
     """Validate files and directories; directories get the runtime's priority and conflict rules.
 
     A directory's priority is its position among the directories named (or holding the files
-    named), in the order given; with no paths, the standard spec directories are checked.
+    named), in the order given; with no paths, the spec directories runtimes read are checked.
     ``strict`` makes a file with warnings invalid.
     """
-    searched = paths or list(DEFAULT_SPEC_DIRS)
+    searched = paths or list(spec_dirs())
     reports: list[FileReport] = []
     priorities: dict[Path, int] = {}
     for path in searched:

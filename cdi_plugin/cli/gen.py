@@ -15,7 +15,9 @@ import click
 
 from cdi_plugin import __version__
 from cdi_plugin.cli.scanopts import (
+    OUTPUT_DIR_HELP,
     VERSIONS,
+    cdi_spec_dirs_option,
     config_option,
     force_option,
     format_option,
@@ -82,6 +84,9 @@ def main(ctx: click.Context, debug: bool) -> None:
     CDI specs are JSON or YAML files in /etc/cdi and /var/run/cdi that tell container runtimes
     (containerd, CRI-O, podman, Docker, iSulad) what a device name such as
     vendor.com/class=name means inside a container.
+
+    Runtimes configured to read other directories: set CDI_SPEC_DIRS (e.g.
+    /etc/cdi:/var/run/cdi:/opt/cdi, lowest priority first), which every command then uses.
     """
     ctx.meta["cdi_gen.debug"] = debug
 
@@ -94,7 +99,8 @@ def main(ctx: click.Context, debug: bool) -> None:
 def validate(paths: tuple[Path, ...], as_json: bool, cdi_version_max: str | None, strict: bool) -> None:
     """Check CDI spec files the way runtimes load them, and more strictly.
 
-    PATHS are spec files and/or directories (default: /etc/cdi and /var/run/cdi). Directories
+    PATHS are spec files and/or directories (default: $CDI_SPEC_DIRS, else /etc/cdi and
+    /var/run/cdi). Directories
     are read as runtimes read them: only .json and .yaml files, and the same device defined
     twice at the same priority is a conflict that makes both definitions unusable.
 
@@ -122,7 +128,8 @@ def validate(paths: tuple[Path, ...], as_json: bool, cdi_version_max: str | None
     "spec_dirs",
     multiple=True,
     type=click.Path(path_type=Path, file_okay=False),
-    help="A spec directory, lowest priority first (repeatable; default: /etc/cdi /var/run/cdi).",
+    help="A spec directory, lowest priority first (repeatable) [default: $CDI_SPEC_DIRS, else "
+    "/etc/cdi /var/run/cdi].",
 )
 @json_option
 def list_(spec_dirs: tuple[Path, ...], as_json: bool) -> None:
@@ -131,13 +138,17 @@ def list_(spec_dirs: tuple[Path, ...], as_json: bool) -> None:
     A device defined in several directories resolves from the last one; a device defined twice
     at the same priority does not resolve at all. A file with errors is broken and skipped; a
     file with only warnings (e.g. a 'v' prefix on cdiVersion, which iSulad rejects) resolves,
-    and its warnings are shown.
+    and its warnings are shown. A --spec-dir that does not exist is an error; a default
+    directory that does not exist holds no specs, as for runtimes.
     """
     from cdi_plugin.cli import render
-    from cdi_plugin.store.files import DEFAULT_SPEC_DIRS
+    from cdi_plugin.store.files import spec_dirs as default_spec_dirs
     from cdi_plugin.store.registry import load_registry
 
-    snapshot = load_registry(list(spec_dirs) or list(DEFAULT_SPEC_DIRS))
+    for d in spec_dirs:
+        if not d.is_dir():
+            fail(f"--spec-dir {d}: no such directory")
+    snapshot = load_registry(list(spec_dirs or default_spec_dirs()))
     if as_json:
         render.print_json(render.listing_json(snapshot))
     else:
@@ -146,7 +157,7 @@ def list_(spec_dirs: tuple[Path, ...], as_json: bool) -> None:
 
 @main.command()
 @config_option
-@output_dir_option(Path("/etc/cdi"))
+@output_dir_option(OUTPUT_DIR_HELP)
 @click.option("--dry-run", is_flag=True, help="Write nothing; show what would change, with diffs.")
 @format_option()
 @json_option
@@ -158,6 +169,7 @@ def list_(spec_dirs: tuple[Path, ...], as_json: bool) -> None:
     help="Leave out devices whose udev data is hostile (a '/', a control character or a leading '-' "
     "where a class uses it) and write the rest, instead of failing.",
 )
+@cdi_spec_dirs_option
 @spec_dir_option
 @lock_timeout_option
 @source_option()
@@ -167,13 +179,14 @@ def list_(spec_dirs: tuple[Path, ...], as_json: bool) -> None:
 def scan(
     *,
     config: Path | None,
-    output_dir: Path,
+    output_dir: Path | None,
     dry_run: bool,
     fmt: str,
     as_json: bool,
     cdi_version_max: str,
     force: bool,
     skip_refused: bool,
+    runtime_dirs: tuple[Path, ...] | None,
     spec_dirs: tuple[Path, ...],
     lock_timeout: float,
     source: str,
@@ -202,17 +215,19 @@ def scan(
         return
     from cdi_plugin.cli import render_scan
     from cdi_plugin.scan import ScanOptions, make_source, run_scan
-    from cdi_plugin.store.files import DEFAULT_SPEC_DIRS
+    from cdi_plugin.store.files import spec_dirs as default_spec_dirs
 
+    runtime_dirs = runtime_dirs or default_spec_dirs()
     options = ScanOptions(
         config=config,
-        output_dir=output_dir,
+        output_dir=output_dir or runtime_dirs[0],
         dry_run=dry_run,
         fmt="yaml" if fmt == "yaml" else "json",
         max_version=cdi_version_max,
         force=force,
         skip_refused=skip_refused,
-        spec_dirs=(*DEFAULT_SPEC_DIRS, *spec_dirs),
+        runtime_dirs=runtime_dirs,
+        spec_dirs=spec_dirs,
         lock_timeout=lock_timeout,
     )
     with render_scan.progress("scanning devices"):
@@ -226,10 +241,11 @@ def scan(
 
 @main.command()
 @config_option
-@output_dir_option(Path("/etc/cdi"))
+@output_dir_option(OUTPUT_DIR_HELP)
 @format_option()
 @max_version_option()
 @force_option
+@cdi_spec_dirs_option
 @spec_dir_option
 @lock_timeout_option
 @source_option(watch=True)
@@ -240,10 +256,11 @@ def scan(
 def watch(
     *,
     config: Path | None,
-    output_dir: Path,
+    output_dir: Path | None,
     fmt: str,
     cdi_version_max: str,
     force: bool,
+    runtime_dirs: tuple[Path, ...] | None,
     spec_dirs: tuple[Path, ...],
     lock_timeout: float,
     source: str,
@@ -270,19 +287,21 @@ def watch(
     from cdi_plugin.cli.logs import configure
     from cdi_plugin.cli.service import run_until_stopped
     from cdi_plugin.scan import ScanOptions
-    from cdi_plugin.store.files import DEFAULT_SPEC_DIRS
+    from cdi_plugin.store.files import spec_dirs as default_spec_dirs
     from cdi_plugin.watch.watcher import Watcher, WatchOptions
 
     configure("json" if log_format == "json" else "text", logging.DEBUG if verbose else logging.INFO)
+    runtime_dirs = runtime_dirs or default_spec_dirs()
     options = WatchOptions(
         scan=ScanOptions(
             config=config,
-            output_dir=output_dir,
+            output_dir=output_dir or runtime_dirs[0],
             fmt="yaml" if fmt == "yaml" else "json",
             max_version=cdi_version_max,
             force=force,
             skip_refused=True,
-            spec_dirs=(*DEFAULT_SPEC_DIRS, *spec_dirs),
+            runtime_dirs=runtime_dirs,
+            spec_dirs=spec_dirs,
             lock_timeout=lock_timeout,
         ),
         source=source,

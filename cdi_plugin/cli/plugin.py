@@ -65,6 +65,9 @@ def main() -> None:
 
     Serves the devices described by CDI spec files (/etc/cdi, /var/run/cdi) to the kubelet, one
     extended resource per CDI kind, and answers Allocate with nothing but CDI device names.
+
+    Runtimes configured to read other directories: set CDI_SPEC_DIRS (e.g.
+    /etc/cdi:/var/run/cdi:/opt/cdi, lowest priority first), the default of --spec-dir.
     """
 
 
@@ -77,7 +80,8 @@ def main() -> None:
     callback=_dirs,
     metavar="DIR",
     help="CDI spec directory, lowest priority first; repeat for several "
-    "[default: /etc/cdi then /var/run/cdi]. A directory that does not exist yet is watched for.",
+    "[default: the 'plugin' section's specDirs, else $CDI_SPEC_DIRS, else /etc/cdi then /var/run/cdi]. "
+    "A directory that does not exist yet is watched for.",
 )
 @click.option(
     "--plugin-dir",
@@ -144,7 +148,7 @@ def main() -> None:
     help="Also generate the specs, as cdi-gen watch does: scan the host, then rescan on udev events "
     "and --config edits, writing into --output-dir. One process per node (see docs/hotplug.md).",
 )
-@output_dir_option(None, " With --scan [default: the first --spec-dir].")
+@output_dir_option(". With --scan [default: the first --spec-dir].")
 @format_option(None)
 @max_version_option(None)
 @source_option(None, watch=True)

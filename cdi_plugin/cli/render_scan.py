@@ -86,7 +86,9 @@ def print_scan(report: ScanReport) -> None:
             )
     _out.print(table)
     for line in report.forced:
-        _out.print(f"[yellow]--force:[/] wrote over {escape(line)}")
+        _out.print(f"[yellow]--force:[/] {'would write' if dry else 'wrote'} over {escape(line)}")
+    for line in report.left_alone:
+        _out.print(f"[yellow]--force:[/] also defined, left as it is: {escape(line)}")
     counts: dict[str, int] = {}
     for f in report.files:
         counts[f.action] = counts.get(f.action, 0) + 1

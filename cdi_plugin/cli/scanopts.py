@@ -25,17 +25,49 @@ def config_option(f: F) -> F:
     )(f)
 
 
-def output_dir_option(default: Path | None, help_default: str = "") -> Callable[[F], F]:
+def output_dir_option(help_default: str) -> Callable[[F], F]:
     def decorate(f: F) -> F:
         return click.option(
             "--output-dir",
             type=click.Path(path_type=Path, file_okay=False),
-            default=default,
-            show_default=default is not None,
-            help="Where to write the specs (created if missing)." + help_default,
+            default=None,
+            help="Where to write the specs (created if missing)" + help_default,
         )(f)
 
     return decorate
+
+
+#: How ``--output-dir`` of ``cdi-gen scan`` and ``watch`` defaults, and why a try-out is not refused.
+OUTPUT_DIR_HELP = (
+    " [default: the first --cdi-spec-dirs directory, /etc/cdi]. A directory no runtime reads (a "
+    "try-out, a staging directory) is checked only against itself and --spec-dir: its specs cannot "
+    "clash with the runtimes' until one reads them."
+)
+
+
+def _dir_list(ctx: click.Context, param: click.Parameter, value: str | None) -> tuple[Path, ...] | None:
+    if value is None:
+        return None
+    from cdi_plugin.store.files import parse_spec_dirs
+
+    dirs = parse_spec_dirs(value)
+    if not dirs:
+        raise click.BadParameter(f"{value!r} names no directory")
+    return dirs
+
+
+def cdi_spec_dirs_option(f: F) -> F:
+    return click.option(
+        "--cdi-spec-dirs",
+        "runtime_dirs",
+        envvar="CDI_SPEC_DIRS",
+        show_envvar=True,
+        callback=_dir_list,
+        metavar="DIR[:DIR...]",
+        help="The spec directories this host's container runtimes read (their cdi_spec_dirs), "
+        "lowest priority first [default: /etc/cdi:/var/run/cdi]. When the output directory is one "
+        "of them, a kind that a spec cdi-gen does not own defines in any of them is refused.",
+    )(f)
 
 
 def format_option(default: str | None = "json") -> Callable[[F], F]:
@@ -90,8 +122,8 @@ def spec_dir_option(f: F) -> F:
         "spec_dirs",
         multiple=True,
         type=click.Path(path_type=Path, file_okay=False),
-        help="Another spec directory to check for specs of the same kinds (repeatable; "
-        "/etc/cdi and /var/run/cdi are always checked).",
+        help="Another spec directory to check for specs of the same kinds, whatever the output "
+        "directory (repeatable).",
     )(f)
 
 
@@ -103,12 +135,22 @@ def source_option(default: str | None = "udev", watch: bool = False) -> Callable
         else "Where devices come from: the host (udev), the bundled simulated workstation (simulated, "
         "for trying cdi-gen without hardware) or a file recorded with python -m cdi_plugin.discovery."
     )
+    choices = "'udev' or 'fixture:PATH'" if watch else "'udev', 'simulated' or 'fixture:PATH'"
+
+    def check(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+        if value is None or value == "udev" or (value.startswith("fixture:") and value != "fixture:"):
+            return value
+        if value == "simulated" and not watch:
+            return value
+        why = " ('simulated' never changes: run cdi-gen scan --source simulated once)"
+        raise click.BadParameter(f"{value!r}: must be {choices}{why * (value == 'simulated')}")
 
     def decorate(f: F) -> F:
         return click.option(
             "--source",
             default=default,
             show_default=default is not None,
+            callback=check,
             metavar="udev|fixture:PATH" if watch else "udev|simulated|fixture:PATH",
             help=what,
         )(f)

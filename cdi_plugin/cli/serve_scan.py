@@ -17,7 +17,6 @@ from cdi_plugin.discovery.udev import MonitorSource
 from cdi_plugin.errors import ConfigError
 from cdi_plugin.metrics import ScanMetrics
 from cdi_plugin.scan import DEFAULT_MAX_VERSION, ScanOptions
-from cdi_plugin.store.files import DEFAULT_SPEC_DIRS
 from cdi_plugin.watch.watcher import Watcher, WatchOptions
 
 
@@ -54,7 +53,7 @@ def make_watcher(
             max_version=max_version or DEFAULT_MAX_VERSION,
             skip_refused=True,
             allow_hooks_and_mounts=allow_hooks_and_mounts,
-            spec_dirs=tuple(dict.fromkeys((*DEFAULT_SPEC_DIRS, *settings.spec_dirs))),
+            spec_dirs=settings.spec_dirs,
         ),
         source=source or "udev",
         uevent_source=events,

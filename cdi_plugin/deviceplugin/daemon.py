@@ -181,8 +181,8 @@ class Daemon:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
-        await endpoint.close()
-        log.info("%s: stopped serving, removed %s", resource, endpoint.path, extra={"resource": resource})
+        removed = f", removed {endpoint.path}" if await endpoint.close() else ""
+        log.info("%s: stopped serving%s", resource, removed, extra={"resource": resource})
 
 
 async def run(

@@ -5,8 +5,9 @@ then wait until the kubelet restarts. A kubelet restart shows as our socket bein
 kubelet removes the sockets in its directory when it starts) or kubelet.sock being replaced; both
 are seen through the plugin directory's inotify watch, and lead to serving afresh and registering
 again at once. Failures are logged with their reason and retried with exponential backoff (cut
-short when kubelet.sock is recreated). The endpoint unlinks only the socket it bound itself,
-recognised by its inode.
+short when kubelet.sock is recreated). Waiting for the kubelet (its directory or kubelet.sock
+missing) is logged once, then every :data:`WAIT_REMINDER` seconds while it lasts. The endpoint
+unlinks only the socket it bound itself, recognised by its inode.
 """
 
 from __future__ import annotations
@@ -39,6 +40,8 @@ _MAX_SOCKET_PATH = 105
 BACKOFF_FIRST = 0.1
 BACKOFF_MAX = 10.0
 STOP_GRACE = 0.5
+#: While waiting for the kubelet, say so again this often, so that a log shows the plugin is alive.
+WAIT_REMINDER = 60.0
 
 Identity = tuple[int, int]
 
@@ -111,6 +114,7 @@ class Endpoint:
         self._bound: Identity | None = None
         self._extra = {"resource": resource}
         self._last_problem: str | None = None
+        self._waiting_since = self._reminded = 0.0
         self._metrics = metrics if metrics is not None else PluginMetrics()
 
     def _log(self, level: int, message: str, *args: object) -> None:
@@ -175,14 +179,17 @@ class Endpoint:
             await server.stop(STOP_GRACE)
         self._bound = None
 
-    async def close(self) -> None:
-        """Stop serving and remove the socket, if it is still the one this endpoint bound."""
+    async def close(self) -> bool:
+        """Stop serving and remove the socket, if it is still the one this endpoint bound; True if
+        there was such a socket (gRPC may remove it first)."""
         bound = self._bound
+        ours = bound is not None and identity(self.path) == bound
         self._metrics.endpoint_closed(self.resource)
         await self._stop_server()
-        if bound is not None and identity(self.path) == bound:
+        if ours and identity(self.path) == bound:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self.path)
+        return ours
 
     # -- the loop ---------------------------------------------------------------------------------
 
@@ -205,6 +212,18 @@ class Endpoint:
         self._last_problem = problem
         self._log(logging.DEBUG if repeated else level, "%s; retrying in %.1fs", problem, delay)
 
+    async def _wait_for_kubelet(self, waiting: str, seen: int) -> None:
+        """Say what the endpoint waits for (once, then every :data:`WAIT_REMINDER` seconds) and wait
+        until the plugin directory changes or the next reminder is due."""
+        now = asyncio.get_running_loop().time()
+        if waiting != self._last_problem:
+            self._log(logging.INFO, "%s", waiting)
+            self._last_problem, self._waiting_since, self._reminded = waiting, now, now
+        elif now - self._reminded >= WAIT_REMINDER:
+            self._log(logging.INFO, "still %s (for %.0f min)", waiting, (now - self._waiting_since) / 60)
+            self._reminded = now
+        await self._watch.pulse.wait_after(seen, max(0.0, self._reminded + WAIT_REMINDER - now))
+
     async def run(self) -> None:
         """Serve and stay registered until cancelled."""
         backoff = Backoff()
@@ -213,6 +232,10 @@ class Endpoint:
             seen = self._watch.pulse.count
             side = self._kubelet_side()
             kubelet = side[1]
+            if not side[0]:
+                directory = self.settings.plugin_dir
+                await self._wait_for_kubelet(f"waiting for the kubelet: {directory} does not exist yet", seen)
+                continue
             try:
                 await self._serve()
             except EndpointError as exc:
@@ -221,11 +244,9 @@ class Endpoint:
                 await self._pause(delay, side)
                 continue
             if kubelet is None:
-                waiting = f"waiting for the kubelet: {kubelet_sock} does not exist yet"
-                if waiting != self._last_problem:
-                    self._log(logging.INFO, "%s", waiting)
-                    self._last_problem = waiting
-                await self._watch.pulse.wait_after(seen)
+                await self._wait_for_kubelet(
+                    f"waiting for the kubelet: {kubelet_sock} does not exist yet", seen
+                )
                 continue
             try:
                 await register(kubelet_sock, self.path.name, self.resource, self._options)

@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 from cdi_plugin.errors import ConfigError
 from cdi_plugin.globs import glob_match
-from cdi_plugin.store.files import DEFAULT_SPEC_DIRS
+from cdi_plugin.store import files
 
 Strategy = Literal["cri", "annotations", "both"]
 STRATEGIES: tuple[Strategy, ...] = ("cri", "annotations", "both")
@@ -53,7 +53,8 @@ def parse_duration(text: str | float) -> float:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Settings:
-    spec_dirs: tuple[Path, ...] = DEFAULT_SPEC_DIRS
+    #: Default: ``$CDI_SPEC_DIRS``, else /etc/cdi and /var/run/cdi.
+    spec_dirs: tuple[Path, ...] = field(default_factory=files.spec_dirs)
     plugin_dir: Path = DEFAULT_PLUGIN_DIR
     #: None means ``<plugin_dir>/kubelet.sock``.
     kubelet_socket_path: Path | None = None

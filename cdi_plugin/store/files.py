@@ -16,12 +16,26 @@ log = logging.getLogger(__name__)
 
 STATIC_DIR = Path("/etc/cdi")
 DYNAMIC_DIR = Path("/var/run/cdi")
-#: The directories runtimes read, lowest priority first (a later directory wins).
+#: The directories runtimes read by default, lowest priority first (a later directory wins).
 DEFAULT_SPEC_DIRS = (STATIC_DIR, DYNAMIC_DIR)
+#: Names the spec directories the runtimes of this host read, when they are not the default ones.
+SPEC_DIRS_ENV = "CDI_SPEC_DIRS"
 #: Runtimes read only these suffixes (not ``.yml``), without recursing into subdirectories.
 SPEC_SUFFIXES: dict[str, codec.Format] = {".json": "json", ".yaml": "yaml"}
 #: A spec this large is not a device spec; refusing it keeps a stray file from eating memory.
 MAX_SPEC_BYTES = 4 * 1024 * 1024
+
+
+def parse_spec_dirs(text: str) -> tuple[Path, ...]:
+    """Directories separated by ``:``, as ``$CDI_SPEC_DIRS`` and ``--cdi-spec-dirs`` list them;
+    empty entries and repeats are dropped."""
+    return tuple(dict.fromkeys(Path(d) for d in text.split(":") if d))
+
+
+def spec_dirs() -> tuple[Path, ...]:
+    """The spec directories runtimes read, lowest priority first: ``$CDI_SPEC_DIRS`` when it names
+    any, else /etc/cdi and /var/run/cdi."""
+    return parse_spec_dirs(os.environ.get(SPEC_DIRS_ENV, "")) or DEFAULT_SPEC_DIRS
 
 
 def spec_format(path: Path) -> codec.Format | None:

@@ -54,16 +54,28 @@ DONE: Mapping[Action, str] = {
 }
 
 
+#: A refused scan names this many conflicting files, then only how many more there are.
+CONFLICTS_SHOWN = 10
+
+
 class ConflictError(SpecWriteError):
     """A kind cdi-gen would write is already defined by a spec it does not own."""
 
     def __init__(self, conflicts: Sequence[Conflict]) -> None:
         self.conflicts = tuple(conflicts)
         first = conflicts[0]
-        more = f" (and {len(conflicts) - 1} more)" if len(conflicts) > 1 else ""
+        if len(conflicts) == 1:
+            super().__init__(
+                f"{first.kind} is already defined by {first.path} ({first.reason}); cdi-gen does not change "
+                f"a spec it does not own: remove that file, or pass --force to write {first.kind} anyway"
+            )
+            return
+        listed = "; ".join(f"{c.kind} by {c.path} ({c.reason})" for c in conflicts[:CONFLICTS_SHOWN])
+        more = f"; and {len(conflicts) - CONFLICTS_SHOWN} more" if len(conflicts) > CONFLICTS_SHOWN else ""
+        kinds = ", ".join(sorted({c.kind for c in conflicts}))
         super().__init__(
-            f"{first.kind} is already defined by {first.path} ({first.reason}); cdi-gen does not change "
-            f"a spec it does not own: remove that file, or pass --force to write {first.kind} anyway{more}"
+            f"specs cdi-gen does not own already define what it would write: {listed}{more}; cdi-gen does "
+            f"not change a spec it does not own: remove those files, or pass --force to write {kinds} anyway"
         )
 
 

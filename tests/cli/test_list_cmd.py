@@ -75,11 +75,11 @@ def test_list_text(cli: Invoke, dirs: tuple[Path, Path]) -> None:
 
 
 def test_list_with_nothing_to_show(cli: Invoke, tmp_path: Path) -> None:
-    result = cli("list", "--spec-dir", tmp_path / "missing")
+    result = cli("list", "--spec-dir", tmp_path)
     assert result.exit_code == 0
-    assert result.stdout == f"no resolvable devices in {tmp_path / 'missing'}\n"
-    assert report(cli("list", "--json", "--spec-dir", tmp_path / "missing")) == {
-        "dirs": [str(tmp_path / "missing")],
+    assert result.stdout == f"no resolvable devices in {tmp_path}\n"
+    assert report(cli("list", "--json", "--spec-dir", tmp_path)) == {
+        "dirs": [str(tmp_path)],
         "devices": [],
         "conflicts": [],
         "broken": [],
@@ -101,6 +101,20 @@ def test_a_file_with_only_warnings_resolves_and_is_not_broken(cli: Invoke, tmp_p
     assert result.exit_code == 0
     assert f"warning {path}: loads, with 1 warning" in result.stdout.splitlines()
     assert "broken" not in result.stdout
+
+
+def test_a_missing_spec_dir_named_on_the_command_line_is_an_error(cli: Invoke, tmp_path: Path) -> None:
+    missing = tmp_path / "missing"
+    for args in (["--spec-dir", missing], ["--json", "--spec-dir", tmp_path, "--spec-dir", missing]):
+        result = cli("list", *args)
+        assert (result.exit_code, result.stdout) == (1, "")
+        assert result.stderr == f"cdi-gen: error: --spec-dir {missing}: no such directory\n"
+
+
+def test_missing_default_spec_dirs_hold_no_devices(cli: Invoke, private_spec_dirs: tuple[Path, Path]) -> None:
+    result = cli("list")
+    assert (result.exit_code, result.stderr) == (0, "")
+    assert result.stdout == f"no resolvable devices in {private_spec_dirs[0]}, {private_spec_dirs[1]}\n"
 
 
 def test_list_as_a_real_program(dirs: tuple[Path, Path]) -> None:

@@ -16,7 +16,7 @@ from cdi_plugin.deviceplugin.settings import DEFAULT_PLUGIN_DIR, build
 from cdi_plugin.generate.config import default_classes, parse_classes
 from cdi_plugin.metrics import HEALTHZ, READYZ, parse_address
 from cdi_plugin.store.configfile import parse_config
-from cdi_plugin.store.files import DEFAULT_SPEC_DIRS, STATIC_DIR
+from cdi_plugin.store.files import DEFAULT_SPEC_DIRS, SPEC_DIRS_ENV, STATIC_DIR
 from tests.deviceplugin.fake_kubelet import is_extended_resource_name
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -121,7 +121,10 @@ def test_the_daemonset_runs_serve_scan_with_the_configmap() -> None:
     assert {"operator": "Exists"} in pod["tolerations"]
 
 
-def test_the_configmap_is_a_valid_configuration_that_keeps_the_mounted_paths() -> None:
+def test_the_configmap_is_a_valid_configuration_that_keeps_the_mounted_paths(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv(SPEC_DIRS_ENV)  # the image sets none
     text = _one("ConfigMap")["data"]["config.yaml"]
     config = parse_config(text.encode(), "deploy/configmap.yaml")
     settings = build(config.get("plugin"), "deploy/configmap.yaml")

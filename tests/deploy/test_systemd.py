@@ -158,3 +158,13 @@ def test_the_watch_units_command_line_runs_until_sigterm(tmp_path: Path) -> None
             watcher.kill()
             watcher.wait()
     assert watcher.returncode == 0, stderr
+
+
+@pytest.mark.parametrize("doc", ["README.md", "docs/quickstart.md", "docs/deploy.md"])
+def test_the_docs_install_the_tools_where_the_units_run_them_and_on_path(doc: str) -> None:
+    text = (ROOT / doc).read_text()
+    venv = INSTALLED_BIN.removesuffix("/bin/")
+    assert f"python3 -m venv {venv} " in text.replace("\n", " ")
+    assert f"{venv}/bin/pip install ." in text
+    assert f"ln -sf {INSTALLED_BIN}cdi-gen {INSTALLED_BIN}cdi-plugin /usr/local/bin/" in text
+    assert ".venv/bin/cdi-gen" not in text

@@ -9,6 +9,7 @@ import pytest
 from cdi_plugin.deviceplugin.settings import DEFAULT_PLUGIN_DIR, Settings, build, parse_duration
 from cdi_plugin.errors import ConfigError
 from cdi_plugin.store.configfile import parse_config
+from cdi_plugin.store.files import SPEC_DIRS_ENV
 
 
 @pytest.mark.parametrize(
@@ -27,13 +28,24 @@ def test_durations(text: str | float, seconds: float) -> None:
     assert parse_duration(text) == seconds
 
 
+def test_spec_dirs_default_to_the_environment_below_the_file_and_flags(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv(SPEC_DIRS_ENV, "/srv/cdi:/run/vendor-cdi")
+    assert build(None, "<none>").spec_dirs == (Path("/srv/cdi"), Path("/run/vendor-cdi"))
+    section = {"specDirs": ["/from/file"]}
+    assert build(section, "c.yaml").spec_dirs == (Path("/from/file"),)
+    assert build(section, "c.yaml", spec_dirs=(Path("/from/flag"),)).spec_dirs == (Path("/from/flag"),)
+
+
 @pytest.mark.parametrize("text", ["", "5x", "m5", "-1", "5m-", "1h 30m", "nan", "inf"])
 def test_bad_durations(text: str) -> None:
     with pytest.raises(ValueError, match="duration"):
         parse_duration(text)
 
 
-def test_defaults() -> None:
+def test_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(SPEC_DIRS_ENV)
     s = Settings()
     assert s.spec_dirs == (Path("/etc/cdi"), Path("/var/run/cdi"))
     assert s.plugin_dir == DEFAULT_PLUGIN_DIR

@@ -147,9 +147,76 @@ def test_foreign_spec_conflict_and_force(workstation: Path, tmp_path: Path) -> N
     )
     assert not out.exists()
     forced = scan(workstation, out, "--spec-dir", other, "--force")
-    assert f"--force: wrote over cdi-plugin.io/fuse: {foreign}" in forced.stdout
+    assert "wrote over" not in forced.stdout, "the foreign file was not touched"
+    assert (
+        f"--force: also defined, left as it is: cdi-plugin.io/fuse: {foreign} (not written by cdi-gen)"
+        in forced.stdout
+    )
     assert snapshot(other) == before
     assert (out / "cdi-plugin.io-fuse.json").exists()
+
+
+def test_force_reports_the_foreign_files_it_replaced(workstation: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    foreign = out / "cdi-plugin.io-tun.json"
+    foreign.write_text(
+        '{"cdiVersion": "0.3.0", "kind": "cdi-plugin.io/tun", '
+        '"devices": [{"name": "t", "containerEdits": {"deviceNodes": [{"path": "/dev/net/tun"}]}}]}'
+    )
+    dry = scan(workstation, out, "--force", "--dry-run")
+    assert f"--force: would write over cdi-plugin.io/tun: {foreign} (not written by cdi-gen)" in dry.stdout
+    forced = scan(workstation, out, "--force", "--json")
+    assert json.loads(forced.stdout)["forced"] == [f"cdi-plugin.io/tun: {foreign} (not written by cdi-gen)"]
+    assert json.loads(forced.stdout)["leftAlone"] == []
+    assert json.loads(foreign.read_text())["devices"][0]["name"] == "tun"
+
+
+def test_a_refusal_names_every_conflicting_kind(workstation: Path, tmp_path: Path) -> None:
+    out, other = tmp_path / "out", tmp_path / "other"
+    other.mkdir()
+    kinds = ["fuse", "kvm", "tun"]
+    for name in kinds:
+        (other / f"{name}.json").write_text(
+            json.dumps({"cdiVersion": "0.3.0", "kind": f"cdi-plugin.io/{name}",
+                        "devices": [{"name": "x", "containerEdits": {"env": ["A=1"]}}]})
+        )  # fmt: skip
+    refused = scan(workstation, out, "--spec-dir", other, check=1)
+    assert refused.stderr == (
+        "cdi-gen: error: specs cdi-gen does not own already define what it would write: "
+        + "; ".join(f"cdi-plugin.io/{n} by {other}/{n}.json (not written by cdi-gen)" for n in kinds)
+        + "; cdi-gen does not change a spec it does not own: remove those files, or pass --force to "
+        "write cdi-plugin.io/fuse, cdi-plugin.io/kvm, cdi-plugin.io/tun anyway\n"
+    )
+
+
+def test_a_try_out_is_not_refused_for_the_specs_runtimes_read(
+    private_spec_dirs: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """A host that ran ``cdi-gen scan`` (and has another definition of a kind) can still try the
+    simulated workstation in a directory that no runtime reads; a scan into a directory runtimes
+    read is still checked against all of them."""
+    etc, run = private_spec_dirs
+    run_cdi_gen("scan", "--source", "simulated", check=0)
+    assert (etc / "cdi-plugin.io-dri-render.json").exists(), "the default output is the first spec dir"
+    run.mkdir()
+    foreign = run / "binder.json"
+    foreign.write_text(
+        '{"cdiVersion": "0.3.0", "kind": "cdi-plugin.io/binder", '
+        '"devices": [{"name": "b", "containerEdits": {"env": ["A=1"]}}]}'
+    )
+    before = snapshot(etc)
+    try_out = tmp_path / "cdi-try"
+    run_cdi_gen("scan", "--source", "simulated", "--output-dir", try_out, check=0)
+    assert (try_out / "cdi-plugin.io-binder.json").exists()
+    run_cdi_gen("validate", try_out, check=0)
+    refused = run_cdi_gen("scan", "--source", "simulated", check=1)
+    assert f"cdi-plugin.io/binder is already defined by {foreign}" in refused.stderr
+    again = run_cdi_gen("scan", "--source", "simulated", "--cdi-spec-dirs", etc, check=0)
+    assert "10 unchanged" in again.stdout
+    after = snapshot(etc)
+    assert after.pop(".cdi-gen.lock")[2] == 0o600, "the scans into etc took its root-only lock"
+    assert after == before
 
 
 def test_version_ceiling_names_the_feature(host_file: Callable[..., Path], tmp_path: Path) -> None:
@@ -185,6 +252,16 @@ def test_usage_errors_exit_2(tmp_path: Path) -> None:
     assert run_cdi_gen("scan", "--format", "xml").returncode == 2
     assert run_cdi_gen("scan", "--cdi-version-max", "9.9.9").returncode == 2
     assert run_cdi_gen("scan", "--output-dir").returncode == 2
+    for args in (
+        ["scan", "--source", "simulatd"],
+        ["scan", "--source", "fixture:"],
+        ["watch", "--source", "x"],
+    ):
+        done = run_cdi_gen(*args, "--output-dir", tmp_path / "out")
+        assert done.returncode == 2, done.stderr
+        assert f"Invalid value for '--source': '{args[-1]}': must be 'udev'" in done.stderr
+    assert run_cdi_gen("scan", "--cdi-spec-dirs", ":", "--output-dir", tmp_path / "out").returncode == 2
+    assert not (tmp_path / "out").exists()
 
 
 HOSTILE = "../../etc/cron.d/x\n--privileged $(id)"

@@ -26,6 +26,32 @@ def test_default_directories_in_priority_order() -> None:
 
 
 @pytest.mark.parametrize(
+    ("value", "dirs"),
+    [
+        (None, ["/etc/cdi", "/var/run/cdi"]),
+        ("", ["/etc/cdi", "/var/run/cdi"]),
+        (":", ["/etc/cdi", "/var/run/cdi"]),
+        ("/opt/cdi", ["/opt/cdi"]),
+        ("/etc/cdi:/var/run/cdi:/opt/cdi", ["/etc/cdi", "/var/run/cdi", "/opt/cdi"]),
+        ("/a::/b:/a", ["/a", "/b"]),
+    ],
+)
+def test_spec_dirs_come_from_the_environment(
+    value: str | None, dirs: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if value is None:
+        monkeypatch.delenv(files.SPEC_DIRS_ENV)
+    else:
+        monkeypatch.setenv(files.SPEC_DIRS_ENV, value)
+    assert [str(d) for d in files.spec_dirs()] == dirs
+
+
+def test_the_suite_never_sees_the_host_spec_dirs(private_spec_dirs: tuple[Path, Path]) -> None:
+    assert files.spec_dirs() == private_spec_dirs
+    assert not {"/etc/cdi", "/var/run/cdi", "/run/cdi"} & {str(d) for d in private_spec_dirs}
+
+
+@pytest.mark.parametrize(
     ("name", "fmt"),
     [
         ("a.json", "json"),

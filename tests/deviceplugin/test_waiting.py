@@ -1,0 +1,102 @@
+"""What the plugin says while it waits for the kubelet, and when it stops."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from cdi_plugin.deviceplugin import lifecycle
+from tests.deviceplugin.fake_kubelet import FakeKubelet
+from tests.deviceplugin.helpers import Layout, make_node, run, running_plugin, sock, spec_of, write_spec
+
+KIND = "cdi-plugin.io/wait"
+
+
+@pytest.fixture
+def layout(tmp_path: Path) -> Layout:
+    layout = Layout.under(tmp_path)
+    write_spec(layout.etc, spec_of(KIND, {"a": [make_node(layout.dev / "n1")]}))
+    return layout
+
+
+@pytest.fixture
+def short_dir() -> Iterator[Path]:
+    """A directory with a path short enough for unix sockets a few levels below it."""
+    path = Path(tempfile.mkdtemp(prefix="cdi-wait-"))
+    yield path
+    shutil.rmtree(path)
+
+
+def messages(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records]
+
+
+def test_waiting_for_the_plugin_directory_is_said_once_then_at_a_slow_interval(
+    layout: Layout, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch, short_dir: Path
+) -> None:
+    caplog.set_level(logging.INFO, "cdi_plugin")
+    monkeypatch.setattr(lifecycle, "WAIT_REMINDER", 0.4)
+    plugin_dir = short_dir / "kubelet" / "device-plugins"
+    waiting = f"{KIND}: waiting for the kubelet: {plugin_dir} does not exist yet"
+
+    async def scenario() -> None:
+        async with running_plugin(layout.settings(plugin_dir=plugin_dir)):
+            await asyncio.sleep(1.0)
+            said = messages(caplog)
+            assert said.count(waiting) == 1
+            reminders = [
+                m for m in said if m.startswith(f"{KIND}: still waiting for the kubelet: {plugin_dir} ")
+            ]
+            assert 1 <= len(reminders) <= 3, said
+            assert not [m for m in said if "retrying" in m], said
+            # the directory appearing is noticed at once, not at the next reminder
+            monkeypatch.setattr(lifecycle, "WAIT_REMINDER", 60.0)
+            await asyncio.sleep(0.5)
+            plugin_dir.mkdir(parents=True)
+            async with FakeKubelet(plugin_dir) as kubelet:
+                await kubelet.wait_registered(KIND, timeout=3.0)
+
+    run(scenario())
+
+
+def test_waiting_for_kubelet_sock_is_said_once_then_at_a_slow_interval(
+    layout: Layout, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    caplog.set_level(logging.INFO, "cdi_plugin")
+    monkeypatch.setattr(lifecycle, "WAIT_REMINDER", 0.4)
+    waiting = f"waiting for the kubelet: {layout.plugin_dir / 'kubelet.sock'} does not exist yet"
+
+    async def scenario() -> None:
+        async with running_plugin(layout.settings()):
+            await asyncio.sleep(1.0)
+        said = messages(caplog)
+        assert said.count(f"{KIND}: {waiting}") == 1
+        assert 1 <= said.count(f"{KIND}: still {waiting} (for 0 min)") <= 3, said
+        socket = layout.plugin_dir / sock(layout, KIND)
+        assert said[-2:] == [f"{KIND}: stopped serving, removed {socket}", "stopped"]
+        assert not socket.exists()
+
+    run(scenario())
+
+
+def test_stopping_names_only_sockets_that_were_created(
+    layout: Layout, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, "cdi_plugin")
+    plugin_dir = layout.root / "missing"
+
+    async def scenario() -> None:
+        async with running_plugin(layout.settings(plugin_dir=plugin_dir)):
+            await asyncio.sleep(0.3)
+
+    run(scenario())
+    said = messages(caplog)
+    assert f"{KIND}: stopped serving" in said
+    assert not [m for m in said if "removed" in m], said
+    assert not plugin_dir.exists()
