@@ -1,11 +1,11 @@
 """What the plugin advertises, per resource: device IDs, health, NUMA nodes; and who is told.
 
 :class:`DeviceState` is the device plugin's view of the device inventory
-(:class:`~cdi_plugin.inventory.SpecInventory`): after every change of the inventory it maps the
-devices to kubelet resources and device IDs (the catalog, :mod:`.resources`) and publishes each
-resource's list on its :class:`Board`, which the ListAndWatch streams follow. Everything here runs
-on the event loop thread without awaiting, so a view is always consistent. Logs say what is
-advertised and what changed.
+(:class:`~cdi_plugin.inventory.SpecInventory`): it follows the inventory in step, and after every
+change maps the devices to kubelet resources and device IDs (the catalog, :mod:`.resources`) and
+publishes each resource's list on its :class:`Board`, which the ListAndWatch streams follow.
+Everything here runs on the event loop thread without awaiting, so a view is always consistent.
+Logs say what is advertised and what changed.
 """
 
 from __future__ import annotations
@@ -120,8 +120,8 @@ class DeviceState:
         self.pulse = self.inventory.changed
         self._boards: dict[str, Board] = {}
         self._statuses: dict[str, dict[str, DeviceStatus]] = {}
-        self._shown: Mapping[str, ServedDevice] | None = None
         self._logged_notes: set[str] = set()
+        self.inventory.follow(self._show)
 
     # -- reading ----------------------------------------------------------------------------------
 
@@ -156,33 +156,25 @@ class DeviceState:
         if self.inventory.reading is not reading and self.inventory.reading is not None:
             current = self.inventory.reading.snapshot
             self.metrics.spec_problems(len(current.broken), len(current.conflicts))
-        self._show()
         return snapshot
 
     def recheck_health(self) -> None:
         """Stat every host device node again (a watched /dev directory changed)."""
         self.inventory.recheck_health()
-        self._show()
 
     def expire(self) -> None:
         """Drop devices whose grace period is over."""
         self.inventory.expire()
-        self._show()
 
     def problem(self, qualified_name: str, snapshot: Snapshot) -> str | None:
         """Why ``qualified_name`` must not be handed out, or None (see :meth:`SpecInventory.problem`)."""
-        problem = self.inventory.problem(qualified_name, snapshot)
-        self._show()
-        return problem
+        return self.inventory.problem(qualified_name, snapshot)
 
     # -- internals --------------------------------------------------------------------------------
 
     def _show(self) -> None:
-        """Publish the inventory's devices as resources, if they changed since last shown."""
+        """Publish the inventory's devices as resources (the inventory changed)."""
         devices = self.inventory.devices()
-        if devices is self._shown:
-            return
-        self._shown = devices
         catalog = build_catalog(devices.values(), self.settings.replicas_for)
         for note in catalog.notes:
             if note.key not in self._logged_notes:

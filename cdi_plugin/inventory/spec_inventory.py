@@ -6,7 +6,9 @@ kind, with which health and NUMA node, under which CDI name; and a change stream
 host node health (:mod:`~cdi_plugin.inventory.health`) and NUMA nodes
 (:mod:`~cdi_plugin.inventory.numa`), and the grace period (:mod:`~cdi_plugin.inventory.grace`).
 Everything runs on the event loop thread without awaiting, so :meth:`devices` is always one
-consistent state; :attr:`changed` fires after every change of it or of :attr:`node_dirs`.
+consistent state. Consumers follow it either in step (:meth:`follow`: called right after every
+change, before anything else runs) or asynchronously (:meth:`changes`, or :attr:`changed`, which
+fires after every change of the devices or of :meth:`node_dirs`).
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ class SpecInventory:
         self.health = HealthTracker()
         self.changed = Pulse()
         self._facts = facts
+        self._followers: list[Callable[[], None]] = []
         self._problems = ProblemLog()
         self._reading: Reading | None = None
         self._devices: Devices = MappingProxyType({})
@@ -64,6 +67,10 @@ class SpecInventory:
     def devices(self) -> Devices:
         """The devices served now (and those in their grace period), by CDI name, in name order."""
         return self._devices
+
+    def follow(self, listener: Callable[[], None]) -> None:
+        """Call ``listener()`` after every change, whoever caused it."""
+        self._followers.append(listener)
 
     async def changes(self) -> AsyncIterator[Devices]:
         """The devices now, then again after every change (intermediate states may be skipped)."""
@@ -134,11 +141,9 @@ class SpecInventory:
             for name, entry in snapshot.devices.items()
             if str(entry.kind) in served
         }
-        if self.health.track(nodes):
-            self.changed.fire()
-        self._update(restat=False)
+        self._update(restat=False, nodes_changed=self.health.track(nodes))
 
-    def _update(self, *, restat: bool) -> None:
+    def _update(self, *, restat: bool, nodes_changed: bool = False) -> None:
         """Recompute every device's record; fire :attr:`changed` when anything differs."""
         if restat:
             self.numa.forget()
@@ -163,4 +168,8 @@ class SpecInventory:
         )
         if devices != self._devices:
             self._devices = MappingProxyType(dict(sorted(devices.items())))
-            self.changed.fire()
+        elif not nodes_changed:
+            return
+        for listener in self._followers:
+            listener()
+        self.changed.fire()

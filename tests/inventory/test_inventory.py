@@ -146,3 +146,17 @@ def test_changes_yield_the_devices_then_each_new_state(tmp_path: Path) -> None:
         return seen
 
     assert asyncio.run(follow()) == [{f"{OURS}=a"}, {f"{OURS}=a", f"{OURS}=b"}]
+
+
+def test_a_follower_is_told_of_every_change_in_step(tmp_path: Path) -> None:
+    layout = Layout.under(tmp_path)
+    a = make_node(layout.dev / "a")
+    write_spec(layout.etc, spec_of(OURS, {"a": [a]}))
+    inventory = _inventory(layout)
+    seen: list[dict[str, bool]] = []
+    inventory.follow(lambda: seen.append({n: d.healthy for n, d in inventory.devices().items()}))
+    inventory.sync()
+    inventory.sync()  # nothing changed: not told
+    a.unlink()
+    inventory.recheck_health()
+    assert seen == [{f"{OURS}=a": True}, {f"{OURS}=a": False}]
