@@ -1,10 +1,12 @@
 """``cdi-plugin serve``: a kubelet device plugin (API v1beta1) that serves CDI kinds as extended resources.
 
-Data comes only from the CDI spec files on disk (read through :mod:`cdi_plugin.store`); this
-package never imports :mod:`cdi_plugin.discovery` or :mod:`cdi_plugin.generate`. Only
-:mod:`cdi_plugin.deviceplugin.api` imports the generated gRPC code in ``_proto``.
+Data comes only from the device inventory (:mod:`cdi_plugin.inventory`, fed by the CDI spec
+files on disk); this package never imports :mod:`cdi_plugin.discovery` or
+:mod:`cdi_plugin.generate`. Only :mod:`cdi_plugin.deviceplugin.api` imports the generated gRPC
+code in ``_proto``.
 
-Pure modules: settings, resources, health, topology (sysfs reads only), allocate, preferred, state.
-I/O edges: specsource (spec files), watch (inotify), registration and lifecycle (sockets, gRPC),
-servicer (gRPC handlers), daemon (composition root, signals).
+Pure modules: settings, resources (the catalog), allocate, preferred, state (boards over the
+inventory). I/O edges: registration and lifecycle (sockets, gRPC), servicer (gRPC handlers),
+daemon (composition root, inotify, signals). specsource and topology only re-export the
+inventory's reader and NUMA lookup for the daemon.
 """

@@ -1,4 +1,4 @@
-"""Pure mapping from resolved CDI devices to kubelet resources and device IDs.
+"""Pure mapping from the inventory's devices to kubelet resources and device IDs (the catalog).
 
 * One extended resource per served CDI kind, named after the kind (``vendor/class``), provided the
   name passes the kubelet's extended-resource check (:func:`resource_name_problem`).
@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from cdi_plugin.cdi.names import natural_key
-from cdi_plugin.store.registry import ResolvedDevice
+from cdi_plugin.inventory.record import ServedDevice
 
 MAX_DEVICE_ID = 63
 AGGREGATE_DEVICE_NAMES = frozenset({"all"})
@@ -107,17 +107,11 @@ class Catalog:
     notes: tuple[Note, ...] = ()
 
 
-def build_catalog(
-    devices: Mapping[str, ResolvedDevice],
-    served_kinds: Collection[str],
-    replicas_for: Callable[[str], int],
-) -> Catalog:
-    """The resources and device IDs for the served kinds among ``devices`` (a snapshot's devices)."""
-    by_kind: dict[str, list[ResolvedDevice]] = {}
-    for entry in devices.values():
-        kind = str(entry.kind)
-        if kind in served_kinds:
-            by_kind.setdefault(kind, []).append(entry)
+def build_catalog(devices: Iterable[ServedDevice], replicas_for: Callable[[str], int]) -> Catalog:
+    """The resources and device IDs of the inventory's ``devices`` (one resource per kind)."""
+    by_kind: dict[str, list[ServedDevice]] = {}
+    for device in devices:
+        by_kind.setdefault(device.kind, []).append(device)
     resources: dict[str, Resource] = {}
     notes: list[Note] = []
     for kind in sorted(by_kind):
@@ -129,13 +123,13 @@ def build_catalog(
             continue
         replicas = max(1, replicas_for(kind))
         advertised: dict[str, AdvertisedDevice] = {}
-        for entry in sorted(by_kind[kind], key=lambda e: natural_key(e.device.name)):
-            name = entry.device.name
+        for device in sorted(by_kind[kind], key=lambda d: natural_key(d.name)):
+            name, cdi_name = device.name, device.cdi_name
             if name in AGGREGATE_DEVICE_NAMES:
                 notes.append(
                     Note(
-                        f"aggregate:{entry.qualified_name}",
-                        f"not advertising {entry.qualified_name}: a device named {name!r} stands for "
+                        f"aggregate:{cdi_name}",
+                        f"not advertising {cdi_name}: a device named {name!r} stands for "
                         f"all devices of its kind and would let one device be allocated twice",
                     )
                 )
@@ -143,8 +137,8 @@ def build_catalog(
             if len(name) > MAX_DEVICE_ID:
                 notes.append(
                     Note(
-                        f"long:{entry.qualified_name}",
-                        f"skipping {entry.qualified_name}: the device name is {len(name)} characters "
+                        f"long:{cdi_name}",
+                        f"skipping {cdi_name}: the device name is {len(name)} characters "
                         f"long, the kubelet accepts device IDs of at most {MAX_DEVICE_ID}",
                     )
                 )
@@ -154,11 +148,11 @@ def build_catalog(
                     notes.append(
                         Note(
                             f"clash:{kind}:{device_id}",
-                            f"skipping {entry.qualified_name} replica {i}: device ID {device_id!r} "
+                            f"skipping {cdi_name} replica {i}: device ID {device_id!r} "
                             f"is already used by {advertised[device_id].qualified_name}",
                         )
                     )
                     continue
-                advertised[device_id] = AdvertisedDevice(device_id, entry.qualified_name, i)
+                advertised[device_id] = AdvertisedDevice(device_id, cdi_name, i)
         resources[kind] = Resource(kind, kind, replicas, tuple(advertised.values()))
     return Catalog(MappingProxyType(resources), tuple(notes))

@@ -65,19 +65,25 @@ def spec_of(kind: str, devices: Mapping[str, Sequence[Path | str]], version: str
 def write_spec(
     directory: Path, spec: Spec, *, owned: bool = True, name: str | None = None, fmt: codec.Format = "json"
 ) -> Path:
-    """Write a spec atomically; ``owned`` records it as cdi-gen's, the way cdi-gen marks its files."""
+    """Write a spec atomically; ``owned`` records it as cdi-gen's, the way cdi-gen does: the record
+    first (owning the old and the new contents), then the file."""
     directory.mkdir(parents=True, exist_ok=True)
     file_name = name or spec.kind.replace("/", "-") + (".yaml" if fmt == "yaml" else ".json")
+    path = directory / file_name
     data = codec.encode(spec, fmt)
-    write_atomic(directory / file_name, data)
     record = read_record(directory)
     if owned:
-        record[file_name] = OwnedFile(file_name, spec.kind, digest(data))
+        old = path.read_bytes() if path.exists() else None
+        previous = digest(old) if old is not None and file_name in record else None
+        record[file_name] = OwnedFile(file_name, spec.kind, digest(data), previous)
         write_record(directory, record)
-    elif file_name in record:
+        write_atomic(path, data)
+        return path
+    write_atomic(path, data)
+    if file_name in record:
         del record[file_name]
         write_record(directory, record)
-    return directory / file_name
+    return path
 
 
 @dataclass

@@ -16,11 +16,13 @@ from cdi_plugin.dra.kube import ApiServerError, Backoff, KubeApi
 from cdi_plugin.dra.kubelet import ClaimReadError, DraService, KubeletPlugin, Paths, PreparedClaims
 from cdi_plugin.dra.names import DraConfigError
 from cdi_plugin.dra.slices import build_pool, slice_name
+from cdi_plugin.inventory import SpecInventory
+from tests.deviceplugin.helpers import make_node
 from tests.dra.conftest import DRIVER, NODE, write_spec
 from tests.dra.fakeapiserver import CLAIMS, SLICES, FakeApiServer, running
 from tests.dra.fakekubelet import FakeKubelet
 from tests.dra.rules import pool_problems
-from tests.dra.specinventory import SpecDirInventory
+from tests.dra.specinventory import refresh, spec_inventory
 from tests.dra.test_kubelet import claim_obj
 
 pytestmark = pytest.mark.asyncio
@@ -63,13 +65,13 @@ async def kube(tmp_path: Path, server: FakeApiServer, sleeps: Sleeps) -> AsyncIt
     await api.close()
 
 
-def _inventory(spec_dir: Path, host_nodes: Path, count: int) -> SpecDirInventory:
+def _inventory(spec_dir: Path, host_nodes: Path, count: int) -> SpecInventory:
     nodes = {}
     for i in range(count):
-        (host_nodes / f"fuse{i}").touch()
+        make_node(host_nodes / f"fuse{i}")
         nodes[f"fuse{i}"] = str(host_nodes / f"fuse{i}")
     write_spec(spec_dir, "cdi-plugin.io/fuse", nodes)
-    return SpecDirInventory([spec_dir])
+    return spec_inventory([spec_dir])
 
 
 def _ours(server: FakeApiServer) -> list[dict[str, Any]]:
@@ -146,8 +148,8 @@ async def test_publish_splits_then_follows_the_inventory(
 
     (host_nodes / "fuse0").unlink()  # unhealthy: tainted, its slice holds at most 64 now
     write_spec(spec_dir, "cdi-plugin.io/fuse", {f"fuse{i}": str(host_nodes / f"fuse{i}") for i in range(201)})
-    (host_nodes / "fuse200").touch()  # and a hot-plugged one
-    inv.refresh_now()
+    make_node(host_nodes / "fuse200")  # and a hot-plugged one
+    refresh(inv)
     done = await kube.publish(build_pool(DRIVER, NODE, inv.devices(), taints=True))
     stored = _ours(server)
     assert pool_problems(stored) == []
@@ -162,7 +164,7 @@ async def test_publish_splits_then_follows_the_inventory(
     assert server.writes() == []
 
     write_spec(spec_dir, "cdi-plugin.io/fuse", {"fuse1": str(host_nodes / "fuse1")})  # hot-unplug
-    inv.refresh_now()
+    refresh(inv)
     done = await kube.publish(build_pool(DRIVER, NODE, inv.devices(), taints=True))
     stored = _ours(server)
     assert [s["metadata"]["name"] for s in stored] == [slice_name(DRIVER, NODE, 0)]
@@ -188,7 +190,7 @@ async def test_a_concurrent_update_is_a_conflict_then_replanned(
 
     server.before = someone_else_writes
     (host_nodes / "fuse2").unlink()
-    inv.refresh_now()
+    refresh(inv)
     done = await kube.publish(build_pool(DRIVER, NODE, inv.devices(), taints=True))
     puts = [p for m, p in server.requests if m == "PUT"]
     assert puts == [f"{SLICES}/{name}", f"{SLICES}/{name}"]  # refused with 409, then sent again

@@ -21,9 +21,11 @@ from cdi_plugin.dra.kubelet import (
     PreparedClaims,
     SocketInUseError,
 )
+from cdi_plugin.inventory import SpecInventory
+from tests.deviceplugin.helpers import make_node
 from tests.dra.conftest import DRIVER, NODE, write_spec
 from tests.dra.fakekubelet import FakeKubelet, RegistrationRefused
-from tests.dra.specinventory import SpecDirInventory
+from tests.dra.specinventory import spec_inventory
 
 pytestmark = pytest.mark.asyncio
 
@@ -74,14 +76,14 @@ def paths(tmp_path: Path) -> Paths:
 
 
 @pytest.fixture
-def inventory(spec_dir: Path, host_nodes: Path) -> SpecDirInventory:
+def inventory(spec_dir: Path, host_nodes: Path) -> SpecInventory:
     for name in ("fuse", "card0", "card1"):
-        (host_nodes / name).touch()
+        make_node(host_nodes / name)
     write_spec(spec_dir, "cdi-plugin.io/fuse", {"fuse": str(host_nodes / "fuse")})
     write_spec(
         spec_dir, "cdi-plugin.io/gpu", {n: str(host_nodes / n) for n in ("card0", "card1", "gone")}
     )  # /dev/gone does not exist: gpu-gone is unhealthy
-    return SpecDirInventory([spec_dir])
+    return spec_inventory([spec_dir])
 
 
 @pytest.fixture
@@ -89,13 +91,13 @@ def claims() -> Claims:
     return Claims()
 
 
-def _plugin(paths: Paths, inventory: SpecDirInventory, claims: Claims) -> KubeletPlugin:
+def _plugin(paths: Paths, inventory: SpecInventory, claims: Claims) -> KubeletPlugin:
     service = DraService(DRIVER, NODE, inventory, claims, PreparedClaims(paths.state_file))
     return KubeletPlugin(paths, service)
 
 
 @pytest_asyncio.fixture
-async def plugin(paths: Paths, inventory: SpecDirInventory, claims: Claims) -> AsyncIterator[KubeletPlugin]:
+async def plugin(paths: Paths, inventory: SpecInventory, claims: Claims) -> AsyncIterator[KubeletPlugin]:
     async with _plugin(paths, inventory, claims) as p:
         yield p
 
@@ -190,7 +192,7 @@ async def test_bad_claims_get_one_line_errors_and_do_not_stop_the_good_one(
         "uid-unknown": f"claim ns/unknown: device {NODE}/net-eth0: not served by driver {DRIVER} "
         "on this node (removed?)",
         "uid-sick": f"claim ns/sick: device {NODE}/gpu-gone (cdi-plugin.io/gpu=gone): unhealthy: "
-        f"{kubelet_dev(kubelet)}/gone is missing",
+        f"host device node {kubelet_dev(kubelet)}/gone is missing",
         "uid-pool": f"claim ns/pool: device node-b/fuse-fuse: pool node-b is not this node's pool {NODE}",
         "uid-unallocated": "claim ns/unallocated: not allocated",
     }
@@ -210,7 +212,7 @@ async def test_api_server_down_is_a_per_claim_error(kubelet: FakeKubelet, claims
 
 
 async def test_prepare_is_idempotent_across_restarts_and_unprepare_releases(
-    paths: Paths, inventory: SpecDirInventory, claims: Claims
+    paths: Paths, inventory: SpecInventory, claims: Claims
 ) -> None:
     ref = api.Claim("ns", "c", "uid-1")
     claims.add(claim_obj(ref, ("r", NODE, "gpu-card1")))
@@ -241,7 +243,7 @@ async def test_prepare_is_idempotent_across_restarts_and_unprepare_releases(
         ] == "claim ns/c: not found in the API server (deleted after allocation?)"
 
 
-async def test_a_stale_socket_is_replaced(paths: Paths, inventory: SpecDirInventory, claims: Claims) -> None:
+async def test_a_stale_socket_is_replaced(paths: Paths, inventory: SpecInventory, claims: Claims) -> None:
     paths.registry_dir.mkdir(parents=True)
     paths.registration_socket.write_text("left over")
     async with _plugin(paths, inventory, claims):
@@ -278,7 +280,7 @@ async def test_sockets_come_back_after_the_kubelet_wiped_them(
 
 
 async def test_a_socket_another_instance_serves_is_not_replaced(
-    paths: Paths, inventory: SpecDirInventory, claims: Claims
+    paths: Paths, inventory: SpecInventory, claims: Claims
 ) -> None:
     async with _plugin(paths, inventory, claims):
         second = _plugin(paths, inventory, claims)

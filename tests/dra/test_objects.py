@@ -76,7 +76,7 @@ def test_slices_match_the_published_schema() -> None:
     """The slice builder's output against the 1.36 OpenAPI schema, unknown fields refused."""
     devices = [
         ServedDevice(
-            cdi_name="cdi-plugin.io/gpu=card0", numa_node=0, udev=UdevFacts(pci_address="0000:3b:00.0")
+            cdi_name="cdi-plugin.io/gpu=card0", numa_nodes=(0,), udev=UdevFacts(pci_address="0000:3b:00.0")
         ),
         ServedDevice(cdi_name="cdi-plugin.io/gpu=card1", healthy=False, reason="gone"),
     ]

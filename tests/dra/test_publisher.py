@@ -12,10 +12,11 @@ import pytest_asyncio
 from cdi_plugin.dra.kube import Backoff, KubeApi
 from cdi_plugin.dra.publisher import SlicePublisher
 from cdi_plugin.dra.slices import Plan
+from tests.deviceplugin.helpers import make_node
 from tests.dra.conftest import DRIVER, NODE, write_spec
 from tests.dra.fakeapiserver import SLICES, FakeApiServer, running
 from tests.dra.rules import pool_problems
-from tests.dra.specinventory import SpecDirInventory
+from tests.dra.specinventory import refresh, spec_inventory
 from tests.dra.test_kube import Sleeps, _kubeconfig, _ours
 
 pytestmark = pytest.mark.asyncio
@@ -44,9 +45,9 @@ def _names(server: FakeApiServer) -> set[str]:
 async def test_run_follows_the_inventory_and_survives_an_api_outage(
     kube: KubeApi, server: FakeApiServer, spec_dir: Path, host_nodes: Path
 ) -> None:
-    (host_nodes / "fuse").touch()
+    make_node(host_nodes / "fuse")
     write_spec(spec_dir, "cdi-plugin.io/fuse", {"fuse": str(host_nodes / "fuse")})
-    inv = SpecDirInventory([spec_dir])
+    inv = spec_inventory([spec_dir])
     published: asyncio.Queue[Plan] = asyncio.Queue()
     sleeps = Sleeps()
     publisher = SlicePublisher(kube, sleep=sleeps, on_publish=published.put_nowait)
@@ -56,9 +57,9 @@ async def test_run_follows_the_inventory_and_survives_an_api_outage(
         assert _names(server) == {"fuse-fuse"}
 
         server.fail("GET", SLICES, 503, 503)  # one publish fails after its own 2 attempts
-        (host_nodes / "card0").touch()
+        make_node(host_nodes / "card0")
         write_spec(spec_dir, "cdi-plugin.io/gpu", {"card0": str(host_nodes / "card0")})
-        await inv.refresh()
+        refresh(inv)
         done = await asyncio.wait_for(published.get(), 30)
         assert done.generation == 1
         assert len(sleeps) == 1  # the publisher's own backoff, after the failed publish
@@ -74,13 +75,13 @@ async def test_without_device_taints_unhealthy_devices_are_withdrawn(
     kube: KubeApi, server: FakeApiServer, spec_dir: Path, host_nodes: Path
 ) -> None:
     server.drop_taints = True
-    (host_nodes / "card0").touch()
+    make_node(host_nodes / "card0")
     write_spec(
         spec_dir,
         "cdi-plugin.io/gpu",
         {"card0": str(host_nodes / "card0"), "card1": str(host_nodes / "card1")},
     )
-    inv = SpecDirInventory([spec_dir])
+    inv = spec_inventory([spec_dir])
     publisher = SlicePublisher(kube)
     await publisher.publish(inv.devices())
     assert publisher.taints is False
@@ -91,14 +92,14 @@ async def test_without_device_taints_unhealthy_devices_are_withdrawn(
 async def test_with_device_taints_unhealthy_devices_stay_tainted(
     kube: KubeApi, server: FakeApiServer, spec_dir: Path, host_nodes: Path
 ) -> None:
-    (host_nodes / "card0").touch()
+    make_node(host_nodes / "card0")
     write_spec(
         spec_dir,
         "cdi-plugin.io/gpu",
         {"card0": str(host_nodes / "card0"), "card1": str(host_nodes / "card1")},
     )
     publisher = SlicePublisher(kube)
-    await publisher.publish(SpecDirInventory([spec_dir]).devices())
+    await publisher.publish(spec_inventory([spec_dir]).devices())
     assert publisher.taints is True
     [stored] = _ours(server)
     assert [d.get("taints") for d in stored["spec"]["devices"]] == [

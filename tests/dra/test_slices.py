@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -9,9 +10,11 @@ import pytest
 
 from cdi_plugin.dra.inventory import ServedDevice, UdevFacts
 from cdi_plugin.dra.slices import PCI_BUS_ID, Plan, build_pool, plan, slice_name, taint_key
+from cdi_plugin.inventory import SpecInventory
+from tests.deviceplugin.helpers import make_node
 from tests.dra.conftest import DRIVER, NODE, write_spec
 from tests.dra.rules import pool_problems, slice_problems
-from tests.dra.specinventory import SpecDirInventory
+from tests.dra.specinventory import refresh, spec_inventory
 
 
 def _valid(slices: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -24,25 +27,28 @@ def _stored(objs: list[dict[str, Any]] | tuple[dict[str, Any], ...], rv: int = 1
     return [{**o, "metadata": {**o["metadata"], "resourceVersion": str(rv)}} for o in objs]
 
 
-def _inventory(spec_dir: Path, host_nodes: Path, count: int, missing: int = 0) -> SpecDirInventory:
+def _inventory(spec_dir: Path, host_nodes: Path, count: int, missing: int = 0) -> SpecInventory:
     nodes = {}
     for i in range(count):
         path = host_nodes / f"fuse{i}"
         if i >= missing:
-            path.touch()
+            make_node(path)
         nodes[f"fuse{i}"] = str(path)
     write_spec(spec_dir, "cdi-plugin.io/fuse", nodes)
-    return SpecDirInventory([spec_dir])
+    return spec_inventory([spec_dir])
 
 
 def test_attributes_from_the_inventory(spec_dir: Path, host_nodes: Path) -> None:
-    (host_nodes / "card0").touch()
+    make_node(host_nodes / "card0", os.makedev(226, 0))
+    sysfs = host_nodes.parent / "sys"
+    (sysfs / "dev" / "char" / "226:0").mkdir(parents=True)
+    (sysfs / "dev" / "char" / "226:0" / "numa_node").write_text("1\n")
     write_spec(spec_dir, "cdi-plugin.io/gpu", {"card0": str(host_nodes / "card0")})
     facts = UdevFacts(
         subsystem="drm", driver="amdgpu", vendor_id="0x1002", model_id="0x73bf",
         serial="s" * 65, pci_address="0000:3b:00.0",
     )  # fmt: skip
-    inv = SpecDirInventory([spec_dir], {"cdi-plugin.io/gpu=card0": (facts, 1)})
+    inv = spec_inventory([spec_dir], {"cdi-plugin.io/gpu=card0": facts}, sysfs=sysfs)
     [obj] = _valid(build_pool(DRIVER, NODE, inv.devices(), taints=True).slices(0))
     [device] = obj["spec"]["devices"]
     assert device["name"] == "gpu-card0"
@@ -126,7 +132,7 @@ def test_plan_first_publish_then_nothing_then_a_new_generation(spec_dir: Path, h
     assert plan(pool, stored) == Plan(0)
 
     (host_nodes / "fuse0").unlink()  # unhealthy: tainted, so its chunk holds at most 64
-    inv.refresh_now()
+    refresh(inv)
     second = plan(build_pool(DRIVER, NODE, inv.devices(), taints=True), stored)
     assert second.generation == 1
     assert [o["metadata"]["name"] for o in second.update] == [slice_name(DRIVER, NODE, i) for i in (0, 1)]
@@ -135,7 +141,7 @@ def test_plan_first_publish_then_nothing_then_a_new_generation(spec_dir: Path, h
     _valid([*second.update, *second.create])
 
     write_spec(spec_dir, "cdi-plugin.io/fuse", {"fuse1": str(host_nodes / "fuse1")})  # hot-unplug of 129
-    inv.refresh_now()
+    refresh(inv)
     third = plan(
         build_pool(DRIVER, NODE, inv.devices(), taints=True), _stored([*second.update, *second.create])
     )

@@ -6,13 +6,14 @@ host side is ``hostPath``, else ``path``. Where the spec pins a ``type`` (``c``/
 ``b`` block, ``p`` FIFO) the node must be of that type, and where it pins ``major``/``minor`` the
 numbers must match. Symbolic links are followed. A device without device nodes is always Healthy.
 The check is a few ``stat`` calls, cheap enough to repeat on every change of a watched directory.
+:class:`HealthTracker` keeps the answers between such changes.
 """
 
 from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -109,3 +110,41 @@ def check(nodes: Iterable[HostNode], stat_fn: StatFn = os.stat) -> Health:
 def watch_dirs(nodes: Iterable[HostNode]) -> set[Path]:
     """The directories whose entries decide these nodes' health (their parents)."""
     return {Path(n.path).parent for n in nodes if os.path.isabs(n.path)}
+
+
+class HealthTracker:
+    """The health of the tracked devices, each distinct group of host nodes stat'ed once."""
+
+    def __init__(self, stat_fn: StatFn = os.stat) -> None:
+        self._stat = stat_fn
+        self._nodes: dict[str, tuple[HostNode, ...]] = {}
+        self._known: dict[tuple[HostNode, ...], Health] = {}
+        #: The host device node paths of the tracked devices, and the directories holding them.
+        self.node_paths: frozenset[str] = frozenset()
+        self.node_dirs: frozenset[Path] = frozenset()
+
+    def track(self, nodes: Mapping[str, tuple[HostNode, ...]]) -> bool:
+        """Follow these devices (CDI name -> host nodes) from now on; True when their nodes changed."""
+        if nodes == self._nodes:
+            return False
+        self._nodes = dict(nodes)
+        groups = set(nodes.values())
+        self.node_paths = frozenset(os.path.normpath(n.path) for group in groups for n in group)
+        self.node_dirs = frozenset(d for group in groups for d in watch_dirs(group))
+        return True
+
+    def health(self, *, restat: bool) -> dict[str, Health]:
+        """Every tracked device's health. ``restat=False`` stats only nodes not seen before: the
+        others can only have changed through an event in their directory, which re-stats all."""
+        if restat:
+            self._known.clear()
+        known = self._known
+        out: dict[str, Health] = {}
+        for name, group in self._nodes.items():
+            found = known.get(group)
+            if found is None:
+                found = known[group] = check(group, self._stat)
+            out[name] = found
+        for stale in set(known) - set(self._nodes.values()):
+            del known[stale]
+        return out

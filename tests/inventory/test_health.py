@@ -9,8 +9,8 @@ from typing import NamedTuple
 import pytest
 
 from cdi_plugin.cdi.model import ContainerEdits, Device, DeviceNode, Spec
-from cdi_plugin.deviceplugin.health import HostNode, Rdev, check, host_nodes, watch_dirs
-from cdi_plugin.deviceplugin.topology import NumaLocator
+from cdi_plugin.inventory.health import HostNode, Rdev, check, host_nodes, watch_dirs
+from cdi_plugin.inventory.numa import NumaLocator
 from tests.deviceplugin.helpers import make_node
 
 

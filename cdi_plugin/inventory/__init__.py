@@ -1,0 +1,25 @@
+"""The device inventory: which devices this node serves, in which kind, with which health and
+NUMA node, and which CDI name each resolves to; fed by the spec directories, followed by its
+consumers (the kubelet device plugin, the DRA driver) through a change stream.
+
+record: the device record every consumer reads; source: one consistent reading of the spec
+directories and cdi-gen's ownership records; selection: the kinds served; health and numa: the
+host device nodes; grace: the grace period; problems: skipped files, logged once; spec_inventory:
+the parts put together. Nothing here knows gRPC, the kubelet, DRA, discovery or the CLI.
+"""
+
+from cdi_plugin.inventory.numa import NumaLocator
+from cdi_plugin.inventory.record import GONE_REASON, NOT_SERVED_REASON, ServedDevice, UdevFacts
+from cdi_plugin.inventory.source import Reading, SpecSource
+from cdi_plugin.inventory.spec_inventory import SpecInventory
+
+__all__ = [
+    "GONE_REASON",
+    "NOT_SERVED_REASON",
+    "NumaLocator",
+    "Reading",
+    "ServedDevice",
+    "SpecInventory",
+    "SpecSource",
+    "UdevFacts",
+]

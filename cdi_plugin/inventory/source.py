@@ -1,0 +1,117 @@
+"""The spec directories as the inventory reads them: one consistent reading of the spec files and
+of cdi-gen's ownership records, and a cheap check for changes.
+
+:meth:`SpecSource.current` lists the directories and stats the spec files and the records (no
+reads); only when one of them changed does it read again: the registry re-reads only the changed
+files, then the records and the files they name are read to learn which kinds are cdi-gen's.
+
+A reading is taken as one moment: the directories are stamped (names, inodes, sizes, times)
+before and after it, and it counts only if nothing changed in between, else it is taken again
+(at most :data:`ATTEMPTS` times; after that the last consistent reading stays and the next call
+tries again). cdi-gen commits its record before it renames a spec file into place, and that record
+owns both the old and the new contents (:mod:`cdi_plugin.store.writer`): at every moment the
+record on disk owns every file of cdi-gen's as it is on disk. A reading of one moment therefore
+never sees a file of cdi-gen's disagree with its record, so the inventory needs no settle timer.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from cdi_plugin.errors import SpecLoadError
+from cdi_plugin.store.files import SPEC_SUFFIXES, read_spec_bytes
+from cdi_plugin.store.ownership import RECORD_NAME, digest, read_record
+from cdi_plugin.store.registry import Snapshot, SpecRegistry
+
+Stamp = tuple[tuple[str, int, int, int, int], ...]
+ATTEMPTS = 3
+
+
+def _stamp(directory: Path) -> Stamp:
+    out = []
+    try:
+        with os.scandir(directory) as entries:
+            for entry in entries:
+                name = entry.name
+                if not (name.endswith(tuple(SPEC_SUFFIXES)) or name == RECORD_NAME):
+                    continue
+                try:
+                    st = entry.stat()
+                except OSError:
+                    continue
+                out.append((name, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns))
+    except OSError:
+        return ()
+    out.sort()
+    return tuple(out)
+
+
+def _stamps(dirs: Sequence[Path]) -> tuple[Stamp, ...]:
+    return tuple(_stamp(d) for d in dirs)
+
+
+@dataclass(frozen=True, slots=True)
+class Reading:
+    """The spec directories at one moment, with what cdi-gen's records say of them."""
+
+    snapshot: Snapshot
+    #: Kinds whose file cdi-gen wrote and nobody changed since.
+    owned: frozenset[str]
+    #: Kinds any record names, whether or not the file still is what cdi-gen wrote.
+    recorded: frozenset[str]
+
+
+def _ownership(dirs: Sequence[Path]) -> tuple[frozenset[str], frozenset[str]]:
+    owned: set[str] = set()
+    recorded: set[str] = set()
+    for directory in dirs:
+        for entry in read_record(directory).values():
+            recorded.add(entry.kind)
+            try:
+                if entry.owns(digest(read_spec_bytes(directory / entry.name))):
+                    owned.add(entry.kind)
+            except SpecLoadError:
+                continue
+    return frozenset(owned), frozenset(recorded)
+
+
+class SpecSource:
+    def __init__(self, dirs: Sequence[Path]) -> None:
+        self.dirs = tuple(dirs)
+        self._registry = SpecRegistry(self.dirs)
+        self._stamps: tuple[Stamp, ...] | None = None
+        self._snapshot: Snapshot | None = None
+        #: The latest consistent reading; None until one was taken.
+        self.reading: Reading | None = None
+        #: Incremented whenever a new consistent reading was taken because something changed.
+        self.generation = 0
+        #: Readings given up because the directories kept changing while they were taken.
+        self.unsettled = 0
+
+    def current(self) -> Snapshot:
+        """The snapshot of the directories as they are now; cheap when nothing changed.
+
+        The directories are listed rather than judged by their mtime, which file systems keep
+        at a coarse (jiffy) granularity: two entries added within one tick would look alike.
+        """
+        before = _stamps(self.dirs)
+        if self._snapshot is not None and before == self._stamps:
+            return self._snapshot
+        for _ in range(ATTEMPTS):
+            snapshot = self._registry.refresh()
+            owned, recorded = _ownership(self.dirs)
+            after = _stamps(self.dirs)
+            self._snapshot = snapshot
+            if after == before:
+                self._stamps = before
+                self.reading = Reading(snapshot, owned, recorded)
+                self.generation += 1
+                return snapshot
+            before = after
+        self._stamps = None  # read again on the next call
+        self.unsettled += 1
+        assert self._snapshot is not None
+        return self._snapshot
