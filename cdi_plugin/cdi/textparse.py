@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, Literal
 
 from cdi_plugin.cdi.problems import pointer_join
-from cdi_plugin.errors import SpecLoadError
+from cdi_plugin.errors import CdiPluginError, SpecLoadError
 
 Format = Literal["json", "yaml"]
 
@@ -170,7 +170,7 @@ def _is_utf8(text: str) -> bool:
     return True
 
 
-class _YamlRefused(Exception):
+class _YamlRefused(CdiPluginError):
     def __init__(self, rule: str, line: int, message: str) -> None:
         super().__init__(f"line {line}: {message}")
         self.rule = rule

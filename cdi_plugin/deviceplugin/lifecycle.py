@@ -29,6 +29,7 @@ from cdi_plugin.deviceplugin import api
 from cdi_plugin.deviceplugin.registration import RegistrationError, register
 from cdi_plugin.deviceplugin.servicer import DevicePluginService
 from cdi_plugin.deviceplugin.settings import Settings
+from cdi_plugin.errors import CdiPluginError
 from cdi_plugin.metrics import PluginMetrics
 from cdi_plugin.watch.dirwatch import DirWatch
 
@@ -75,7 +76,7 @@ def _someone_listens(path: Path) -> bool:
         return True
 
 
-class EndpointError(Exception):
+class EndpointError(CdiPluginError):
     pass
 
 

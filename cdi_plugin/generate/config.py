@@ -16,7 +16,7 @@ from typing import Any
 
 from cdi_plugin.cdi import names
 from cdi_plugin.cdi.problems import Problem
-from cdi_plugin.errors import ConfigError, InvalidNameError
+from cdi_plugin.errors import CdiPluginError, ConfigError, InvalidNameError
 from cdi_plugin.generate import template
 from cdi_plugin.generate.template import Template, TemplateError
 from cdi_plugin.store.configfile import config_error, parse_config
@@ -158,7 +158,7 @@ class DeviceClass:
 # -- parsing ------------------------------------------------------------------------------------
 
 
-class _Invalid(Exception):
+class _Invalid(CdiPluginError):
     def __init__(self, pointer: str, message: str, hint: str = "") -> None:
         super().__init__(message)
         self.pointer, self.message, self.hint = pointer, message, hint

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from cdi_plugin.cdi.model import ContainerEdits, DeviceNode, Hook, Mount
 from cdi_plugin.discovery.model import DiscoveredDevice
+from cdi_plugin.errors import CdiPluginError
 from cdi_plugin.generate.config import DeviceClass, EditsTemplate, NodeEdit
 from cdi_plugin.generate.naming import NamedDevice, describe, ordered
 from cdi_plugin.generate.template import Context, Lookup, device_lookup, render
@@ -23,7 +24,7 @@ from cdi_plugin.globs import match_any
 _PERMISSION_BITS = 0o777
 
 
-class Refused(Exception):
+class Refused(CdiPluginError):
     """The device (or class) cannot be given edits; the message says why."""
 
 

@@ -315,7 +315,7 @@ def _verify(plan: Plan) -> None:
     record = plan.output_dir / RECORD_NAME
     with contextlib.suppress(FileNotFoundError):
         if stat.S_ISDIR(os.lstat(record).st_mode):
-            raise SpecWriteError(f"{record}: is a directory; nothing was written")
+            raise SpecWriteError(f"{record}: is a directory; nothing was written", nothing_written=True)
     for change in plan.changes:
         try:
             now = _read(change.path)
@@ -323,10 +323,13 @@ def _verify(plan: Plan) -> None:
             now = b"\0unreadable"
         if now != change.old:
             raise SpecWriteError(
-                f"{change.path} changed since the plan was made; nothing was written, run again"
+                f"{change.path} changed since the plan was made; nothing was written, run again",
+                nothing_written=True,
             )
     if read_record(plan.output_dir) != dict(plan.record_before):
-        raise SpecWriteError(f"{record} changed since the plan was made; nothing was written, run again")
+        raise SpecWriteError(
+            f"{record} changed since the plan was made; nothing was written, run again", nothing_written=True
+        )
 
 
 def _stage(plan: Plan) -> tuple[list[tuple[FileChange, StagedFile]], list[StagedFile]]:
@@ -382,7 +385,8 @@ def apply(plan: Plan, *, tidy: bool = False) -> Applied:
         if created:
             with contextlib.suppress(OSError):
                 directory.rmdir()
-        raise SpecWriteError(f"{exc}{'' if 'nothing was' in str(exc) else '; nothing was changed'}") from None
+        message = str(exc) if exc.nothing_written else f"{exc}; nothing was changed"
+        raise SpecWriteError(message, nothing_written=True) from None
     fsync_dir(directory)
     done: list[tuple[Path, Action]] = []
     try:
