@@ -15,7 +15,7 @@ from typing import Any
 
 from cdi_plugin.cdi import codec
 from cdi_plugin.discovery.model import DeviceSource, Discovery
-from cdi_plugin.errors import DiscoveryError, GenerateError
+from cdi_plugin.errors import GenerateError
 from cdi_plugin.generate.builder import BuildResult, BuiltSpec, build_specs
 from cdi_plugin.generate.config import (
     DEFAULT_CONFIG_NAME,
@@ -138,26 +138,6 @@ def load_classes(config: Path | None, allow_hooks_and_mounts: bool = True) -> tu
     if not allow_hooks_and_mounts:
         refuse_hooks_and_mounts(classes, str(config))
     return classes, str(config)
-
-
-def make_source(spec: str) -> DeviceSource:
-    """``udev`` (the live host), ``simulated`` (the bundled simulated workstation) or ``fixture:PATH``
-    (a host recorded with ``python -m cdi_plugin.discovery``)."""
-    if spec == "udev":
-        try:
-            from cdi_plugin.discovery.udev import UdevSource
-        except ImportError as exc:
-            raise DiscoveryError(f"udev discovery is not available: {exc}") from None
-        return UdevSource()
-    if spec == "simulated":
-        from cdi_plugin.discovery.fixture import simulated_source
-
-        return simulated_source()
-    if spec.startswith("fixture:") and len(spec) > len("fixture:"):
-        from cdi_plugin.discovery.fixture import FixtureSource
-
-        return FixtureSource(Path(spec.removeprefix("fixture:")))
-    raise DiscoveryError(f"--source {spec!r}: must be 'udev', 'simulated' or 'fixture:PATH'")
 
 
 def _file_reports(plan: Plan, build: BuildResult, dry_run: bool) -> tuple[FileReport, ...]:

@@ -11,8 +11,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from cdi_plugin.cdi.problems import Problem, Severity
-from cdi_plugin.cli.checks import ValidationReport
 from cdi_plugin.store.registry import Snapshot, SpecFile
+from cdi_plugin.store.validation import ValidationReport
 
 _out = Console(highlight=False)
 if not _out.is_terminal:  # logs and pipes: no wrapping inside table cells

@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
-import hashlib
 import logging
 import os
 import socket
@@ -25,6 +24,7 @@ from pathlib import Path
 
 import grpc
 
+from cdi_plugin.cdi.names import short_hash
 from cdi_plugin.deviceplugin import api
 from cdi_plugin.deviceplugin.registration import RegistrationError, register
 from cdi_plugin.deviceplugin.servicer import DevicePluginService
@@ -51,7 +51,7 @@ def socket_name(resource: str, plugin_dir: Path) -> str:
     """``cdi-plugin-<vendor>_<class>.sock``, hashed when the path would be too long for a socket."""
     name = f"{SOCKET_PREFIX}{resource.replace('/', '_')}.sock"
     if len(os.fsencode(plugin_dir / name)) > _MAX_SOCKET_PATH:
-        name = f"{SOCKET_PREFIX}{hashlib.sha256(resource.encode()).hexdigest()[:16]}.sock"
+        name = f"{SOCKET_PREFIX}{short_hash(resource, 16)}.sock"
     return name
 
 

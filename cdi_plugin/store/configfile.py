@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from cdi_plugin.cdi import codec, schema
-from cdi_plugin.cdi.problems import Problem
+from cdi_plugin.cdi.problems import Problem, pointer_parts
 from cdi_plugin.errors import ConfigError, SpecLoadError
 from cdi_plugin.store.files import read_file
 
@@ -21,8 +21,7 @@ MAX_CONFIG_BYTES = 1024 * 1024
 def key_path(pointer: str) -> str:
     """``/classes/0/match/subsystem`` -> ``classes[0].match.subsystem``."""
     out = ""
-    for raw in pointer.strip("/").split("/") if pointer.strip("/") else []:
-        part = raw.replace("~1", "/").replace("~0", "~")
+    for part in pointer_parts(pointer):
         out += f"[{part}]" if part.isdigit() else (f".{part}" if out else part)
     return out or "(top level)"
 

@@ -61,7 +61,7 @@ CONFLICTS_SHOWN = 10
 class ConflictError(SpecWriteError):
     """A kind cdi-gen would write is already defined by a spec it does not own."""
 
-    def __init__(self, conflicts: Sequence[Conflict]) -> None:
+    def __init__(self, conflicts: Sequence[KindConflict]) -> None:
         self.conflicts = tuple(conflicts)
         first = conflicts[0]
         if len(conflicts) == 1:
@@ -89,7 +89,9 @@ class PartialWriteError(SpecWriteError):
 
 
 @dataclass(frozen=True, slots=True)
-class Conflict:
+class KindConflict:
+    """A kind cdi-gen would write, already defined by a spec file it does not own."""
+
     kind: str
     path: Path
     reason: str
@@ -121,7 +123,7 @@ class Plan:
     changes: tuple[FileChange, ...]
     record_before: Mapping[str, OwnedFile] = field(default_factory=dict)
     record_after: Mapping[str, OwnedFile] = field(default_factory=dict)
-    overridden: tuple[Conflict, ...] = ()  # conflicts --force wrote over
+    overridden: tuple[KindConflict, ...] = ()  # conflicts --force wrote over
 
     @property
     def record_changed(self) -> bool:
@@ -209,7 +211,7 @@ def _owned_now(output_dir: Path, record: Mapping[str, OwnedFile]) -> dict[str, O
 
 def _foreign_definitions(
     kinds: set[str], output_dir: Path, skip: set[str], spec_dirs: Sequence[Path]
-) -> list[Conflict]:
+) -> list[KindConflict]:
     """Spec files cdi-gen does not own (``skip`` names the output directory's files already
     handled) that define one of ``kinds``."""
     out = []
@@ -230,7 +232,7 @@ def _foreign_definitions(
                 reason = "edited since cdi-gen wrote it"
             else:
                 reason = "not written by cdi-gen"
-            out.append(Conflict(kind, path, reason))
+            out.append(KindConflict(kind, path, reason))
     return out
 
 
@@ -269,7 +271,7 @@ def plan_writes(
             name: entry for name, entry in record.items() if entry.kind not in kinds and name not in wanted
         }
     owned = {name: entry for name, entry in _owned_now(output_dir, record).items() if name not in kept}
-    conflicts: list[Conflict] = []
+    conflicts: list[KindConflict] = []
     changes: list[FileChange] = []
     for name, (kind, data) in sorted(wanted.items()):
         path = output_dir / name
@@ -280,7 +282,7 @@ def plan_writes(
             changes.append(FileChange(path, kind, "unchanged" if old == data else "change", data, old))
         else:
             reason = "edited since cdi-gen wrote it" if name in record else "not written by cdi-gen"
-            conflicts.append(Conflict(kind, path, reason))
+            conflicts.append(KindConflict(kind, path, reason))
             changes.append(FileChange(path, kind, "change", data, old, replaces_foreign=True))
     wanted_kinds = {k for k, _ in wanted.values()}
     conflicts += _foreign_definitions(wanted_kinds, output_dir, set(wanted) | set(owned), spec_dirs)

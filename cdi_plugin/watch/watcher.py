@@ -38,9 +38,10 @@ from asyncinotify import Mask
 
 from cdi_plugin.discovery.model import DeviceSource
 from cdi_plugin.discovery.query import DEV
+from cdi_plugin.discovery.sources import make_source
 from cdi_plugin.discovery.udev import RECEIVE_BUFFER_BYTES, MonitorSource, UdevMonitor
 from cdi_plugin.errors import CdiPluginError, DiscoveryError, GenerateError, SpecInvalidError
-from cdi_plugin.scan import ScanOptions, ScanReport, make_source, run_scan
+from cdi_plugin.scan import ScanOptions, ScanReport, run_scan
 from cdi_plugin.store.dirlock import LockTimeoutError
 from cdi_plugin.watch.coalesce import Coalescer
 from cdi_plugin.watch.configfollow import ConfigFollower
@@ -120,7 +121,9 @@ class Watcher:
         )
         self.config.load()
         self._udev = options.source == "udev"
-        self.source = source if source is not None else self._make_source()
+        if source is None:
+            source = make_source(options.source, dev_root=options.dev_root, simulated=False)
+        self.source = source
         self.targets = targets_for(self.config.classes)
         self.coalescer: Coalescer[Key] = Coalescer(options.quiet, options.max_delay)
         #: Set once the first scan is done and every event source listens.
@@ -142,19 +145,6 @@ class Watcher:
         self._last_error = ""
         #: ``time.monotonic()`` since which rescans have not got through; None when they do.
         self.stalled_since: float | None = None
-
-    def _make_source(self) -> DeviceSource:
-        spec = self.options.source
-        if spec == "udev":
-            from cdi_plugin.discovery.udev import UdevSource
-
-            return UdevSource(dev_root=self.options.dev_root)
-        if spec.startswith("fixture:"):
-            return make_source(spec)
-        raise DiscoveryError(
-            f"--source {spec!r} cannot be watched: use 'udev' or 'fixture:PATH' "
-            "('simulated' never changes: run cdi-gen scan --source simulated once)"
-        )
 
     @property
     def fixture(self) -> Path | None:
