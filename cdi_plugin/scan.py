@@ -22,7 +22,8 @@ from cdi_plugin.generate.match import query_for
 from cdi_plugin.store import files
 from cdi_plugin.store.configfile import read_config
 from cdi_plugin.store.dirlock import DEFAULT_LOCK_TIMEOUT, locked
-from cdi_plugin.store.writer import DONE, Applied, Plan, apply, plan_writes
+from cdi_plugin.store.plan import DONE, Plan, plan_writes
+from cdi_plugin.store.writer import Applied, apply
 
 DEFAULT_MAX_VERSION = "0.5.0"
 

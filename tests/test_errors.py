@@ -31,7 +31,7 @@ def _exception_classes() -> dict[str, type[BaseException]]:
 def test_the_walk_sees_the_modules_that_define_errors() -> None:
     found = _exception_classes()
     assert "cdi_plugin.errors.SpecWriteError" in found
-    assert "cdi_plugin.store.writer.ConflictError" in found
+    assert "cdi_plugin.store.plan.ConflictError" in found
     assert "cdi_plugin.deviceplugin.registration.RegistrationError" in found
     assert "cdi_plugin.cdi.codec._Err" in found
 
