@@ -19,23 +19,13 @@ from cdi_plugin.cli.scanopts import (
     max_version_option,
     metrics_address_option,
     output_dir_option,
+    parsed,
     source_option,
     uevent_source_option,
 )
-from cdi_plugin.deviceplugin.settings import MAX_REPLICAS, STRATEGIES
+from cdi_plugin.deviceplugin.settings import MAX_REPLICAS, STRATEGIES, parse_duration
 
 PROGRAM = "cdi-plugin"
-
-
-def _duration(ctx: click.Context, param: click.Parameter, value: str | None) -> float | None:
-    if value is None:
-        return None
-    from cdi_plugin.deviceplugin.settings import parse_duration
-
-    try:
-        return parse_duration(value)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc)) from None
 
 
 def _kinds(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> tuple[str, ...] | None:
@@ -126,7 +116,7 @@ def main() -> None:
 )
 @click.option(
     "--grace-period",
-    callback=_duration,
+    callback=parsed(parse_duration),
     metavar="DURATION",
     help="How long a device whose spec entry disappeared stays advertised as Unhealthy before it "
     "is dropped, e.g. 90s, 5m, 1h [default: 5m].",

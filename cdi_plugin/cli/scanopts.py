@@ -174,21 +174,30 @@ def uevent_source_option(f: F) -> F:
     )(f)
 
 
-def _address(ctx: click.Context, param: click.Parameter, value: str | None) -> tuple[str, int] | None:
-    if value is None:
-        return None
-    from cdi_plugin.metrics import parse_address
+def parsed(parse: Callable[[str], Any]) -> Callable[[click.Context, click.Parameter, str | None], Any]:
+    """A click callback that passes a given value through ``parse``, whose ValueError is a usage error."""
 
-    try:
-        return parse_address(value)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc)) from None
+    def callback(ctx: click.Context, param: click.Parameter, value: str | None) -> Any:
+        if value is None:
+            return None
+        try:
+            return parse(value)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc)) from None
+
+    return callback
+
+
+def _parse_address(text: str) -> tuple[str, int]:
+    from cdi_plugin.metrics import parse_address  # prometheus_client: only when the option is given
+
+    return parse_address(text)
 
 
 def metrics_address_option(f: F) -> F:
     return click.option(
         "--metrics-address",
-        callback=_address,
+        callback=parsed(_parse_address),
         metavar="[HOST:]PORT",
         help="Serve Prometheus metrics on http://HOST:PORT/metrics and the probes /healthz and /readyz; "
         "HOST defaults to 127.0.0.1, 0.0.0.0 listens on every address [default: off].",
