@@ -24,6 +24,7 @@ from cdi_plugin.store.configfile import read_config
 from cdi_plugin.store.dirlock import DEFAULT_LOCK_TIMEOUT, locked
 from cdi_plugin.store.plan import DONE, Plan, plan_writes
 from cdi_plugin.store.writer import Applied, apply
+from cdi_plugin.wording import plural
 
 DEFAULT_MAX_VERSION = "0.5.0"
 
@@ -160,7 +161,7 @@ def run_scan(
     if build.refused and not options.skip_refused:
         n = len(build.refused)
         raise GenerateError(
-            f"refusing {n} device{'s' * (n != 1)} with hostile udev data, nothing was written: "
+            f"refusing {plural(n, 'device')} with hostile udev data, nothing was written: "
             + "; ".join(build.refused)
             + " (--skip-refused writes the other devices)"
         )

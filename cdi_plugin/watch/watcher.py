@@ -50,6 +50,7 @@ from cdi_plugin.watch.nodedirs import glob_dirs, host_path
 from cdi_plugin.watch.probe import PROBE_TIMEOUT, check_delivery
 from cdi_plugin.watch.pulse import Pulse
 from cdi_plugin.watch.targets import targets_for
+from cdi_plugin.wording import plural
 
 if TYPE_CHECKING:  # prometheus_client is loaded only where metrics are served
     from cdi_plugin.metrics import ScanMetrics
@@ -95,10 +96,6 @@ def _names(items: Iterable[str]) -> str:
     items = list(items)
     shown = ", ".join(items[:_MAX_NAMES])
     return shown + (f" and {len(items) - _MAX_NAMES} more" if len(items) > _MAX_NAMES else "")
-
-
-def _plural(n: int, word: str) -> str:
-    return f"{n} {word}" if n == 1 else f"{n} {word}{'es' if word.endswith('s') else 's'}"
 
 
 class Watcher:
@@ -231,7 +228,7 @@ class Watcher:
         log.info(
             "watching %s for %s (%s) into %s: %s%s%s",
             self.options.source,
-            _plural(len(kinds), "device class"),
+            plural(len(kinds), "device class"),
             self.config.source,
             output_dir,
             events,
@@ -484,8 +481,8 @@ class Watcher:
                 "initial scan in %.0f ms%s: %s in %s%s%s",
                 ms,
                 waited,
-                _plural(len(new_names), "device"),
-                _plural(len(after), "spec"),
+                plural(len(new_names), "device"),
+                plural(len(after), "spec"),
                 f"; wrote {_names(written)}" if written else "; no spec changed",
                 f"; removed {_names(removed)}" if removed else "",
                 extra=extra,
@@ -504,7 +501,7 @@ class Watcher:
             logging.INFO if changes else logging.DEBUG,
             "rescanned %s after %s in %.0f ms%s: %s",
             what,
-            _plural(events, "event"),
+            plural(events, "event"),
             ms,
             waited,
             "; ".join(changes) or "nothing changed",
