@@ -1,13 +1,31 @@
 """Errors raised by cdi-plugin. The CLI turns each into a one-line message and an exit code.
 
+Every exception class defined in the package derives from :class:`CdiPluginError`; the classes
+defined elsewhere say in which module they live (tests/test_errors.py keeps this tree complete).
+
 CdiPluginError
  ├── InvalidNameError      a kind, device name or qualified name breaks the CDI name rules
  ├── SpecLoadError         a spec file cannot be read or decoded (file, pointer, rule)
  ├── ConfigError           a device-class config is invalid (file, key, reason)
  ├── SpecWriteError        a spec could not be written; nothing on disk was changed
- │    └── SpecInvalidError  a generated spec failed validation, so it was not written
+ │    ├── SpecInvalidError  a generated spec failed validation, so it was not written
+ │    ├── LockTimeoutError  (store.dirlock) another scan held the directory's lock too long
+ │    ├── ConflictError     (store.plan) a kind to write is defined by a spec cdi-gen does not own
+ │    └── PartialWriteError (store.writer) applying stopped half-way; names what was done
  ├── DiscoveryError        udev or sysfs could not be read
- └── GenerateError         devices could not become specs (name collision, version above the maximum)
+ ├── GenerateError         devices could not become specs (name collision, version above the maximum)
+ ├── TemplateError         (generate.template) a name or edit template is malformed
+ ├── Refused               (generate.edits) a device or class cannot be given edits
+ ├── RegistrationError     (deviceplugin.registration) the kubelet refused or did not answer Register
+ ├── EndpointError         (deviceplugin.lifecycle) the plugin's socket cannot be served
+ ├── AllocationError       (deviceplugin.allocate) an Allocate request cannot be served
+ ├── DraConfigError        (dra.names) a driver or node name the Kubernetes API would refuse
+ ├── ClaimReadError        (dra.kubelet) a ResourceClaim could not be read
+ ├── SocketInUseError      (dra.kubelet) another process serves a socket the driver would bind
+ ├── ApiServerError        (dra.kube) the API server refused a request, or kept failing
+ ├── _Err                  (cdi.codec) internal: a decoding problem before the source is attached
+ ├── _YamlRefused          (cdi.textparse) internal: a YAML construct a spec may not use
+ └── _Invalid              (generate.config) internal: a config problem before the source is attached
 """
 
 from __future__ import annotations
@@ -47,7 +65,11 @@ class ConfigError(CdiPluginError):
 
 
 class SpecWriteError(CdiPluginError):
-    pass
+    """``nothing_written`` is True when the message already says that nothing was written."""
+
+    def __init__(self, message: str, *, nothing_written: bool = False) -> None:
+        super().__init__(message)
+        self.nothing_written = nothing_written
 
 
 class SpecInvalidError(SpecWriteError):

@@ -15,20 +15,16 @@ from typing import Any
 
 from cdi_plugin.cdi import codec
 from cdi_plugin.discovery.model import DeviceSource, Discovery
-from cdi_plugin.errors import DiscoveryError, GenerateError
+from cdi_plugin.errors import GenerateError
 from cdi_plugin.generate.builder import BuildResult, BuiltSpec, build_specs
-from cdi_plugin.generate.config import (
-    DEFAULT_CONFIG_NAME,
-    DeviceClass,
-    default_classes,
-    parse_classes,
-    refuse_hooks_and_mounts,
-)
+from cdi_plugin.generate.config import DeviceClass, classes_of
 from cdi_plugin.generate.match import query_for
 from cdi_plugin.store import files
-from cdi_plugin.store.configfile import load_config
+from cdi_plugin.store.configfile import read_config
 from cdi_plugin.store.dirlock import DEFAULT_LOCK_TIMEOUT, locked
-from cdi_plugin.store.writer import DONE, Applied, Plan, apply, plan_writes
+from cdi_plugin.store.plan import DONE, Plan, plan_writes
+from cdi_plugin.store.writer import Applied, apply
+from cdi_plugin.wording import plural
 
 DEFAULT_MAX_VERSION = "0.5.0"
 
@@ -126,40 +122,6 @@ class ScanReport:
         }
 
 
-def load_classes(config: Path | None, allow_hooks_and_mounts: bool = True) -> tuple[list[DeviceClass], str]:
-    """The device classes of ``config`` (the embedded default without one, or without a
-    ``classes`` section) and where they came from. Raises ``ConfigError``."""
-    if config is None:
-        return default_classes(), DEFAULT_CONFIG_NAME
-    obj = load_config(config)
-    if "classes" not in obj:
-        return default_classes(), DEFAULT_CONFIG_NAME
-    classes = parse_classes(obj, str(config))
-    if not allow_hooks_and_mounts:
-        refuse_hooks_and_mounts(classes, str(config))
-    return classes, str(config)
-
-
-def make_source(spec: str) -> DeviceSource:
-    """``udev`` (the live host), ``simulated`` (the bundled simulated workstation) or ``fixture:PATH``
-    (a host recorded with ``python -m cdi_plugin.discovery``)."""
-    if spec == "udev":
-        try:
-            from cdi_plugin.discovery.udev import UdevSource
-        except ImportError as exc:
-            raise DiscoveryError(f"udev discovery is not available: {exc}") from None
-        return UdevSource()
-    if spec == "simulated":
-        from cdi_plugin.discovery.fixture import simulated_source
-
-        return simulated_source()
-    if spec.startswith("fixture:") and len(spec) > len("fixture:"):
-        from cdi_plugin.discovery.fixture import FixtureSource
-
-        return FixtureSource(Path(spec.removeprefix("fixture:")))
-    raise DiscoveryError(f"--source {spec!r}: must be 'udev', 'simulated' or 'fixture:PATH'")
-
-
 def _file_reports(plan: Plan, build: BuildResult, dry_run: bool) -> tuple[FileReport, ...]:
     by_kind = {s.kind: s for s in build.specs}
     return tuple(
@@ -187,7 +149,8 @@ def run_scan(
     removed, and a kind without an enabled class (or without devices) loses its spec.
     """
     if classes is None:
-        loaded, config_source = load_classes(options.config, options.allow_hooks_and_mounts)
+        config = read_config(options.config) if options.config is not None else None
+        loaded, config_source = classes_of(config, allow_hooks_and_mounts=options.allow_hooks_and_mounts)
     else:
         loaded, config_source = list(classes), "<given classes>"
     if kinds is not None:
@@ -198,7 +161,7 @@ def run_scan(
     if build.refused and not options.skip_refused:
         n = len(build.refused)
         raise GenerateError(
-            f"refusing {n} device{'s' * (n != 1)} with hostile udev data, nothing was written: "
+            f"refusing {plural(n, 'device')} with hostile udev data, nothing was written: "
             + "; ".join(build.refused)
             + " (--skip-refused writes the other devices)"
         )

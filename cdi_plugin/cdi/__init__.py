@@ -1,0 +1,39 @@
+"""The pure CDI core: the spec model, names, versions, decoding and encoding, validation.
+
+No I/O library and no other layer of the package. The model, names, versions and problems are
+here; the codec (``codec.decode``, ``codec.encode``), the schema and validation are used as
+modules, imported where needed (the schema validator is loaded only then).
+"""
+
+from cdi_plugin.cdi.model import ContainerEdits, Device, DeviceNode, Hook, Mount, Spec
+from cdi_plugin.cdi.names import (
+    Kind,
+    natural_key,
+    parse_kind,
+    parse_qualified_name,
+    short_hash,
+    validate_device_name,
+)
+from cdi_plugin.cdi.problems import Problem, Severity
+from cdi_plugin.cdi.version import EARLIEST, KNOWN_VERSIONS, SUPPORTED_VERSIONS, minimum_version
+
+__all__ = [
+    "EARLIEST",
+    "KNOWN_VERSIONS",
+    "SUPPORTED_VERSIONS",
+    "ContainerEdits",
+    "Device",
+    "DeviceNode",
+    "Hook",
+    "Kind",
+    "Mount",
+    "Problem",
+    "Severity",
+    "Spec",
+    "minimum_version",
+    "natural_key",
+    "parse_kind",
+    "parse_qualified_name",
+    "short_hash",
+    "validate_device_name",
+]

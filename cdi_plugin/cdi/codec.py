@@ -30,7 +30,7 @@ from cdi_plugin.cdi.textparse import (
     parse,
     yaml_lines,
 )
-from cdi_plugin.errors import SpecLoadError
+from cdi_plugin.errors import CdiPluginError, SpecLoadError
 
 __all__ = [
     "MAX_DEPTH",
@@ -49,7 +49,7 @@ _INT64 = (-(2**63), 2**63 - 1)
 _UINT32 = (0, 2**32 - 1)
 
 
-class _Err(Exception):
+class _Err(CdiPluginError):
     """Raised inside decoding, turned into a :class:`SpecLoadError` with the source attached."""
 
     def __init__(self, pointer: str, rule: str, message: str, hint: str = "") -> None:

@@ -8,6 +8,7 @@ without a length check), which would crash the runtime that reads the spec.
 from __future__ import annotations
 
 import functools
+import hashlib
 import re
 from dataclasses import dataclass
 
@@ -18,8 +19,14 @@ _DEVICE = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9_.:-]*[A-Za-z0-9])?")
 
 _DIGIT_RUN = re.compile(r"([0-9]+)")
 
-VENDOR_MAX = 253
-CLASS_MAX = 63
+#: Hex digits of :func:`short_hash`: enough to tell apart the names of one node's devices.
+SHORT_HASH_LEN = 8
+
+
+def short_hash(text: str, length: int = SHORT_HASH_LEN) -> str:
+    """The first ``length`` hex digits of the SHA-256 of ``text`` (lone surrogates included), for
+    names that must stay short and stable."""
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:length]
 
 
 def _check_vendor_or_class(what: str, value: str) -> None:

@@ -45,6 +45,12 @@ def pointer_join(base: str, *parts: str | int) -> str:
     return out
 
 
+def pointer_parts(pointer: str) -> list[str]:
+    """The keys of a JSON pointer, unescaped (RFC 6901); ``""`` and ``"/"`` have none."""
+    inner = pointer.strip("/")
+    return [p.replace("~1", "/").replace("~0", "~") for p in inner.split("/")] if inner else []
+
+
 def dedupe(problems: list[Problem]) -> list[Problem]:
     """Drop later problems that repeat an earlier one's pointer and rule."""
     seen: set[tuple[str, str]] = set()

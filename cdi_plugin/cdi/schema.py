@@ -14,7 +14,7 @@ from typing import Any
 
 import jsonschema_rs
 
-from cdi_plugin.cdi.problems import Problem, Severity, pointer_join
+from cdi_plugin.cdi.problems import Problem, Severity, pointer_join, pointer_parts
 
 SPEC_SCHEMA = "cdi-spec.schema.json"
 CONFIG_SCHEMA = "config.schema.json"
@@ -45,8 +45,8 @@ def _validator(name: str) -> Any:
 
 def _subschema(schema: dict[str, Any], fragment: str) -> dict[str, Any]:
     node: Any = schema
-    for part in fragment.strip("/").split("/") if fragment.strip("/") else []:
-        node = node[int(part)] if isinstance(node, list) else node[part.replace("~1", "/").replace("~0", "~")]
+    for part in pointer_parts(fragment):
+        node = node[int(part)] if isinstance(node, list) else node[part]
     return node if isinstance(node, dict) else {}
 
 

@@ -23,8 +23,8 @@ import re
 from collections.abc import Callable, Iterable
 from typing import Any, Literal
 
-from cdi_plugin.cdi.problems import pointer_join
-from cdi_plugin.errors import SpecLoadError
+from cdi_plugin.cdi.problems import pointer_join, pointer_parts
+from cdi_plugin.errors import CdiPluginError, SpecLoadError
 
 Format = Literal["json", "yaml"]
 
@@ -170,7 +170,7 @@ def _is_utf8(text: str) -> bool:
     return True
 
 
-class _YamlRefused(Exception):
+class _YamlRefused(CdiPluginError):
     def __init__(self, rule: str, line: int, message: str) -> None:
         super().__init__(f"line {line}: {message}")
         self.rule = rule
@@ -324,8 +324,7 @@ def yaml_lines(data: bytes, pointers: Iterable[str]) -> dict[str, int]:
     out: dict[str, int] = {}
     for pointer in pointers:
         node, line = root, None
-        for part in pointer.split("/")[1:] if pointer.strip("/") else []:
-            key = part.replace("~1", "/").replace("~0", "~")
+        for key in pointer_parts(pointer):
             if isinstance(node, yaml.MappingNode):
                 found = [(k, v) for k, v in node.value if isinstance(k, yaml.ScalarNode) and k.value == key]
                 if not found:

@@ -17,6 +17,8 @@ KNOWN_VERSIONS = (
 )  # fmt: skip
 EARLIEST = "0.3.0"
 LATEST = KNOWN_VERSIONS[-1]
+#: The versions a spec may declare: a runtime's CDI library refuses those before :data:`EARLIEST`.
+SUPPORTED_VERSIONS = KNOWN_VERSIONS[KNOWN_VERSIONS.index(EARLIEST) :]
 
 #: The highest ``cdiVersion`` each runtime reads (from the CDI library it vendors).
 RUNTIME_MAX_VERSION = (
@@ -110,7 +112,7 @@ def check_version(spec: Spec, maximum: str | None = None) -> list[Problem]:
                 "/cdiVersion",
                 "version-unknown",
                 f"unknown cdiVersion {spec.cdi_version!r}",
-                f"use one of {', '.join(KNOWN_VERSIONS[2:])}",
+                f"use one of {', '.join(SUPPORTED_VERSIONS)}",
             )
         ]
     problems: list[Problem] = []

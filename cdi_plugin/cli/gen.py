@@ -9,16 +9,17 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NoReturn, TypeVar
+from typing import Any, TypeVar
 
 import click
 
 from cdi_plugin import __version__
+from cdi_plugin.cdi.version import SUPPORTED_VERSIONS
 from cdi_plugin.cli.scanopts import (
     OUTPUT_DIR_HELP,
-    VERSIONS,
     cdi_spec_dirs_option,
     config_option,
+    fail,
     force_option,
     format_option,
     lock_timeout_option,
@@ -34,10 +35,7 @@ from cdi_plugin.cli.scanopts import (
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def fail(message: str, code: int = 1) -> NoReturn:
-    """Print a one-line error to stderr and exit."""
-    click.echo(f"cdi-gen: error: {message}", err=True)
-    sys.exit(code)
+PROGRAM = "cdi-gen"
 
 
 class _Group(click.Group):
@@ -55,8 +53,8 @@ class _Group(click.Group):
             if debug:
                 raise
             if isinstance(exc, CdiPluginError):
-                fail(str(exc))
-            fail(f"{type(exc).__name__}: {exc} (run with --debug for the traceback)")
+                fail(PROGRAM, str(exc))
+            fail(PROGRAM, f"{type(exc).__name__}: {exc} (run with --debug for the traceback)")
 
 
 def json_option(f: F) -> F:
@@ -66,7 +64,7 @@ def json_option(f: F) -> F:
 def version_max_option(f: F) -> F:
     return click.option(
         "--cdi-version-max",
-        type=click.Choice(VERSIONS),
+        type=click.Choice(SUPPORTED_VERSIONS),
         default=None,
         metavar="VERSION",
         help="Treat a spec that declares a higher cdiVersion as invalid "
@@ -112,7 +110,7 @@ def validate(paths: tuple[Path, ...], as_json: bool, cdi_version_max: str | None
     file with warnings but no errors is valid, unless --strict.
     """
     from cdi_plugin.cli import render
-    from cdi_plugin.cli.checks import validate_paths
+    from cdi_plugin.store.validation import validate_paths
 
     report = validate_paths(list(paths), cdi_version_max, strict)
     if as_json:
@@ -147,7 +145,7 @@ def list_(spec_dirs: tuple[Path, ...], as_json: bool) -> None:
 
     for d in spec_dirs:
         if not d.is_dir():
-            fail(f"--spec-dir {d}: no such directory")
+            fail(PROGRAM, f"--spec-dir {d}: no such directory")
     snapshot = load_registry(list(spec_dirs or default_spec_dirs()))
     if as_json:
         render.print_json(render.listing_json(snapshot))
@@ -214,7 +212,8 @@ def scan(
         click.echo(default_config_text(), nl=False)
         return
     from cdi_plugin.cli import render_scan
-    from cdi_plugin.scan import ScanOptions, make_source, run_scan
+    from cdi_plugin.discovery.sources import make_source
+    from cdi_plugin.scan import ScanOptions, run_scan
     from cdi_plugin.store.files import spec_dirs as default_spec_dirs
 
     runtime_dirs = runtime_dirs or default_spec_dirs()
@@ -312,4 +311,4 @@ def watch(
         return
     from cdi_plugin.cli.service import serve_scan_metrics
 
-    serve_scan_metrics(options, metrics_address, fail)
+    serve_scan_metrics(options, metrics_address, PROGRAM)

@@ -6,38 +6,26 @@ This module imports only click; ``serve`` imports gRPC and the plugin when it ru
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 import click
 
 from cdi_plugin import __version__
 from cdi_plugin.cli.scanopts import (
+    fail,
     format_option,
     log_format_option,
     max_version_option,
     metrics_address_option,
     output_dir_option,
+    parsed,
     source_option,
     uevent_source_option,
 )
+from cdi_plugin.deviceplugin.settings import MAX_REPLICAS, STRATEGIES, parse_duration
 
-
-def fail(message: str, code: int = 1) -> NoReturn:
-    click.echo(f"cdi-plugin: error: {message}", err=True)
-    sys.exit(code)
-
-
-def _duration(ctx: click.Context, param: click.Parameter, value: str | None) -> float | None:
-    if value is None:
-        return None
-    from cdi_plugin.deviceplugin.settings import parse_duration
-
-    try:
-        return parse_duration(value)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc)) from None
+PROGRAM = "cdi-plugin"
 
 
 def _kinds(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> tuple[str, ...] | None:
@@ -112,7 +100,7 @@ def main() -> None:
 )
 @click.option(
     "--replicas",
-    type=click.IntRange(1, 1000),
+    type=click.IntRange(1, MAX_REPLICAS),
     default=None,
     metavar="N",
     help="Advertise each device N times so that N containers can share it [default: 1]; per-kind "
@@ -120,7 +108,7 @@ def main() -> None:
 )
 @click.option(
     "--cdi-strategy",
-    type=click.Choice(["cri", "annotations", "both"]),
+    type=click.Choice(STRATEGIES),
     default=None,
     help="Where Allocate puts the CDI names: the cdi_devices field (cri; kubelet >= 1.29, or 1.28 "
     "with DevicePluginCDIDevices), cdi.k8s.io/ annotations (annotations; for runtimes that only "
@@ -128,7 +116,7 @@ def main() -> None:
 )
 @click.option(
     "--grace-period",
-    callback=_duration,
+    callback=parsed(parse_duration),
     metavar="DURATION",
     help="How long a device whose spec entry disappeared stays advertised as Unhealthy before it "
     "is dropped, e.g. 90s, 5m, 1h [default: 5m].",
@@ -211,7 +199,7 @@ def serve(
             section = load_config(config_file).get("plugin")
         config = settings.build(section, str(config_file), **flags)
     except CdiPluginError as exc:
-        fail(str(exc))
+        fail(PROGRAM, str(exc))
     scanner_options = {"--output-dir": output_dir, "--format": fmt, "--cdi-version-max": cdi_version_max,
                        "--source": source, "--uevent-source": uevent_source,
                        "--allow-hooks-and-mounts": allow_hooks_and_mounts}  # fmt: skip
@@ -238,7 +226,7 @@ def serve(
                 metrics=ScanMetrics(metrics.registry),
             )
         except CdiPluginError as exc:
-            fail(str(exc))
+            fail(PROGRAM, str(exc))
     from cdi_plugin.cli.service import run_until_stopped, start_metrics_server
 
     if watcher is not None:
@@ -246,7 +234,7 @@ def serve(
     server = (
         None
         if metrics_address is None
-        else start_metrics_server(metrics_address, metrics.registry, metrics.probes, fail)
+        else start_metrics_server(metrics_address, metrics.registry, metrics.probes, PROGRAM)
     )
     try:
         if watcher is None:
@@ -255,9 +243,9 @@ def serve(
             plugin = daemon.Daemon(config, metrics)
             asyncio.run(run_until_stopped(watcher.run, plugin.run))
     except OSError as exc:
-        fail(f"{exc.filename + ': ' if exc.filename else ''}{exc.strerror or exc}")
+        fail(PROGRAM, f"{exc.filename + ': ' if exc.filename else ''}{exc.strerror or exc}")
     except CdiPluginError as exc:  # the watcher's event source failed
-        fail(str(exc))
+        fail(PROGRAM, str(exc))
     finally:
         if server is not None:
             server.close()

@@ -11,8 +11,9 @@ from rich.markup import escape
 from rich.table import Table
 
 from cdi_plugin.cdi.problems import Problem, Severity
-from cdi_plugin.cli.checks import ValidationReport
 from cdi_plugin.store.registry import Snapshot, SpecFile
+from cdi_plugin.store.validation import ValidationReport
+from cdi_plugin.wording import plural
 
 _out = Console(highlight=False)
 if not _out.is_terminal:  # logs and pipes: no wrapping inside table cells
@@ -26,10 +27,6 @@ def _line(text: str) -> None:
 
 def print_json(obj: Any) -> None:
     sys.stdout.write(json.dumps(obj, indent=2) + "\n")
-
-
-def _plural(n: int, word: str) -> str:
-    return f"{n} {word}{'s' * (n != 1)}"
 
 
 def _problem_table(problems: list[Problem]) -> Table:
@@ -55,9 +52,9 @@ def print_validation(report: ValidationReport) -> None:
         mark = "[red]✗[/]" if not f.valid else "[yellow]![/]" if f.problems else "[green]✓[/]"
         if f.valid and f.spec is not None:
             n = len(f.spec.devices)
-            warned = f", {_plural(len(f.problems), 'warning')}" if f.problems else ""
+            warned = f", {plural(len(f.problems), 'warning')}" if f.problems else ""
             _line(
-                f"{mark} {path}  {escape(f.spec.kind)}, {_plural(n, 'device')}, "
+                f"{mark} {path}  {escape(f.spec.kind)}, {plural(n, 'device')}, "
                 f"cdiVersion {escape(f.spec.cdi_version)}{warned}"
             )
         elif len(f.problems) == 1 and not f.problems[0].pointer:
@@ -71,10 +68,10 @@ def print_validation(report: ValidationReport) -> None:
             _out.print(_problem_table(f.problems))
     bad = sum(not f.valid for f in report.files)
     total = len(report.files)
-    summary = f"{_plural(total, 'file')}: {total - bad} valid, {bad} invalid"
+    summary = f"{plural(total, 'file')}: {total - bad} valid, {bad} invalid"
     errors, warnings = report.count(Severity.ERROR), report.count(Severity.WARNING)
     if warnings:
-        summary += f" ({_plural(errors, 'error')}, {_plural(warnings, 'warning')})"
+        summary += f" ({plural(errors, 'error')}, {plural(warnings, 'warning')})"
     _line(f"[{'red' if bad else 'yellow' if warnings else 'green'}]{summary}[/]")
 
 
@@ -127,5 +124,5 @@ def print_listing(snapshot: Snapshot) -> None:
         _line(f"[red]broken[/] {escape(str(f.path))}")
         _out.print(_problem_table(list(f.problems)))
     for f in snapshot.warned:
-        _line(f"[yellow]warning[/] {escape(str(f.path))}: loads, with {_plural(len(f.problems), 'warning')}")
+        _line(f"[yellow]warning[/] {escape(str(f.path))}: loads, with {plural(len(f.problems), 'warning')}")
         _out.print(_problem_table(list(f.problems)))

@@ -16,6 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from cdi_plugin.scan import ScanReport
+from cdi_plugin.wording import plural
 
 _out = Console(highlight=False)
 _err = Console(stderr=True, highlight=False)
@@ -94,7 +95,7 @@ def print_scan(report: ScanReport) -> None:
         counts[f.action] = counts.get(f.action, 0) + 1
     summary = ", ".join(f"{n} {(_WOULD[a] if dry else a)}" for a, n in counts.items())
     devices = report.device_count
-    _out.print(f"{devices} device{'s' * (devices != 1)} in {len(report.files)} file(s): {summary}")
+    _out.print(f"{plural(devices, 'device')} in {len(report.files)} file(s): {summary}")
     if dry:
         for f in report.files:
             if f.diff:

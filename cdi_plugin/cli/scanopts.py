@@ -1,19 +1,27 @@
-"""Command-line options shared by ``cdi-gen scan``, ``cdi-gen watch`` and ``cdi-plugin serve``.
+"""Command-line options shared by ``cdi-gen scan``, ``cdi-gen watch`` and ``cdi-plugin serve``, and
+the one-line error exit of both programs.
 
-Imports only click, so that ``--help`` stays fast.
+Imports only click, the pure CDI core and the device-source names, so that ``--help`` stays fast.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import click
 
+from cdi_plugin.cdi.version import SUPPORTED_VERSIONS
+from cdi_plugin.discovery.sources import SIMULATED, source_problem
+
 F = TypeVar("F", bound=Callable[..., Any])
 
-VERSIONS = ["0.3.0", "0.4.0", "0.5.0", "0.6.0", "0.7.0", "0.8.0", "1.0.0", "1.1.0"]
+
+def fail(program: str, message: str, code: int = 1) -> NoReturn:
+    """Print ``<program>: error: <message>`` to stderr and exit with ``code``."""
+    click.echo(f"{program}: error: {message}", err=True)
+    raise SystemExit(code)
 
 
 def config_option(f: F) -> F:
@@ -88,7 +96,7 @@ def max_version_option(default: str | None = "0.5.0") -> Callable[[F], F]:
     def decorate(f: F) -> F:
         return click.option(
             "--cdi-version-max",
-            type=click.Choice(VERSIONS),
+            type=click.Choice(SUPPORTED_VERSIONS),
             default=default,
             show_default=default is not None,
             metavar="VERSION",
@@ -135,15 +143,13 @@ def source_option(default: str | None = "udev", watch: bool = False) -> Callable
         else "Where devices come from: the host (udev), the bundled simulated workstation (simulated, "
         "for trying cdi-gen without hardware) or a file recorded with python -m cdi_plugin.discovery."
     )
-    choices = "'udev' or 'fixture:PATH'" if watch else "'udev', 'simulated' or 'fixture:PATH'"
 
     def check(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
-        if value is None or value == "udev" or (value.startswith("fixture:") and value != "fixture:"):
-            return value
-        if value == "simulated" and not watch:
+        problem = None if value is None else source_problem(value, simulated=not watch)
+        if problem is None:
             return value
         why = " ('simulated' never changes: run cdi-gen scan --source simulated once)"
-        raise click.BadParameter(f"{value!r}: must be {choices}{why * (value == 'simulated')}")
+        raise click.BadParameter(f"{value!r}: {problem}{why * (value == SIMULATED)}")
 
     def decorate(f: F) -> F:
         return click.option(
@@ -168,21 +174,30 @@ def uevent_source_option(f: F) -> F:
     )(f)
 
 
-def _address(ctx: click.Context, param: click.Parameter, value: str | None) -> tuple[str, int] | None:
-    if value is None:
-        return None
-    from cdi_plugin.metrics import parse_address
+def parsed(parse: Callable[[str], Any]) -> Callable[[click.Context, click.Parameter, str | None], Any]:
+    """A click callback that passes a given value through ``parse``, whose ValueError is a usage error."""
 
-    try:
-        return parse_address(value)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc)) from None
+    def callback(ctx: click.Context, param: click.Parameter, value: str | None) -> Any:
+        if value is None:
+            return None
+        try:
+            return parse(value)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc)) from None
+
+    return callback
+
+
+def _parse_address(text: str) -> tuple[str, int]:
+    from cdi_plugin.metrics import parse_address  # prometheus_client: only when the option is given
+
+    return parse_address(text)
 
 
 def metrics_address_option(f: F) -> F:
     return click.option(
         "--metrics-address",
-        callback=_address,
+        callback=parsed(_parse_address),
         metavar="[HOST:]PORT",
         help="Serve Prometheus metrics on http://HOST:PORT/metrics and the probes /healthz and /readyz; "
         "HOST defaults to 127.0.0.1, 0.0.0.0 listens on every address [default: off].",

@@ -13,7 +13,9 @@ import logging
 import signal
 import threading
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING
+
+from cdi_plugin.cli.scanopts import fail
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
@@ -59,22 +61,24 @@ async def run_until_stopped(*jobs: Job, stop: asyncio.Event | None = None) -> No
 
 
 def start_metrics_server(
-    address: tuple[str, int], registry: CollectorRegistry, probes: Probes, fail: Callable[[str], NoReturn]
+    address: tuple[str, int], registry: CollectorRegistry, probes: Probes, program: str
 ) -> MetricsServer:
-    """The metrics endpoint, listening on ``address``; a bind failure is a one-line fatal error."""
+    """The metrics endpoint, listening on ``address``; a bind failure is a one-line fatal error
+    naming ``program``."""
     from cdi_plugin.metrics import MetricsServer
 
     server = MetricsServer(*address, registry, probes)
     try:
         server.start()
     except OSError as exc:
-        fail(f"--metrics-address {server.url.removeprefix('http://')}: cannot listen: {exc.strerror or exc}")
+        fail(
+            program,
+            f"--metrics-address {server.url.removeprefix('http://')}: cannot listen: {exc.strerror or exc}",
+        )
     return server
 
 
-def serve_scan_metrics(
-    options: WatchOptions, address: tuple[str, int], fail: Callable[[str], NoReturn]
-) -> None:
+def serve_scan_metrics(options: WatchOptions, address: tuple[str, int], program: str) -> None:
     """``cdi-gen watch --metrics-address``: the watcher, its metrics and probes on ``address``.
 
     Live while the event loop runs, the output directory can be listed and rescans get through
@@ -89,7 +93,7 @@ def serve_scan_metrics(
     probes.require([INITIAL_SCAN])
     watcher = Watcher(options, metrics=metrics)
     probes.track("rescans", lambda: watcher.stalled_since)
-    server = start_metrics_server(address, metrics.registry, probes, fail)
+    server = start_metrics_server(address, metrics.registry, probes, program)
 
     async def heartbeat(stop: asyncio.Event) -> None:
         while not stop.is_set():

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from cdi_plugin.deviceplugin.settings import Strategy
+from cdi_plugin.errors import CdiPluginError
 
 ANNOTATION_PREFIX = "cdi.k8s.io/"
 MAX_ANNOTATION_NAME = 63
@@ -36,7 +37,7 @@ _ANNOTATION_NAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9_.-]*[A-Za-z0-9])?")
 ErrorCode = Literal["invalid-argument", "failed-precondition"]
 
 
-class AllocationError(Exception):
+class AllocationError(CdiPluginError):
     """The request cannot be served; ``code`` maps to a gRPC status."""
 
     def __init__(self, code: ErrorCode, message: str) -> None:

@@ -14,10 +14,10 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mappin
 from typing import Any
 
 import grpc
-from google.protobuf.message import DecodeError
 
 from cdi_plugin.deviceplugin._proto import api_pb2 as _pb
 from cdi_plugin.deviceplugin._proto import api_pb2_grpc as _grpc
+from cdi_plugin.grpcserve import Malformed, parser
 
 __all__ = [
     "HEALTHY",
@@ -83,23 +83,6 @@ DevicePluginStub = _grpc.DevicePluginStub
 RegistrationStub = _grpc.RegistrationStub
 
 
-class Malformed:
-    """A request whose bytes are not a valid message of the expected type."""
-
-    def __init__(self, type_name: str, reason: str) -> None:
-        self.message = f"malformed {type_name}: {reason}"
-
-
-def _parser(cls: Any) -> Callable[[bytes], Any]:
-    def parse(data: bytes) -> Any:
-        try:
-            return cls.FromString(data)
-        except DecodeError as exc:
-            return Malformed(cls.DESCRIPTOR.full_name, str(exc))
-
-    return parse
-
-
 Behavior = Callable[[Any, Any], Any]
 
 
@@ -126,7 +109,7 @@ def _add(service_name: str, servicer: object, server: grpc.aio.Server) -> None:
     service = _pb.DESCRIPTOR.services_by_name[service_name]
     handlers: dict[str, grpc.RpcMethodHandler[Any, Any]] = {}
     for method in service.methods:
-        request = _parser(getattr(_pb, method.input_type.name))
+        request = parser(getattr(_pb, method.input_type.name))
         response = getattr(_pb, method.output_type.name).SerializeToString
         behavior = getattr(servicer, method.name)
         if method.server_streaming:

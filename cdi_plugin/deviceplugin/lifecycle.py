@@ -14,21 +14,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
-import hashlib
 import logging
 import os
-import socket
 import stat
 from collections.abc import Callable
 from pathlib import Path
 
 import grpc
 
+from cdi_plugin.cdi.names import short_hash
 from cdi_plugin.deviceplugin import api
 from cdi_plugin.deviceplugin.registration import RegistrationError, register
 from cdi_plugin.deviceplugin.servicer import DevicePluginService
 from cdi_plugin.deviceplugin.settings import Settings
+from cdi_plugin.errors import CdiPluginError
+from cdi_plugin.grpcserve import someone_listens
 from cdi_plugin.metrics import PluginMetrics
 from cdi_plugin.watch.dirwatch import DirWatch
 
@@ -50,7 +50,7 @@ def socket_name(resource: str, plugin_dir: Path) -> str:
     """``cdi-plugin-<vendor>_<class>.sock``, hashed when the path would be too long for a socket."""
     name = f"{SOCKET_PREFIX}{resource.replace('/', '_')}.sock"
     if len(os.fsencode(plugin_dir / name)) > _MAX_SOCKET_PATH:
-        name = f"{SOCKET_PREFIX}{hashlib.sha256(resource.encode()).hexdigest()[:16]}.sock"
+        name = f"{SOCKET_PREFIX}{short_hash(resource, 16)}.sock"
     return name
 
 
@@ -63,19 +63,7 @@ def identity(path: Path) -> Identity | None:
     return (st.st_dev, st.st_ino) if stat.S_ISSOCK(st.st_mode) else None
 
 
-def _someone_listens(path: Path) -> bool:
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
-        probe.settimeout(0.5)
-        try:
-            probe.connect(str(path))
-        except OSError as exc:
-            if exc.errno in (errno.ECONNREFUSED, errno.ENOENT):
-                return False
-            raise
-        return True
-
-
-class EndpointError(Exception):
+class EndpointError(CdiPluginError):
     pass
 
 
@@ -136,7 +124,7 @@ class Endpoint:
         if os.path.lexists(self.path):
             if identity(self.path) is None:
                 raise EndpointError(f"{self.path} exists and is not a socket; not replacing it")
-            if _someone_listens(self.path):
+            if someone_listens(self.path):
                 raise EndpointError(f"another process is serving {self.path}")
             self._log(logging.INFO, "removing stale socket %s (nothing listens on it)", self.path)
             with contextlib.suppress(FileNotFoundError):

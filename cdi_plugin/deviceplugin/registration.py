@@ -7,13 +7,14 @@ from pathlib import Path
 import grpc
 
 from cdi_plugin.deviceplugin import api
+from cdi_plugin.errors import CdiPluginError
 
 #: The kubelet dials the plugin back (10 s timeout) and calls GetDevicePluginOptions before it
 #: answers Register, so the deadline must be longer than that.
 REGISTER_TIMEOUT = 20.0
 
 
-class RegistrationError(Exception):
+class RegistrationError(CdiPluginError):
     """Registration failed; ``refused`` is True when the kubelet answered with an error."""
 
     def __init__(self, message: str, *, refused: bool) -> None:

@@ -10,10 +10,10 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 
-from cdi_plugin.discovery.fixture import FixtureSource, dumps
-from cdi_plugin.discovery.model import DeviceSource, Query
+from cdi_plugin.discovery.fixture import dumps
+from cdi_plugin.discovery.model import Query
+from cdi_plugin.discovery.sources import make_source
 from cdi_plugin.errors import DiscoveryError
 
 PROG = "python -m cdi_plugin.discovery"
@@ -36,16 +36,6 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _source(spec: str, dev_root: str) -> DeviceSource:
-    if spec == "udev":
-        from cdi_plugin.discovery.udev import UdevSource
-
-        return UdevSource(dev_root=dev_root)
-    if spec.startswith("fixture:") and len(spec) > len("fixture:"):
-        return FixtureSource(Path(spec.removeprefix("fixture:")))
-    raise DiscoveryError(f"--source {spec!r}: must be 'udev' or 'fixture:PATH'")
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     query = Query(
@@ -55,7 +45,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         with_ancestors=not args.no_ancestors,
     )
     try:
-        found = _source(args.source, args.dev_root).discover(query)
+        found = make_source(args.source, dev_root=args.dev_root, simulated=False).discover(query)
     except DiscoveryError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 1

@@ -14,7 +14,6 @@ from types import ModuleType
 from typing import Any, Protocol
 
 import grpc
-from google.protobuf.message import DecodeError
 
 from cdi_plugin.dra._proto.dra_v1 import api_pb2 as _v1
 from cdi_plugin.dra._proto.dra_v1 import api_pb2_grpc as _v1_grpc
@@ -23,6 +22,7 @@ from cdi_plugin.dra._proto.dra_v1beta1 import api_pb2_grpc as _v1beta1_grpc
 from cdi_plugin.dra._proto.registration_v1 import api_pb2 as _reg
 from cdi_plugin.dra._proto.registration_v1 import api_pb2_grpc as _reg_grpc
 from cdi_plugin.dra.prepare import Claim, PreparedDevice
+from cdi_plugin.grpcserve import Malformed, parser
 
 __all__ = [
     "PLUGIN_TYPE",
@@ -68,24 +68,9 @@ RegistrationStatusResponse = _reg.RegistrationStatusResponse
 RegistrationStub = _reg_grpc.RegistrationStub
 
 
-class _Malformed:
-    def __init__(self, type_name: str, reason: str) -> None:
-        self.message = f"malformed {type_name}: {reason}"
-
-
-def _parser(cls: Any) -> Callable[[bytes], Any]:
-    def parse(data: bytes) -> Any:
-        try:
-            return cls.FromString(data)
-        except DecodeError as exc:
-            return _Malformed(cls.DESCRIPTOR.full_name, str(exc))
-
-    return parse
-
-
 def _unary(behavior: Callable[[Any, Any], Awaitable[Any]]) -> Callable[[Any, Any], Awaitable[Any]]:
     async def handle(request: Any, context: Any) -> Any:
-        if isinstance(request, _Malformed):
+        if isinstance(request, Malformed):
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, request.message)
         return await behavior(request, context)
 
@@ -97,7 +82,7 @@ def _add(pb: ModuleType, service_name: str, servicer: object, server: grpc.aio.S
     handlers = {
         method.name: grpc.unary_unary_rpc_method_handler(
             _unary(getattr(servicer, method.name)),
-            request_deserializer=_parser(getattr(pb, method.input_type.name)),
+            request_deserializer=parser(getattr(pb, method.input_type.name)),
             response_serializer=getattr(pb, method.output_type.name).SerializeToString,
         )
         for method in service.methods

@@ -10,18 +10,16 @@ the same devices get the same names after every restart.
 
 from __future__ import annotations
 
-import hashlib
 import re
 from collections.abc import Iterable
 
-from cdi_plugin.cdi.names import parse_qualified_name
+from cdi_plugin.cdi.names import SHORT_HASH_LEN, parse_qualified_name, short_hash
 from cdi_plugin.errors import CdiPluginError
 
 LABEL_MAX = 63
 SUBDOMAIN_MAX = 253
 DRIVER_MAX = 63
 _LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
-_HASH_LEN = 8
 
 
 class DraConfigError(CdiPluginError):
@@ -59,10 +57,6 @@ def check_node_name(name: str) -> str:
     return name
 
 
-def short_hash(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()[:_HASH_LEN]
-
-
 def _base(cdi_name: str) -> str:
     qualified = parse_qualified_name(cdi_name)
     raw = f"{qualified.class_}-{qualified.name}".lower()
@@ -70,7 +64,7 @@ def _base(cdi_name: str) -> str:
 
 
 def _hashed(base: str, cdi_name: str) -> str:
-    head = base[: LABEL_MAX - _HASH_LEN - 1].rstrip("-")
+    head = base[: LABEL_MAX - SHORT_HASH_LEN - 1].rstrip("-")
     return f"{head}-{short_hash(cdi_name)}" if head else short_hash(cdi_name)
 
 

@@ -17,8 +17,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from cdi_plugin.cdi.names import short_hash
 from cdi_plugin.dra.inventory import ServedDevice
-from cdi_plugin.dra.names import SUBDOMAIN_MAX, device_names, short_hash
+from cdi_plugin.dra.names import SUBDOMAIN_MAX, device_names
 
 API_VERSION = "resource.k8s.io/v1"
 MAX_DEVICES = 128

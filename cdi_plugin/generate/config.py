@@ -16,10 +16,10 @@ from typing import Any
 
 from cdi_plugin.cdi import names
 from cdi_plugin.cdi.problems import Problem
-from cdi_plugin.errors import ConfigError, InvalidNameError
+from cdi_plugin.errors import CdiPluginError, ConfigError, InvalidNameError
 from cdi_plugin.generate import template
 from cdi_plugin.generate.template import Template, TemplateError
-from cdi_plugin.store.configfile import config_error, parse_config
+from cdi_plugin.store.configfile import ConfigFile, config_error, parse_config
 
 DEFAULT_CONFIG_NAME = "<embedded default config>"
 
@@ -158,7 +158,7 @@ class DeviceClass:
 # -- parsing ------------------------------------------------------------------------------------
 
 
-class _Invalid(Exception):
+class _Invalid(CdiPluginError):
     def __init__(self, pointer: str, message: str, hint: str = "") -> None:
         super().__init__(message)
         self.pointer, self.message, self.hint = pointer, message, hint
@@ -354,3 +354,17 @@ def default_config_text() -> str:
 def default_classes() -> list[DeviceClass]:
     config = parse_config(default_config_text().encode(), DEFAULT_CONFIG_NAME)
     return parse_classes(config, DEFAULT_CONFIG_NAME)
+
+
+def classes_of(
+    config: ConfigFile | None, *, allow_hooks_and_mounts: bool = True
+) -> tuple[list[DeviceClass], str]:
+    """The device classes of ``config`` (the embedded default without one, or without a ``classes``
+    section) and where they came from. Raises ``ConfigError``; without ``allow_hooks_and_mounts``,
+    also for a class with hooks or mounts."""
+    if config is None or "classes" not in config.contents:
+        return default_classes(), DEFAULT_CONFIG_NAME
+    classes = parse_classes(config.contents, config.source)
+    if not allow_hooks_and_mounts:
+        refuse_hooks_and_mounts(classes, config.source)
+    return classes, config.source

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from cdi_plugin.cdi.model import ContainerEdits, DeviceNode, Hook, Mount
 from cdi_plugin.discovery.model import DiscoveredDevice
+from cdi_plugin.errors import CdiPluginError
 from cdi_plugin.generate.config import DeviceClass, EditsTemplate, NodeEdit
 from cdi_plugin.generate.naming import NamedDevice, describe, ordered
 from cdi_plugin.generate.template import Context, Lookup, device_lookup, render
@@ -23,7 +24,7 @@ from cdi_plugin.globs import match_any
 _PERMISSION_BITS = 0o777
 
 
-class Refused(Exception):
+class Refused(CdiPluginError):
     """The device (or class) cannot be given edits; the message says why."""
 
 
@@ -98,13 +99,13 @@ def render_edits(
         )
     return ContainerEdits(
         env=tuple(dict.fromkeys(env)) or None,
-        device_nodes=_unique_nodes(device_nodes) or None,
+        device_nodes=_one_node_per_path(device_nodes) or None,
         mounts=tuple(dict.fromkeys(mounts)) or None,
         hooks=tuple(dict.fromkeys(hooks)) or None,
     )
 
 
-def _unique_nodes(nodes: Iterable[DeviceNode]) -> tuple[DeviceNode, ...]:
+def _one_node_per_path(nodes: Iterable[DeviceNode]) -> tuple[DeviceNode, ...]:
     """One node per container path, the first one given."""
     out: dict[str, DeviceNode] = {}
     for n in nodes:
@@ -185,7 +186,7 @@ def merged(all_edits: Sequence[ContainerEdits]) -> ContainerEdits:
                 env_order.append(name)
             env_values.setdefault(name, set()).add(entry)
     env = tuple(next(iter(env_values[n])) for n in env_order if len(env_values[n]) == 1)
-    nodes = _unique_nodes(n for e in all_edits for n in e.device_nodes or ())
+    nodes = _one_node_per_path(n for e in all_edits for n in e.device_nodes or ())
     mounts = tuple(dict.fromkeys(m for e in all_edits for m in e.mounts or ()))
     hooks = tuple(dict.fromkeys(h for e in all_edits for h in e.hooks or ()))
     return ContainerEdits(

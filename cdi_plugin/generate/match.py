@@ -59,7 +59,7 @@ def matches(match: Match, device: DiscoveredDevice) -> bool:
     return match.parent is None or any(_parent_match(a, match.parent) for a in device.ancestors)
 
 
-def _unique_nodes(devices: Sequence[DiscoveredDevice]) -> list[DiscoveredDevice]:
+def _drop_glob_duplicates(devices: Sequence[DiscoveredDevice]) -> list[DiscoveredDevice]:
     """Drop a node found only by a ``/dev`` glob when udev reported the same node."""
     udev_nodes = {d.devnode for d in devices if d.subsystem and d.devnode}
     return [d for d in devices if d.subsystem or d.devnode not in udev_nodes]
@@ -69,7 +69,7 @@ def match_devices(
     classes: Sequence[DeviceClass], devices: Sequence[DiscoveredDevice]
 ) -> dict[str, list[DiscoveredDevice]]:
     """The devices of each enabled class, by kind (a device may belong to several classes)."""
-    unique = _unique_nodes(devices)
+    unique = _drop_glob_duplicates(devices)
     return {c.kind: [d for d in unique if matches(c.match, d)] for c in classes if c.enabled}
 
 

@@ -19,13 +19,13 @@ safe in one place of a spec:
 
 from __future__ import annotations
 
-import hashlib
 import re
 from string import ascii_letters
 
+from cdi_plugin.cdi.names import SHORT_HASH_LEN, short_hash
+
 NAME_MAX = 63
 VALUE_MAX = 255
-_HASH_LEN = 8
 
 _NAME_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 _VALUE_UNSAFE = re.compile(r"[^A-Za-z0-9_.:+@-]+")
@@ -33,10 +33,6 @@ _EDGE = re.compile(r"^[^A-Za-z0-9]+|[^A-Za-z0-9]+$")
 _LEADING = re.compile(r"^[-.]+")
 _PATH_UNSAFE = re.compile(r"[^A-Za-z0-9_.:+@/-]")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
-
-
-def _short_hash(raw: str) -> str:
-    return hashlib.sha256(raw.encode("utf-8", "surrogatepass")).hexdigest()[:_HASH_LEN]
 
 
 def device_name(raw: str, prefix: str) -> str | None:
@@ -52,15 +48,15 @@ def device_name(raw: str, prefix: str) -> str | None:
         cleaned = prefix + cleaned
     if len(cleaned) <= NAME_MAX:
         return cleaned
-    head = _EDGE.sub("", cleaned[: NAME_MAX - _HASH_LEN - 1])
-    return f"{head}-{_short_hash(raw)}"
+    head = _EDGE.sub("", cleaned[: NAME_MAX - SHORT_HASH_LEN - 1])
+    return f"{head}-{short_hash(raw)}"
 
 
 def safe_value(raw: str) -> str:
     """``raw`` as an env value or argument that cannot name a path, pass an option or break a line."""
     cleaned = _LEADING.sub("_", _VALUE_UNSAFE.sub("_", raw))
     if len(cleaned) > VALUE_MAX:
-        cleaned = cleaned[: VALUE_MAX - _HASH_LEN - 1] + "_" + _short_hash(raw)
+        cleaned = cleaned[: VALUE_MAX - SHORT_HASH_LEN - 1] + "_" + short_hash(raw)
     return cleaned
 
 

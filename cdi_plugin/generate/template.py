@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from cdi_plugin.discovery.model import DiscoveredDevice
+from cdi_plugin.errors import CdiPluginError
 from cdi_plugin.generate.sanitize import clean_node_path, hostile_reason, path_component, safe_value
 
 #: Placeholders without an argument, with what they stand for (docs/config.md lists the same).
@@ -44,7 +45,7 @@ _PROPERTY_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _ATTRIBUTE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
 
 
-class TemplateError(ValueError):
+class TemplateError(CdiPluginError, ValueError):
     pass
 
 

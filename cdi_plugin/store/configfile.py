@@ -1,17 +1,21 @@
-"""Reading the configuration file (see ``schemas/config.schema.json``), shared by both programs.
+"""Reading the configuration file (see ``schemas/config.schema.json``): the one reader both
+programs use, at start and when a watcher reloads it.
 
 The file is parsed strictly (duplicate keys are errors) and validated as a whole against the
 schema before either program uses its section, so a bad file is refused before anything is
-written. Errors name the file, the key (``classes[0].match.subsystem``) and the reason.
+written. Errors name the file, the key (``classes[0].match.subsystem``) and the reason. Each
+section is then typed by the layer that uses it: ``classes`` by :mod:`cdi_plugin.generate.config`,
+``plugin`` by :mod:`cdi_plugin.deviceplugin.settings`.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from cdi_plugin.cdi import codec, schema
-from cdi_plugin.cdi.problems import Problem
+from cdi_plugin.cdi.problems import Problem, pointer_parts
 from cdi_plugin.errors import ConfigError, SpecLoadError
 from cdi_plugin.store.files import read_file
 
@@ -21,8 +25,7 @@ MAX_CONFIG_BYTES = 1024 * 1024
 def key_path(pointer: str) -> str:
     """``/classes/0/match/subsystem`` -> ``classes[0].match.subsystem``."""
     out = ""
-    for raw in pointer.strip("/").split("/") if pointer.strip("/") else []:
-        part = raw.replace("~1", "/").replace("~0", "~")
+    for part in pointer_parts(pointer):
         out += f"[{part}]" if part.isdigit() else (f".{part}" if out else part)
     return out or "(top level)"
 
@@ -60,6 +63,21 @@ def read_config_bytes(path: Path) -> bytes:
         raise ConfigError(f"{path}: {exc.message}") from None
 
 
-def load_config(path: Path) -> dict[str, Any]:
+@dataclass(frozen=True, slots=True)
+class ConfigFile:
+    """A configuration file that passed the schema: where it is, its bytes and its contents."""
+
+    source: str
+    data: bytes
+    contents: dict[str, Any]
+
+
+def read_config(path: Path) -> ConfigFile:
     """Read, parse and validate a configuration file; raises :class:`ConfigError`."""
-    return parse_config(read_config_bytes(path), str(path))
+    data = read_config_bytes(path)
+    return ConfigFile(str(path), data, parse_config(data, str(path)))
+
+
+def load_config(path: Path) -> dict[str, Any]:
+    """The contents of a configuration file (see :func:`read_config`)."""
+    return read_config(path).contents

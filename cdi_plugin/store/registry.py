@@ -58,7 +58,9 @@ class ResolvedDevice:
 
 
 @dataclass(frozen=True, slots=True)
-class Conflict:
+class NameConflict:
+    """A device name defined in several files at one priority: a runtime resolves it from none."""
+
     qualified_name: str
     priority: int
     paths: tuple[Path, ...]
@@ -71,7 +73,7 @@ class Snapshot:
     dirs: tuple[Path, ...]
     files: tuple[SpecFile, ...]
     devices: Mapping[str, ResolvedDevice] = field(default_factory=dict)
-    conflicts: tuple[Conflict, ...] = ()
+    conflicts: tuple[NameConflict, ...] = ()
 
     def resolve(self, qualified_name: str) -> ResolvedDevice | None:
         return self.devices.get(qualified_name)
@@ -97,7 +99,7 @@ def load_spec_file(path: Path, priority: int) -> SpecFile:
     return SpecFile(path, priority, None, errors) if errors else SpecFile(path, priority, spec, problems)
 
 
-def resolve(files: Iterable[SpecFile]) -> tuple[dict[str, ResolvedDevice], list[Conflict]]:
+def resolve(files: Iterable[SpecFile]) -> tuple[dict[str, ResolvedDevice], list[NameConflict]]:
     """Resolve device names across files given in scan order (the CDI cache's ``refresh``)."""
     devices: dict[str, ResolvedDevice] = {}
     clashes: dict[str, set[tuple[int, Path]]] = {}
@@ -113,13 +115,13 @@ def resolve(files: Iterable[SpecFile]) -> tuple[dict[str, ResolvedDevice], list[
                 devices[name] = entry
             elif f.priority == old.priority:
                 clashes.setdefault(name, set()).update({(old.priority, old.path), (f.priority, f.path)})
-    conflicts: list[Conflict] = []
+    conflicts: list[NameConflict] = []
     for name, where in sorted(clashes.items()):
         del devices[name]
         by_priority: dict[int, list[Path]] = {}
         for prio, path in sorted(where):
             by_priority.setdefault(prio, []).append(path)
-        conflicts.extend(Conflict(name, prio, tuple(paths)) for prio, paths in by_priority.items())
+        conflicts.extend(NameConflict(name, prio, tuple(paths)) for prio, paths in by_priority.items())
     return devices, conflicts
 
 

@@ -1,11 +1,4 @@
-"""Writing generated specs into a spec directory: plan every change first, then apply it.
-
-:func:`plan_writes` reads the directory and works out, for each spec, whether its file
-(``<vendor>-<class>.json``) is created, changed or unchanged, and which of cdi-gen's own files are
-removed because their kind has no devices any more. It validates every spec strictly and refuses
-(:class:`ConflictError`) a kind that a foreign spec already defines in any spec directory: a file
-cdi-gen did not write, or wrote but someone edited since (the ownership record,
-:mod:`cdi_plugin.store.ownership`). ``--dry-run`` shows a plan; :func:`apply` carries one out.
+"""Carrying out a :class:`~cdi_plugin.store.plan.Plan`: stage everything, then commit.
 
 :func:`apply` first checks that nothing changed since the plan, then stages every new file (and
 the record) beside its target: a full disk, a read-only file system, a missing permission or a
@@ -19,64 +12,17 @@ more). Unchanged files are not touched, so their mtime stays and watchers are no
 from __future__ import annotations
 
 import contextlib
-import difflib
 import os
 import stat
-from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
-from cdi_plugin.cdi import codec
-from cdi_plugin.cdi.model import Spec
-from cdi_plugin.cdi.names import parse_kind
-from cdi_plugin.cdi.validate import validate_object
-from cdi_plugin.errors import SpecInvalidError, SpecLoadError, SpecWriteError
+from cdi_plugin.errors import SpecWriteError
 from cdi_plugin.store.atomic import StagedFile, fsync_dir, remove_stale
-from cdi_plugin.store.files import (
-    DEFAULT_SPEC_DIRS,
-    list_spec_files,
-    read_spec_bytes,
-    spec_file_name,
-    spec_format,
-)
 from cdi_plugin.store.mkdirs import make_dirs
-from cdi_plugin.store.ownership import RECORD_NAME, OwnedFile, digest, encode_record, read_record
-
-Action = Literal["create", "change", "unchanged", "remove"]
-
-#: How a report names each action once it is done.
-DONE: Mapping[Action, str] = {
-    "create": "created",
-    "change": "changed",
-    "unchanged": "unchanged",
-    "remove": "removed",
-}
-
-
-#: A refused scan names this many conflicting files, then only how many more there are.
-CONFLICTS_SHOWN = 10
-
-
-class ConflictError(SpecWriteError):
-    """A kind cdi-gen would write is already defined by a spec it does not own."""
-
-    def __init__(self, conflicts: Sequence[Conflict]) -> None:
-        self.conflicts = tuple(conflicts)
-        first = conflicts[0]
-        if len(conflicts) == 1:
-            super().__init__(
-                f"{first.kind} is already defined by {first.path} ({first.reason}); cdi-gen does not change "
-                f"a spec it does not own: remove that file, or pass --force to write {first.kind} anyway"
-            )
-            return
-        listed = "; ".join(f"{c.kind} by {c.path} ({c.reason})" for c in conflicts[:CONFLICTS_SHOWN])
-        more = f"; and {len(conflicts) - CONFLICTS_SHOWN} more" if len(conflicts) > CONFLICTS_SHOWN else ""
-        kinds = ", ".join(sorted({c.kind for c in conflicts}))
-        super().__init__(
-            f"specs cdi-gen does not own already define what it would write: {listed}{more}; cdi-gen does "
-            f"not change a spec it does not own: remove those files, or pass --force to write {kinds} anyway"
-        )
+from cdi_plugin.store.ownership import RECORD_NAME, encode_record, read_record
+from cdi_plugin.store.plan import DONE, Action, FileChange, Plan, read_existing
 
 
 class PartialWriteError(SpecWriteError):
@@ -89,244 +35,30 @@ class PartialWriteError(SpecWriteError):
 
 
 @dataclass(frozen=True, slots=True)
-class Conflict:
-    kind: str
-    path: Path
-    reason: str
-
-
-@dataclass(frozen=True, slots=True)
-class FileChange:
-    path: Path
-    kind: str
-    action: Action
-    data: bytes | None  # the new contents; None when the file is removed
-    old: bytes | None  # the contents on disk when planned; None when there is no file
-    replaces_foreign: bool = False  # --force: the file at this path was not cdi-gen's
-
-    def diff(self) -> str:
-        """A unified diff from the file on disk to the new contents ("" when unchanged)."""
-        if self.action == "unchanged":
-            return ""
-        old = (self.old or b"").decode("utf-8", "replace").splitlines(keepends=True)
-        new = (self.data or b"").decode("utf-8", "replace").splitlines(keepends=True)
-        before = str(self.path) if self.old is not None else "/dev/null"
-        after = str(self.path) if self.data is not None else "/dev/null"
-        return "".join(difflib.unified_diff(old, new, before, after))
-
-
-@dataclass(frozen=True, slots=True)
-class Plan:
-    output_dir: Path
-    changes: tuple[FileChange, ...]
-    record_before: Mapping[str, OwnedFile] = field(default_factory=dict)
-    record_after: Mapping[str, OwnedFile] = field(default_factory=dict)
-    overridden: tuple[Conflict, ...] = ()  # conflicts --force wrote over
-
-    @property
-    def record_changed(self) -> bool:
-        return dict(self.record_before) != dict(self.record_after)
-
-    @property
-    def writes(self) -> tuple[FileChange, ...]:
-        return tuple(c for c in self.changes if c.action in {"create", "change"})
-
-    @property
-    def removals(self) -> tuple[FileChange, ...]:
-        return tuple(c for c in self.changes if c.action == "remove")
-
-    @property
-    def is_noop(self) -> bool:
-        return not self.writes and not self.removals and not self.record_changed
-
-
-@dataclass(frozen=True, slots=True)
 class Applied:
     done: tuple[tuple[Path, Action], ...]
     record_written: bool
-
-
-# -- planning ----------------------------------------------------------------------------------
-
-
-def _read(path: Path) -> bytes | None:
-    """The file's bytes, None if there is none; any other problem is a :class:`SpecWriteError`."""
-    if not os.path.lexists(path):
-        return None
-    try:
-        return read_spec_bytes(path)
-    except SpecLoadError as exc:
-        raise SpecWriteError(f"{path}: cannot read the existing file: {exc.message}") from None
-
-
-def encode_checked(spec: Spec, path: Path, fmt: codec.Format, max_version: str | None) -> bytes:
-    """The file contents of ``spec``, validated strictly; raises :class:`SpecInvalidError`."""
-    result = validate_object(codec.spec_to_obj(spec), max_version, str(path))
-    errors = [p for p in result.problems if p.is_error]
-    if errors:
-        first = errors[0]
-        hint = f" ({first.hint})" if first.hint else ""
-        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
-        raise SpecInvalidError(
-            f"{path}: {first.pointer or '/'}: {first.message}{hint}{more}; nothing was written"
-        )
-    return codec.encode(spec, fmt)
-
-
-def _spec_kind(path: Path) -> str | None:
-    """The kind a spec file defines, as a runtime would read it; None if it cannot be read."""
-    try:
-        obj, _ = codec.parse(read_spec_bytes(path), str(path), spec_format(path) or "json")
-    except SpecLoadError:
-        return None
-    kind = obj.get("kind") if isinstance(obj, dict) else None
-    return kind if isinstance(kind, str) else None
-
-
-def _unique_dirs(dirs: Iterable[Path]) -> list[Path]:
-    seen: set[Path] = set()
-    out = []
-    for d in dirs:
-        key = Path(os.path.realpath(d))
-        if key not in seen:
-            seen.add(key)
-            out.append(d)
-    return out
-
-
-def _owned_now(output_dir: Path, record: Mapping[str, OwnedFile]) -> dict[str, OwnedFile]:
-    """Record entries whose file is still exactly what cdi-gen wrote."""
-    owned = {}
-    for name, entry in record.items():
-        try:
-            data = read_spec_bytes(output_dir / name)
-        except SpecLoadError:
-            continue
-        if entry.owns(digest(data)):
-            owned[name] = entry
-    return owned
-
-
-def _foreign_definitions(
-    kinds: set[str], output_dir: Path, skip: set[str], spec_dirs: Sequence[Path]
-) -> list[Conflict]:
-    """Spec files cdi-gen does not own (``skip`` names the output directory's files already
-    handled) that define one of ``kinds``."""
-    out = []
-    out_key = Path(os.path.realpath(output_dir))
-    for directory in _unique_dirs([output_dir, *spec_dirs]):
-        here = Path(os.path.realpath(directory)) == out_key
-        record = read_record(directory)
-        mine = set() if here else set(_owned_now(directory, record))
-        for path in list_spec_files(directory):
-            if here and path.name in skip:
-                continue
-            kind = _spec_kind(path)
-            if kind not in kinds:
-                continue
-            if path.name in mine:
-                reason = "written by cdi-gen into another output directory"
-            elif path.name in record:
-                reason = "edited since cdi-gen wrote it"
-            else:
-                reason = "not written by cdi-gen"
-            out.append(Conflict(kind, path, reason))
-    return out
-
-
-def plan_writes(
-    specs: Sequence[Spec],
-    output_dir: Path,
-    *,
-    fmt: codec.Format = "json",
-    spec_dirs: Sequence[Path] = DEFAULT_SPEC_DIRS,
-    force: bool = False,
-    max_version: str | None = None,
-    kinds: Collection[str] | None = None,
-) -> Plan:
-    """Everything :func:`apply` would do to make ``output_dir`` hold exactly ``specs``.
-
-    cdi-gen's own files in ``output_dir`` whose kind is not among ``specs`` are removed. With
-    ``kinds``, the plan is limited to those kinds (every spec must be of one of them): files and
-    record entries of other kinds stay as they are, so a rescan of some device classes leaves the
-    specs of the others alone. Raises
-    :class:`SpecWriteError` when a spec is invalid or a file cannot be read, and
-    :class:`ConflictError` when a foreign spec in ``output_dir`` or ``spec_dirs`` defines a kind of
-    ``specs`` (unless ``force``).
-    """
-    wanted: dict[str, tuple[str, bytes]] = {}
-    for spec in specs:
-        if kinds is not None and spec.kind not in kinds:
-            raise ValueError(f"a spec of kind {spec.kind} in a plan limited to other kinds")
-        name = spec_file_name(parse_kind(spec.kind), fmt)
-        if name in wanted:
-            raise ValueError(f"two specs of kind {spec.kind}")
-        wanted[name] = (spec.kind, encode_checked(spec, output_dir / name, fmt, max_version))
-    record = read_record(output_dir)
-    kept: dict[str, OwnedFile] = {}  # record entries outside ``kinds``: left exactly as they are
-    if kinds is not None:
-        kept = {
-            name: entry for name, entry in record.items() if entry.kind not in kinds and name not in wanted
-        }
-    owned = {name: entry for name, entry in _owned_now(output_dir, record).items() if name not in kept}
-    conflicts: list[Conflict] = []
-    changes: list[FileChange] = []
-    for name, (kind, data) in sorted(wanted.items()):
-        path = output_dir / name
-        old = _read(path)
-        if old is None:
-            changes.append(FileChange(path, kind, "create", data, None))
-        elif name in owned:
-            changes.append(FileChange(path, kind, "unchanged" if old == data else "change", data, old))
-        else:
-            reason = "edited since cdi-gen wrote it" if name in record else "not written by cdi-gen"
-            conflicts.append(Conflict(kind, path, reason))
-            changes.append(FileChange(path, kind, "change", data, old, replaces_foreign=True))
-    wanted_kinds = {k for k, _ in wanted.values()}
-    conflicts += _foreign_definitions(wanted_kinds, output_dir, set(wanted) | set(owned), spec_dirs)
-    if conflicts and not force:
-        raise ConflictError(conflicts)
-    for name, entry in sorted(owned.items()):
-        if name not in wanted:
-            path = output_dir / name
-            changes.append(FileChange(path, entry.kind, "remove", None, _read(path)))
-    after = dict(kept)
-    for change in changes:
-        if change.data is not None:
-            after[change.path.name] = _entry(change, record.get(change.path.name), change.path.name in owned)
-    return Plan(output_dir, tuple(changes), dict(record), after, tuple(conflicts))
-
-
-def _entry(change: FileChange, before: OwnedFile | None, owned: bool) -> OwnedFile:
-    """The record entry of a file written (or left) as ``change`` says; a file of cdi-gen's
-    that changes keeps its old digest as ``previous``."""
-    assert change.data is not None
-    name, new = change.path.name, digest(change.data)
-    if owned and change.old is not None and digest(change.old) != new:
-        return OwnedFile(name, change.kind, new, digest(change.old))
-    previous = before.previous if before is not None and before.sha256 == new else None
-    return OwnedFile(name, change.kind, new, previous)
-
-
-# -- applying ----------------------------------------------------------------------------------
 
 
 def _verify(plan: Plan) -> None:
     record = plan.output_dir / RECORD_NAME
     with contextlib.suppress(FileNotFoundError):
         if stat.S_ISDIR(os.lstat(record).st_mode):
-            raise SpecWriteError(f"{record}: is a directory; nothing was written")
+            raise SpecWriteError(f"{record}: is a directory; nothing was written", nothing_written=True)
     for change in plan.changes:
         try:
-            now = _read(change.path)
+            now = read_existing(change.path)
         except SpecWriteError:
             now = b"\0unreadable"
         if now != change.old:
             raise SpecWriteError(
-                f"{change.path} changed since the plan was made; nothing was written, run again"
+                f"{change.path} changed since the plan was made; nothing was written, run again",
+                nothing_written=True,
             )
     if read_record(plan.output_dir) != dict(plan.record_before):
-        raise SpecWriteError(f"{record} changed since the plan was made; nothing was written, run again")
+        raise SpecWriteError(
+            f"{record} changed since the plan was made; nothing was written, run again", nothing_written=True
+        )
 
 
 def _stage(plan: Plan) -> tuple[list[tuple[FileChange, StagedFile]], list[StagedFile]]:
@@ -382,7 +114,8 @@ def apply(plan: Plan, *, tidy: bool = False) -> Applied:
         if created:
             with contextlib.suppress(OSError):
                 directory.rmdir()
-        raise SpecWriteError(f"{exc}{'' if 'nothing was' in str(exc) else '; nothing was changed'}") from None
+        message = str(exc) if exc.nothing_written else f"{exc}; nothing was changed"
+        raise SpecWriteError(message, nothing_written=True) from None
     fsync_dir(directory)
     done: list[tuple[Path, Action]] = []
     try:

@@ -14,37 +14,15 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from cdi_plugin.errors import ConfigError
-from cdi_plugin.generate.config import (
-    DEFAULT_CONFIG_NAME,
-    DeviceClass,
-    default_classes,
-    parse_classes,
-    refuse_hooks_and_mounts,
-)
-from cdi_plugin.store.configfile import parse_config, read_config_bytes
+from cdi_plugin.generate.config import DEFAULT_CONFIG_NAME, DeviceClass, classes_of, default_classes
+from cdi_plugin.store.configfile import read_config
 
 log = logging.getLogger(__name__)
-
-
-def _read(path: Path) -> tuple[bytes, dict[str, Any]]:
-    data = read_config_bytes(path)
-    return data, parse_config(data, str(path))
-
-
-def _classes(
-    config: Mapping[str, Any], source: str, allow_hooks_and_mounts: bool
-) -> tuple[list[DeviceClass], str]:
-    if "classes" not in config:
-        return default_classes(), DEFAULT_CONFIG_NAME
-    classes = parse_classes(config, source)
-    if not allow_hooks_and_mounts:
-        refuse_hooks_and_mounts(classes, source)
-    return classes, source
 
 
 class ConfigFollower:
@@ -74,10 +52,10 @@ class ConfigFollower:
         if self.path is None:
             self.classes = default_classes()
             return
-        data, config = _read(self.path)
-        self.classes, self.source = _classes(config, str(self.path), self.allow_hooks_and_mounts)
-        self._plugin = config.get("plugin")
-        self._seen = hashlib.sha256(data).hexdigest()
+        config = read_config(self.path)
+        self.classes, self.source = classes_of(config, allow_hooks_and_mounts=self.allow_hooks_and_mounts)
+        self._plugin = config.contents.get("plugin")
+        self._seen = hashlib.sha256(config.data).hexdigest()
 
     def _invalid(self, exc: ConfigError) -> None:
         log.error("%s; keeping the last good configuration", exc)
@@ -95,24 +73,24 @@ class ConfigFollower:
         """Read the file again if it changed; True when the device classes changed."""
         assert self.path is not None
         try:
-            data, config = _read(self.path)
+            config = read_config(self.path)
         except ConfigError as exc:
             seen = f"error: {exc}"
             if seen != self._seen:
                 self._seen = seen
                 self._invalid(exc)
             return False
-        seen = hashlib.sha256(data).hexdigest()
+        seen = hashlib.sha256(config.data).hexdigest()
         if seen == self._seen:
             return False
         self._seen = seen
         try:
-            classes, source = _classes(config, str(self.path), self.allow_hooks_and_mounts)
+            classes, source = classes_of(config, allow_hooks_and_mounts=self.allow_hooks_and_mounts)
         except ConfigError as exc:
             self._invalid(exc)
             return False
-        if self.plugin_section_used and config.get("plugin") != self._plugin:
-            self._plugin = config.get("plugin")
+        if self.plugin_section_used and config.contents.get("plugin") != self._plugin:
+            self._plugin = config.contents.get("plugin")
             log.warning(
                 "%s: the 'plugin' section changed; cdi-plugin serve applies it when it starts again",
                 self.path,

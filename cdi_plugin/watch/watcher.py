@@ -38,9 +38,10 @@ from asyncinotify import Mask
 
 from cdi_plugin.discovery.model import DeviceSource
 from cdi_plugin.discovery.query import DEV
+from cdi_plugin.discovery.sources import make_source
 from cdi_plugin.discovery.udev import RECEIVE_BUFFER_BYTES, MonitorSource, UdevMonitor
 from cdi_plugin.errors import CdiPluginError, DiscoveryError, GenerateError, SpecInvalidError
-from cdi_plugin.scan import ScanOptions, ScanReport, make_source, run_scan
+from cdi_plugin.scan import ScanOptions, ScanReport, run_scan
 from cdi_plugin.store.dirlock import LockTimeoutError
 from cdi_plugin.watch.coalesce import Coalescer
 from cdi_plugin.watch.configfollow import ConfigFollower
@@ -49,6 +50,7 @@ from cdi_plugin.watch.nodedirs import glob_dirs, host_path
 from cdi_plugin.watch.probe import PROBE_TIMEOUT, check_delivery
 from cdi_plugin.watch.pulse import Pulse
 from cdi_plugin.watch.targets import targets_for
+from cdi_plugin.wording import plural
 
 if TYPE_CHECKING:  # prometheus_client is loaded only where metrics are served
     from cdi_plugin.metrics import ScanMetrics
@@ -96,10 +98,6 @@ def _names(items: Iterable[str]) -> str:
     return shown + (f" and {len(items) - _MAX_NAMES} more" if len(items) > _MAX_NAMES else "")
 
 
-def _plural(n: int, word: str) -> str:
-    return f"{n} {word}" if n == 1 else f"{n} {word}{'es' if word.endswith('s') else 's'}"
-
-
 class Watcher:
     """Construct (loads the configuration: raises ``ConfigError``), then ``await run(stop)``.
 
@@ -120,7 +118,9 @@ class Watcher:
         )
         self.config.load()
         self._udev = options.source == "udev"
-        self.source = source if source is not None else self._make_source()
+        if source is None:
+            source = make_source(options.source, dev_root=options.dev_root, simulated=False)
+        self.source = source
         self.targets = targets_for(self.config.classes)
         self.coalescer: Coalescer[Key] = Coalescer(options.quiet, options.max_delay)
         #: Set once the first scan is done and every event source listens.
@@ -142,19 +142,6 @@ class Watcher:
         self._last_error = ""
         #: ``time.monotonic()`` since which rescans have not got through; None when they do.
         self.stalled_since: float | None = None
-
-    def _make_source(self) -> DeviceSource:
-        spec = self.options.source
-        if spec == "udev":
-            from cdi_plugin.discovery.udev import UdevSource
-
-            return UdevSource(dev_root=self.options.dev_root)
-        if spec.startswith("fixture:"):
-            return make_source(spec)
-        raise DiscoveryError(
-            f"--source {spec!r} cannot be watched: use 'udev' or 'fixture:PATH' "
-            "('simulated' never changes: run cdi-gen scan --source simulated once)"
-        )
 
     @property
     def fixture(self) -> Path | None:
@@ -241,7 +228,7 @@ class Watcher:
         log.info(
             "watching %s for %s (%s) into %s: %s%s%s",
             self.options.source,
-            _plural(len(kinds), "device class"),
+            plural(len(kinds), "device class"),
             self.config.source,
             output_dir,
             events,
@@ -494,8 +481,8 @@ class Watcher:
                 "initial scan in %.0f ms%s: %s in %s%s%s",
                 ms,
                 waited,
-                _plural(len(new_names), "device"),
-                _plural(len(after), "spec"),
+                plural(len(new_names), "device"),
+                plural(len(after), "spec"),
                 f"; wrote {_names(written)}" if written else "; no spec changed",
                 f"; removed {_names(removed)}" if removed else "",
                 extra=extra,
@@ -514,7 +501,7 @@ class Watcher:
             logging.INFO if changes else logging.DEBUG,
             "rescanned %s after %s in %.0f ms%s: %s",
             what,
-            _plural(events, "event"),
+            plural(events, "event"),
             ms,
             waited,
             "; ".join(changes) or "nothing changed",

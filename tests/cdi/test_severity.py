@@ -15,8 +15,9 @@ from cdi_plugin.cdi.problems import Severity
 from cdi_plugin.deviceplugin.specsource import SpecSource
 from cdi_plugin.deviceplugin.state import DeviceState
 from cdi_plugin.deviceplugin.topology import NumaLocator
+from cdi_plugin.discovery.sources import make_source
 from cdi_plugin.generate.config import default_classes
-from cdi_plugin.scan import ScanOptions, make_source, run_scan
+from cdi_plugin.scan import ScanOptions, run_scan
 from cdi_plugin.store.registry import load_registry, load_spec_file
 from tests.cdi import upstream
 from tests.cdi.test_validate import SPEC_RULES

@@ -141,7 +141,7 @@ def test_unexpected_failure_is_one_line_without_debug(cli: Invoke, monkeypatch: 
     def explode(*_: object) -> None:
         raise RuntimeError("boom")
 
-    monkeypatch.setattr("cdi_plugin.cli.checks.validate_paths", explode)
+    monkeypatch.setattr("cdi_plugin.store.validation.validate_paths", explode)
     result = cli("validate", "x.json")
     assert result.exit_code == 1
     assert result.stderr == "cdi-gen: error: RuntimeError: boom (run with --debug for the traceback)\n"
@@ -155,7 +155,7 @@ def test_package_errors_are_shown_as_their_message(cli: Invoke, monkeypatch: pyt
     def fail(*_: object) -> None:
         raise SpecLoadError("/etc/cdi/x.json", "/kind", "kind-format", "invalid kind 'x'")
 
-    monkeypatch.setattr("cdi_plugin.cli.checks.validate_paths", fail)
+    monkeypatch.setattr("cdi_plugin.store.validation.validate_paths", fail)
     result = cli("validate", "x.json")
     assert result.exit_code == 1
     assert result.stderr == "cdi-gen: error: /etc/cdi/x.json: /kind: invalid kind 'x'\n"

@@ -22,7 +22,8 @@ from cdi_plugin.deviceplugin.topology import NumaLocator
 from cdi_plugin.store.atomic import StagedFile
 from cdi_plugin.store.dirlock import locked
 from cdi_plugin.store.ownership import RECORD_NAME, read_record
-from cdi_plugin.store.writer import apply, plan_writes
+from cdi_plugin.store.plan import plan_writes
+from cdi_plugin.store.writer import apply
 from tests.deviceplugin.helpers import Layout
 from tests.scan.helpers import REPO, spec
 
@@ -35,7 +36,8 @@ STEPS = 6
 CHILD = """
 import os, sys
 from pathlib import Path
-from cdi_plugin.store.writer import apply, plan_writes
+from cdi_plugin.store.plan import plan_writes
+from cdi_plugin.store.writer import apply
 from tests.scan.test_interrupted import AFTER
 
 out, kill_at = Path(sys.argv[1]), int(sys.argv[2])

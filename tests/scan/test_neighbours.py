@@ -19,7 +19,8 @@ import pytest
 from cdi_plugin.errors import SpecWriteError
 from cdi_plugin.store.dirlock import LOCK_NAME, locked
 from cdi_plugin.store.ownership import RECORD_NAME
-from cdi_plugin.store.writer import apply, plan_writes
+from cdi_plugin.store.plan import plan_writes
+from cdi_plugin.store.writer import apply
 from tests.generate.hosts import WORKSTATION
 from tests.scan.helpers import run_cdi_gen, snapshot, spec
 from tests.scan.test_failures import record_host

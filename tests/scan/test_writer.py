@@ -1,4 +1,4 @@
-"""store/writer.py: plan then apply; atomic, idempotent, and never touching a foreign file."""
+"""store/plan.py then store/writer.py: atomic, idempotent, and never touching a foreign file."""
 
 from __future__ import annotations
 
@@ -16,7 +16,8 @@ from cdi_plugin.errors import SpecWriteError
 from cdi_plugin.store import writer
 from cdi_plugin.store.dirlock import LOCK_NAME, locked
 from cdi_plugin.store.ownership import RECORD_NAME, owned_kinds, read_record
-from cdi_plugin.store.writer import ConflictError, PartialWriteError, apply, plan_writes
+from cdi_plugin.store.plan import ConflictError, Plan, plan_writes
+from cdi_plugin.store.writer import PartialWriteError, apply
 from tests.generate.hosts import WORKSTATION
 from tests.scan.helpers import CDI_GEN, snapshot, spec
 
@@ -29,7 +30,7 @@ def write(specs: list[object], out: Path, **kw: object) -> writer.Applied:
     return apply(plan_writes(specs, out, spec_dirs=(), **kw))  # type: ignore[arg-type]
 
 
-def actions(plan: writer.Plan) -> dict[str, str]:
+def actions(plan: Plan) -> dict[str, str]:
     return {c.path.name: c.action for c in plan.changes}
 
 

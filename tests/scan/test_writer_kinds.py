@@ -11,7 +11,8 @@ from cdi_plugin.discovery.model import StaticSource
 from cdi_plugin.generate.config import default_classes
 from cdi_plugin.scan import ScanOptions, run_scan
 from cdi_plugin.store.ownership import owned_kinds, read_record
-from cdi_plugin.store.writer import PartialWriteError, apply, plan_writes
+from cdi_plugin.store.plan import plan_writes
+from cdi_plugin.store.writer import PartialWriteError, apply
 from tests.generate.hosts import WORKSTATION
 from tests.scan.helpers import snapshot, spec
 

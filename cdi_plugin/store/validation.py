@@ -1,4 +1,5 @@
-"""What ``cdi-gen validate`` and ``cdi-gen list`` compute, apart from how it is shown."""
+"""Checking spec files and directories as ``cdi-gen validate`` does: each file against the rules,
+and the names a runtime's cache would drop or shadow across files. The CLI only renders the result."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from cdi_plugin.store.registry import SpecFile, resolve
 
 
 @dataclass
-class FileReport:
+class FileCheck:
     path: Path
     priority: int
     spec: Spec | None = None
@@ -44,7 +45,7 @@ class FileReport:
 
 @dataclass
 class ValidationReport:
-    files: list[FileReport]
+    files: list[FileCheck]
     searched: list[Path]
 
     @property
@@ -63,8 +64,8 @@ class ValidationReport:
         }
 
 
-def _check_file(path: Path, priority: int, max_version: str | None) -> FileReport:
-    report = FileReport(path, priority)
+def _check_file(path: Path, priority: int, max_version: str | None) -> FileCheck:
+    report = FileCheck(path, priority)
     fmt = spec_format(path)
     if fmt is None and path.exists():
         report.problems.append(
@@ -83,7 +84,7 @@ def _check_file(path: Path, priority: int, max_version: str | None) -> FileRepor
     return report
 
 
-def _add_conflicts(reports: list[FileReport]) -> None:
+def _add_conflicts(reports: list[FileCheck]) -> None:
     """Report what the runtime's cache would do with names defined in several files.
 
     Every file a runtime loads takes part, including those only the stricter rules reject.
@@ -117,7 +118,7 @@ def _add_conflicts(reports: list[FileReport]) -> None:
                 )  # fmt: skip
 
 
-def _runtime_loads(report: FileReport) -> bool:
+def _runtime_loads(report: FileCheck) -> bool:
     spec = report.spec
     return report.valid or (spec is not None and not any(p.is_error for p in runtime_problems(spec)))
 
@@ -138,7 +139,7 @@ def validate_paths(
     ``strict`` makes a file with warnings invalid.
     """
     searched = paths or list(spec_dirs())
-    reports: list[FileReport] = []
+    reports: list[FileCheck] = []
     priorities: dict[Path, int] = {}
     for path in searched:
         if path.is_dir():
@@ -146,7 +147,7 @@ def validate_paths(
             try:
                 files = scan_spec_dir(path)
             except SpecLoadError as exc:
-                reports.append(FileReport(path, priority, problems=[from_error(exc)]))
+                reports.append(FileCheck(path, priority, problems=[from_error(exc)]))
                 continue
             reports += [_check_file(p, priority, max_version) for p in files]
         elif path.exists() or path.is_symlink() or paths:

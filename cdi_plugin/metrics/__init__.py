@@ -1,0 +1,47 @@
+"""Prometheus metrics, liveness and readiness, and the HTTP endpoint that serves them.
+
+Nothing here is global: every :class:`PluginMetrics` and :class:`ScanMetrics` registers its
+metrics in the ``CollectorRegistry`` it is given (a fresh one by default), and
+:class:`MetricsServer` serves one registry and one :class:`Probes`. The device plugin and the
+scanner update their metrics on the event loop; the server answers from its own thread and event
+loop (the metrics and :class:`Probes` are thread-safe), so a blocked main event loop is seen as a
+stale heartbeat on ``/healthz`` instead of a probe that hangs, and idle connections cost neither
+threads nor much memory (:mod:`cdi_plugin.httpserver`).
+
+Endpoints (GET only, as the kubelet's probes and Prometheus ask; other methods 405, other paths 404):
+
+* ``/metrics``: the Prometheus text exposition (OpenMetrics when asked for);
+* ``/healthz``: 200 while the event loop beats and every spec directory that exists can be
+  listed and is not a deleted directory still mounted into the container; 503 and why otherwise;
+* ``/readyz``: 200 when everything required is satisfied (for the plugin: every resource it
+  serves is registered with the kubelet; a node with nothing to serve is ready), 503 and what it
+  waits for otherwise.
+"""
+
+from cdi_plugin.metrics.counters import (
+    AllocationResult,
+    PluginMetrics,
+    RegistrationResult,
+    ScanMetrics,
+    ValidationSubject,
+)
+from cdi_plugin.metrics.probes import STALE_AFTER, STARTING, Check, Probes
+from cdi_plugin.metrics.server import HEALTHZ, METRICS, READYZ, MetricsServer, make_app, parse_address
+
+__all__ = [
+    "HEALTHZ",
+    "METRICS",
+    "READYZ",
+    "STALE_AFTER",
+    "STARTING",
+    "AllocationResult",
+    "Check",
+    "MetricsServer",
+    "PluginMetrics",
+    "Probes",
+    "RegistrationResult",
+    "ScanMetrics",
+    "ValidationSubject",
+    "make_app",
+    "parse_address",
+]
