@@ -24,8 +24,9 @@ from cdi_plugin.inventory.source import SpecSource
 from cdi_plugin.store import ownership as ownership_module
 from cdi_plugin.store import registry as registry_module
 from cdi_plugin.store.ownership import owned_kinds
+from cdi_plugin.store.plan import plan_writes
 from cdi_plugin.store.registry import SpecRegistry
-from cdi_plugin.store.writer import apply, plan_writes
+from cdi_plugin.store.writer import apply
 from tests.deviceplugin.helpers import make_node, spec_of
 
 Step = tuple[Callable[..., Any], tuple[Any, ...]]
