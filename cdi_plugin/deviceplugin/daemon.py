@@ -22,6 +22,7 @@ import signal
 import threading
 from pathlib import Path
 
+from cdi_plugin.aio.dirwatch import FILES, DirWatch
 from cdi_plugin.deviceplugin.lifecycle import Endpoint
 from cdi_plugin.deviceplugin.servicer import OPTIONS, DevicePluginService
 from cdi_plugin.deviceplugin.settings import Settings
@@ -31,7 +32,6 @@ from cdi_plugin.deviceplugin.topology import NumaLocator
 from cdi_plugin.metrics import PluginMetrics
 from cdi_plugin.store.files import SPEC_SUFFIXES
 from cdi_plugin.store.ownership import RECORD_NAME
-from cdi_plugin.watch.dirwatch import FILES, DirWatch
 
 log = logging.getLogger(__name__)
 

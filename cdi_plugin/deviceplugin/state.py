@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
 
+from cdi_plugin.aio.pulse import Pulse
 from cdi_plugin.cdi.names import natural_key
 from cdi_plugin.deviceplugin.health import Health, HostNode, check, host_nodes, watch_dirs
 from cdi_plugin.deviceplugin.resources import Catalog, build_catalog
@@ -26,7 +27,6 @@ from cdi_plugin.deviceplugin.topology import NumaLocator
 from cdi_plugin.metrics import PluginMetrics
 from cdi_plugin.store.ownership import owned_kinds, read_record
 from cdi_plugin.store.registry import Snapshot
-from cdi_plugin.watch.pulse import Pulse
 
 log = logging.getLogger(__name__)
 

@@ -13,8 +13,8 @@ import pytest
 
 from cdi_plugin.discovery.model import UdevEvent
 from cdi_plugin.discovery.udev import UdevMonitor, trigger_change
-from cdi_plugin.watch.probe import check_delivery
-from cdi_plugin.watch.watcher import Watcher
+from cdi_plugin.scan.probe import check_delivery
+from cdi_plugin.scan.watcher import Watcher
 from tests.deviceplugin.helpers import run
 from tests.watch.helpers import device_names, eventually, running, watch_options
 from tests.watch.loops import AVAILABLE, Loops, free_numbers, loop_class, storm

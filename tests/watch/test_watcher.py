@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from cdi_plugin.watch.watcher import Watcher
+from cdi_plugin.scan.watcher import Watcher
 from tests.deviceplugin.helpers import run
 from tests.generate.hosts import WORKSTATION
 from tests.scan.helpers import snapshot

@@ -6,7 +6,7 @@ import asyncio
 import shutil
 from pathlib import Path
 
-from cdi_plugin.watch.dirwatch import FILES, DirWatch
+from cdi_plugin.aio.dirwatch import FILES, DirWatch
 from tests.deviceplugin.helpers import run
 
 

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from cdi_plugin.watch.coalesce import Coalescer
+from cdi_plugin.aio.coalesce import Coalescer
 
 
 def test_rejects_inconsistent_windows() -> None:

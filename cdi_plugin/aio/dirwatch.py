@@ -21,7 +21,7 @@ from types import TracebackType
 
 from asyncinotify import Event, Inotify, Mask, Watch
 
-from cdi_plugin.watch.pulse import Pulse
+from cdi_plugin.aio.pulse import Pulse
 
 log = logging.getLogger(__name__)
 

@@ -36,19 +36,19 @@ from typing import TYPE_CHECKING, Any
 
 from asyncinotify import Mask
 
+from cdi_plugin.aio.coalesce import Coalescer
+from cdi_plugin.aio.dirwatch import FILES, DirWatch
+from cdi_plugin.aio.pulse import Pulse
 from cdi_plugin.discovery.model import DeviceSource
 from cdi_plugin.discovery.query import DEV
 from cdi_plugin.discovery.udev import RECEIVE_BUFFER_BYTES, MonitorSource, UdevMonitor
 from cdi_plugin.errors import CdiPluginError, DiscoveryError, GenerateError, SpecInvalidError
-from cdi_plugin.scan import ScanOptions, ScanReport, make_source, run_scan
+from cdi_plugin.scan.configfollow import ConfigFollower
+from cdi_plugin.scan.nodedirs import glob_dirs, host_path
+from cdi_plugin.scan.pipeline import ScanOptions, ScanReport, make_source, run_scan
+from cdi_plugin.scan.probe import PROBE_TIMEOUT, check_delivery
+from cdi_plugin.scan.targets import targets_for
 from cdi_plugin.store.dirlock import LockTimeoutError
-from cdi_plugin.watch.coalesce import Coalescer
-from cdi_plugin.watch.configfollow import ConfigFollower
-from cdi_plugin.watch.dirwatch import FILES, DirWatch
-from cdi_plugin.watch.nodedirs import glob_dirs, host_path
-from cdi_plugin.watch.probe import PROBE_TIMEOUT, check_delivery
-from cdi_plugin.watch.pulse import Pulse
-from cdi_plugin.watch.targets import targets_for
 
 if TYPE_CHECKING:  # prometheus_client is loaded only where metrics are served
     from cdi_plugin.metrics import ScanMetrics
