@@ -14,11 +14,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
 import hashlib
 import logging
 import os
-import socket
 import stat
 from collections.abc import Callable
 from pathlib import Path
@@ -26,6 +24,7 @@ from pathlib import Path
 import grpc
 
 from cdi_plugin.aio.dirwatch import DirWatch
+from cdi_plugin.aio.sockets import someone_listens
 from cdi_plugin.deviceplugin import api
 from cdi_plugin.deviceplugin.registration import RegistrationError, register
 from cdi_plugin.deviceplugin.servicer import DevicePluginService
@@ -61,18 +60,6 @@ def identity(path: Path) -> Identity | None:
     except OSError:
         return None
     return (st.st_dev, st.st_ino) if stat.S_ISSOCK(st.st_mode) else None
-
-
-def _someone_listens(path: Path) -> bool:
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
-        probe.settimeout(0.5)
-        try:
-            probe.connect(str(path))
-        except OSError as exc:
-            if exc.errno in (errno.ECONNREFUSED, errno.ENOENT):
-                return False
-            raise
-        return True
 
 
 class EndpointError(Exception):
@@ -136,7 +123,7 @@ class Endpoint:
         if os.path.lexists(self.path):
             if identity(self.path) is None:
                 raise EndpointError(f"{self.path} exists and is not a socket; not replacing it")
-            if _someone_listens(self.path):
+            if someone_listens(self.path):
                 raise EndpointError(f"another process is serving {self.path}")
             self._log(logging.INFO, "removing stale socket %s (nothing listens on it)", self.path)
             with contextlib.suppress(FileNotFoundError):

@@ -17,10 +17,8 @@ side restarted) gets the same answer, and Unprepare, which only names the claim,
 from __future__ import annotations
 
 import asyncio
-import errno
 import json
 import logging
-import socket
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -28,6 +26,7 @@ from typing import Any, Protocol
 
 import grpc
 
+from cdi_plugin.aio.sockets import someone_listens
 from cdi_plugin.dra import api
 from cdi_plugin.dra.inventory import Inventory
 from cdi_plugin.dra.prepare import prepare_claim
@@ -229,25 +228,13 @@ def _identity(path: Path) -> tuple[int, int] | None:
     return st.st_dev, st.st_ino
 
 
-def _someone_listens(path: Path) -> bool:
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
-        probe.settimeout(0.5)
-        try:
-            probe.connect(str(path))
-        except OSError as exc:
-            if exc.errno in (errno.ECONNREFUSED, errno.ENOENT):
-                return False
-            raise
-        return True
-
-
 class SocketInUseError(CdiPluginError):
     """Another process serves a socket this plugin would bind (another instance of the driver)."""
 
 
 async def _listen(path: Path, add: Any) -> grpc.aio.Server:
     path.parent.mkdir(parents=True, exist_ok=True)
-    if _someone_listens(path):
+    if someone_listens(path):
         raise SocketInUseError(f"{path}: another process is serving it; not replacing it")
     path.unlink(missing_ok=True)  # stale: nothing listens on it
     server = grpc.aio.server()

@@ -32,13 +32,14 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from asyncinotify import Mask
 
 from cdi_plugin.aio.coalesce import Coalescer
 from cdi_plugin.aio.dirwatch import FILES, DirWatch
 from cdi_plugin.aio.pulse import Pulse
+from cdi_plugin.aio.run import run_until
 from cdi_plugin.discovery.model import DeviceSource
 from cdi_plugin.discovery.query import DEV
 from cdi_plugin.discovery.udev import RECEIVE_BUFFER_BYTES, MonitorSource, UdevMonitor
@@ -205,26 +206,17 @@ class Watcher:
             self._log_start(output_dir)
             seen = [w.pulse.count for w, _, _ in follow]  # what happens during the first scan counts
             await self._process(frozenset({frozenset({ALL})}), 0, initial=True)
-            tasks = [
-                asyncio.create_task(self._follow(w, on, settle, n))
-                for (w, on, settle), n in zip(follow, seen, strict=True)
-            ]
-            tasks.append(asyncio.create_task(self._batches(), name="batches"))
-            background = []
+            probe = []
             if self._monitor is not None and self.options.probe:
-                background.append(asyncio.create_task(self._probe(self._monitor.source), name="probe"))
+                probe.append(check_delivery(self._monitor.source, self.options.probe_timeout))
             self.ready.set()
-            stopper = asyncio.create_task(stop.wait())
-            waiting: list[asyncio.Future[Any]] = [stopper, self._fatal, *tasks]
-            try:
-                done, _ = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
-                for future in done:
-                    if future is not stopper:
-                        future.result()
-            finally:
-                for task in [stopper, *tasks, *background]:
-                    task.cancel()
-                await asyncio.gather(stopper, *tasks, *background, return_exceptions=True)
+            await run_until(
+                stop,
+                self._fatal,
+                self._batches(),
+                *(self._follow(w, on, settle, n) for (w, on, settle), n in zip(follow, seen, strict=True)),
+                helpers=probe,
+            )
         log.info("stopped watching")
 
     def _log_start(self, output_dir: Path) -> None:
@@ -268,9 +260,6 @@ class Watcher:
         while True:
             keys, events = await self.coalescer.next_batch()
             await self._process(keys, events)
-
-    async def _probe(self, source: MonitorSource) -> None:
-        await check_delivery(source, self.options.probe_timeout)
 
     def _add(self, *kinds: str) -> None:
         if kinds:
