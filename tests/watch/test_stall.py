@@ -70,7 +70,7 @@ def test_the_log_gives_the_real_duration_including_the_wait(
                 await asyncio.sleep(1.5)
             await watcher.batches.wait_after(seen, 10)
 
-    with caplog.at_level(logging.DEBUG, logger="cdi_plugin.scan.watcher"):
+    with caplog.at_level(logging.DEBUG, logger="cdi_plugin.scan"):
         run(scenario())
     [record] = [r for r in caplog.records if r.getMessage().startswith("rescanned every class")]
     ms = record.ms
