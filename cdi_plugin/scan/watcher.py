@@ -119,7 +119,7 @@ class Watcher:
             options.uevent_source,
             options.receive_buffer,
             targets=lambda: self.targets,
-            add=lambda kinds: self.coalescer.add(kinds),
+            add=lambda kinds: self._add(*kinds),
             lost=lambda: self._add(ALL),
             fail=self._fail,
         )
