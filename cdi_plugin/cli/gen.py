@@ -286,8 +286,8 @@ def watch(
     from cdi_plugin.cli.logs import configure
     from cdi_plugin.cli.service import run_until_stopped
     from cdi_plugin.scan import ScanOptions
+    from cdi_plugin.scan.watcher import Watcher, WatchOptions
     from cdi_plugin.store.files import spec_dirs as default_spec_dirs
-    from cdi_plugin.watch.watcher import Watcher, WatchOptions
 
     configure("json" if log_format == "json" else "text", logging.DEBUG if verbose else logging.INFO)
     runtime_dirs = runtime_dirs or default_spec_dirs()

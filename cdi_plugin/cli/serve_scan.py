@@ -17,7 +17,7 @@ from cdi_plugin.discovery.udev import MonitorSource
 from cdi_plugin.errors import ConfigError
 from cdi_plugin.metrics import ScanMetrics
 from cdi_plugin.scan import DEFAULT_MAX_VERSION, ScanOptions
-from cdi_plugin.watch.watcher import Watcher, WatchOptions
+from cdi_plugin.scan.watcher import Watcher, WatchOptions
 
 
 def make_watcher(

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
 
     from cdi_plugin.metrics import MetricsServer, Probes
-    from cdi_plugin.watch.watcher import WatchOptions
+    from cdi_plugin.scan.watcher import WatchOptions
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +86,7 @@ def serve_scan_metrics(options: WatchOptions, address: tuple[str, int], program:
     first scan, once every event source listens.
     """
     from cdi_plugin.metrics import Probes, ScanMetrics
-    from cdi_plugin.watch.watcher import Watcher
+    from cdi_plugin.scan.watcher import Watcher
 
     metrics = ScanMetrics()
     probes = Probes([options.scan.output_dir])

@@ -3,21 +3,19 @@
 Everything else (the plugin and the tests' fake kubelet) uses the names re-exported here, plus a
 few builders that turn plain values into messages.
 
-Services are added to a server from the proto's descriptor, with request parsing that never
-raises: a request that is not a valid message is answered INVALID_ARGUMENT (naming the message
-type and the parser's reason) before any handler runs, instead of gRPC's generic UNKNOWN.
+Services are added to a server from the proto's descriptor by :func:`cdi_plugin.grpcutil.add_service`:
+a request that is not a valid message is answered INVALID_ARGUMENT before any handler runs.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
-from typing import Any
+from collections.abc import Iterable, Mapping, Sequence
 
 import grpc
 
 from cdi_plugin.deviceplugin._proto import api_pb2 as _pb
 from cdi_plugin.deviceplugin._proto import api_pb2_grpc as _grpc
-from cdi_plugin.grpcserve import Malformed, parser
+from cdi_plugin.grpcutil import Malformed, add_service
 
 __all__ = [
     "HEALTHY",
@@ -83,54 +81,14 @@ DevicePluginStub = _grpc.DevicePluginStub
 RegistrationStub = _grpc.RegistrationStub
 
 
-Behavior = Callable[[Any, Any], Any]
-
-
-def _unary(behavior: Behavior) -> Callable[[Any, Any], Awaitable[Any]]:
-    async def handle(request: Any, context: Any) -> Any:
-        if isinstance(request, Malformed):
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, request.message)
-        return await behavior(request, context)
-
-    return handle
-
-
-def _stream(behavior: Behavior) -> Callable[[Any, Any], AsyncIterator[Any]]:
-    async def handle(request: Any, context: Any) -> AsyncIterator[Any]:
-        if isinstance(request, Malformed):
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, request.message)
-        async for response in behavior(request, context):
-            yield response
-
-    return handle
-
-
-def _add(service_name: str, servicer: object, server: grpc.aio.Server) -> None:
-    service = _pb.DESCRIPTOR.services_by_name[service_name]
-    handlers: dict[str, grpc.RpcMethodHandler[Any, Any]] = {}
-    for method in service.methods:
-        request = parser(getattr(_pb, method.input_type.name))
-        response = getattr(_pb, method.output_type.name).SerializeToString
-        behavior = getattr(servicer, method.name)
-        if method.server_streaming:
-            handlers[method.name] = grpc.unary_stream_rpc_method_handler(
-                _stream(behavior), request_deserializer=request, response_serializer=response
-            )
-        else:
-            handlers[method.name] = grpc.unary_unary_rpc_method_handler(
-                _unary(behavior), request_deserializer=request, response_serializer=response
-            )
-    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service.full_name, handlers),))
-
-
 def add_device_plugin_servicer(servicer: DevicePluginServicer, server: grpc.aio.Server) -> None:
     """Serve ``/v1beta1.DevicePlugin/*`` from ``servicer`` (async methods) on ``server``."""
-    _add("DevicePlugin", servicer, server)
+    add_service(_pb, "DevicePlugin", servicer, server)
 
 
 def add_registration_servicer(servicer: RegistrationServicer, server: grpc.aio.Server) -> None:
     """Serve ``/v1beta1.Registration/Register`` from ``servicer`` on ``server`` (the kubelet's side)."""
-    _add("Registration", servicer, server)
+    add_service(_pb, "Registration", servicer, server)
 
 
 def device(device_id: str, healthy: bool, numa_nodes: Sequence[int] = ()) -> _pb.Device:

@@ -16,12 +16,13 @@ removed, and :func:`run` returns normally (exit status 0). SIGHUP does not reloa
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import signal
 import threading
 from pathlib import Path
 
+from cdi_plugin.aio.dirwatch import FILES, DirWatch
+from cdi_plugin.aio.run import cancel_and_wait, run_until
 from cdi_plugin.deviceplugin.lifecycle import Endpoint
 from cdi_plugin.deviceplugin.servicer import OPTIONS, DevicePluginService
 from cdi_plugin.deviceplugin.settings import Settings
@@ -31,7 +32,6 @@ from cdi_plugin.deviceplugin.topology import NumaLocator
 from cdi_plugin.metrics import PluginMetrics
 from cdi_plugin.store.files import SPEC_SUFFIXES
 from cdi_plugin.store.ownership import RECORD_NAME
-from cdi_plugin.watch.dirwatch import FILES, DirWatch
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +57,7 @@ class Daemon:
         self._node_paths: frozenset[str] = frozenset()
         self._plugin_watch: DirWatch | None = None
         self._node_watch: DirWatch | None = None
+        self._endpoint_group: asyncio.TaskGroup | None = None
 
     async def run(self, stop: asyncio.Event) -> None:
         s = self.settings
@@ -84,23 +85,16 @@ class Daemon:
                     " or matching --kind" if s.kinds else "",
                     ", ".join(str(d) for d in s.spec_dirs),
                 )
-            tasks = [
-                asyncio.create_task(self._follow_specs(specs), name="specs"),
-                asyncio.create_task(self._follow_nodes(nodes), name="nodes"),
-                asyncio.create_task(self._expire(), name="expiry"),
-                asyncio.create_task(self._follow_state(), name="endpoints"),
-                asyncio.create_task(self._heartbeat(), name="heartbeat"),
-            ]
-            stopper = asyncio.create_task(stop.wait(), name="stop")
             try:
-                done, _ = await asyncio.wait([stopper, *tasks], return_when=asyncio.FIRST_COMPLETED)
-                for task in done:
-                    if task is not stopper:
-                        task.result()
+                await run_until(
+                    stop,
+                    self._follow_specs(specs),
+                    self._follow_nodes(nodes),
+                    self._expire(),
+                    self._follow_state(),
+                    self._heartbeat(),
+                )
             finally:
-                for task in [stopper, *tasks]:
-                    task.cancel()
-                await asyncio.gather(stopper, *tasks, return_exceptions=True)
                 await self._close_endpoints(list(self.endpoints))
         log.info("stopped")
 
@@ -134,6 +128,12 @@ class Daemon:
                 self.state.expire()
 
     async def _follow_state(self) -> None:
+        """Keep the endpoints (tasks of this one's group) and the node watch following the state."""
+        async with asyncio.TaskGroup() as endpoints:
+            self._endpoint_group = endpoints
+            await self._follow_state_in_group()
+
+    async def _follow_state_in_group(self) -> None:
         while True:
             seen = self.state.pulse.count
             self._node_paths = self.state.node_paths()
@@ -161,7 +161,8 @@ class Daemon:
             OPTIONS,
             metrics=self.metrics,
         )
-        task = asyncio.create_task(self._supervise(endpoint), name=f"endpoint:{resource}")
+        assert self._endpoint_group is not None
+        task = self._endpoint_group.create_task(self._supervise(endpoint), name=f"endpoint:{resource}")
         self.endpoints[resource] = (endpoint, task)
 
     async def _supervise(self, endpoint: Endpoint) -> None:
@@ -178,9 +179,7 @@ class Daemon:
 
     async def _close_endpoint(self, resource: str) -> None:
         endpoint, task = self.endpoints.pop(resource)
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        await cancel_and_wait(task)
         removed = f", removed {endpoint.path}" if await endpoint.close() else ""
         log.info("%s: stopped serving%s", resource, removed, extra={"resource": resource})
 

@@ -22,15 +22,15 @@ from pathlib import Path
 
 import grpc
 
+from cdi_plugin.aio.dirwatch import DirWatch
+from cdi_plugin.aio.sockets import someone_listens
 from cdi_plugin.cdi.names import short_hash
 from cdi_plugin.deviceplugin import api
 from cdi_plugin.deviceplugin.registration import RegistrationError, register
 from cdi_plugin.deviceplugin.servicer import DevicePluginService
 from cdi_plugin.deviceplugin.settings import Settings
 from cdi_plugin.errors import CdiPluginError
-from cdi_plugin.grpcserve import someone_listens
 from cdi_plugin.metrics import PluginMetrics
-from cdi_plugin.watch.dirwatch import DirWatch
 
 log = logging.getLogger(__name__)
 

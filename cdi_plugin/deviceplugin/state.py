@@ -17,13 +17,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 
+from cdi_plugin.aio.pulse import Pulse
 from cdi_plugin.cdi.names import natural_key
 from cdi_plugin.deviceplugin.resources import build_catalog
 from cdi_plugin.deviceplugin.settings import Settings
 from cdi_plugin.inventory import NumaLocator, ServedDevice, SpecInventory, SpecSource
 from cdi_plugin.metrics import PluginMetrics
 from cdi_plugin.store.registry import Snapshot
-from cdi_plugin.watch.pulse import Pulse
 
 log = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ the message type and the parser's reason, before any handler runs.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from types import ModuleType
 from typing import Any, Protocol
 
@@ -22,7 +22,7 @@ from cdi_plugin.dra._proto.dra_v1beta1 import api_pb2_grpc as _v1beta1_grpc
 from cdi_plugin.dra._proto.registration_v1 import api_pb2 as _reg
 from cdi_plugin.dra._proto.registration_v1 import api_pb2_grpc as _reg_grpc
 from cdi_plugin.dra.prepare import Claim, PreparedDevice
-from cdi_plugin.grpcserve import Malformed, parser
+from cdi_plugin.grpcutil import add_service
 
 __all__ = [
     "PLUGIN_TYPE",
@@ -68,28 +68,6 @@ RegistrationStatusResponse = _reg.RegistrationStatusResponse
 RegistrationStub = _reg_grpc.RegistrationStub
 
 
-def _unary(behavior: Callable[[Any, Any], Awaitable[Any]]) -> Callable[[Any, Any], Awaitable[Any]]:
-    async def handle(request: Any, context: Any) -> Any:
-        if isinstance(request, Malformed):
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, request.message)
-        return await behavior(request, context)
-
-    return handle
-
-
-def _add(pb: ModuleType, service_name: str, servicer: object, server: grpc.aio.Server) -> None:
-    service = pb.DESCRIPTOR.services_by_name[service_name]
-    handlers = {
-        method.name: grpc.unary_unary_rpc_method_handler(
-            _unary(getattr(servicer, method.name)),
-            request_deserializer=parser(getattr(pb, method.input_type.name)),
-            response_serializer=getattr(pb, method.output_type.name).SerializeToString,
-        )
-        for method in service.methods
-    }
-    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service.full_name, handlers),))
-
-
 class RegistrationServicer(Protocol):
     async def GetInfo(self, request: Any, context: Any) -> Any: ...
     async def NotifyRegistrationStatus(self, request: Any, context: Any) -> Any: ...
@@ -104,12 +82,12 @@ class DRAServicer(Protocol):
 
 def add_registration_servicer(servicer: RegistrationServicer, server: grpc.aio.Server) -> None:
     """Serve ``/pluginregistration.Registration/*`` from ``servicer`` on ``server``."""
-    _add(_reg, "Registration", servicer, server)
+    add_service(_reg, "Registration", servicer, server)
 
 
 def add_dra_servicer(version: str, servicer: DRAServicer, server: grpc.aio.Server) -> None:
     """Serve the DRAPlugin service of ``version`` (``v1.DRAPlugin`` or ``v1beta1.DRAPlugin``)."""
-    _add(_MODULES[version][0], "DRAPlugin", servicer, server)
+    add_service(_MODULES[version][0], "DRAPlugin", servicer, server)
 
 
 def version_of(request: Any) -> str:

@@ -26,11 +26,11 @@ from typing import Any, Protocol
 
 import grpc
 
+from cdi_plugin.aio.sockets import someone_listens
 from cdi_plugin.dra import api
 from cdi_plugin.dra.inventory import Inventory
 from cdi_plugin.dra.prepare import prepare_claim
 from cdi_plugin.errors import CdiPluginError
-from cdi_plugin.grpcserve import someone_listens
 from cdi_plugin.store.atomic import write_atomic
 
 log = logging.getLogger(__name__)

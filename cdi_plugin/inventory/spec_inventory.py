@@ -18,6 +18,7 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import Path
 from types import MappingProxyType
 
+from cdi_plugin.aio.pulse import Pulse
 from cdi_plugin.inventory.grace import GracePeriod
 from cdi_plugin.inventory.health import HealthTracker, check, host_nodes
 from cdi_plugin.inventory.numa import NumaLocator
@@ -26,7 +27,6 @@ from cdi_plugin.inventory.record import NO_FACTS, ServedDevice, UdevFacts
 from cdi_plugin.inventory.selection import KindSelection
 from cdi_plugin.inventory.source import Reading, SpecSource
 from cdi_plugin.store.registry import Snapshot
-from cdi_plugin.watch.pulse import Pulse
 
 Devices = Mapping[str, ServedDevice]
 

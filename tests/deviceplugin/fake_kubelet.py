@@ -191,12 +191,12 @@ class _Registration(api.RegistrationServicer):
         if k.before_watch is not None:
             await k.before_watch()
         client = PluginClient(request.resource_name, endpoint, options, channel)
-        old = k.clients.get(request.resource_name)
-        k.clients[request.resource_name] = client
-        if old is not None:
-            k.background.append(asyncio.create_task(old.close()))
-        client._task = asyncio.create_task(client._follow())
-        async with k.registered:
+        async with k.registered:  # the client and the count change together for wait_registered
+            old = k.clients.get(request.resource_name)
+            k.clients[request.resource_name] = client
+            if old is not None:
+                k.background.append(asyncio.create_task(old.close()))
+            client._task = asyncio.create_task(client._follow())
             k.registrations += 1
             k.registered.notify_all()
         return api.Empty()

@@ -13,7 +13,7 @@ from typing import Any
 from cdi_plugin.discovery.fixture import dumps
 from cdi_plugin.discovery.model import DiscoveredDevice
 from cdi_plugin.scan import ScanOptions
-from cdi_plugin.watch.watcher import Watcher, WatchOptions
+from cdi_plugin.scan.watcher import Watcher, WatchOptions
 
 
 def watch_options(

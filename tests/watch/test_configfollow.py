@@ -9,7 +9,7 @@ import pytest
 
 from cdi_plugin.errors import ConfigError
 from cdi_plugin.generate.config import DEFAULT_CONFIG_NAME
-from cdi_plugin.watch.configfollow import ConfigFollower
+from cdi_plugin.scan.configfollow import ConfigFollower
 from tests.watch.helpers import replace_file
 
 FUSE = "classes:\n  - {vendor: cdi-plugin.io, class: fuse, match: {subsystem: misc, kernel: fuse}}\n"

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from cdi_plugin.deviceplugin import api
-from cdi_plugin.watch.watcher import Watcher
+from cdi_plugin.scan.watcher import Watcher
 from tests.deviceplugin.fake_kubelet import DeviceEntry, FakeKubelet
 from tests.deviceplugin.helpers import Layout, run, running_plugin
 from tests.watch.helpers import device_names, eventually, running, watch_options

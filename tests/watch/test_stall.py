@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from cdi_plugin.metrics import Probes
+from cdi_plugin.scan.watcher import Watcher
 from cdi_plugin.store.dirlock import locked
-from cdi_plugin.watch.watcher import Watcher
 from tests.deviceplugin.helpers import run
 from tests.generate.hosts import WORKSTATION
 from tests.watch.helpers import eventually, running, watch_options, write_host
@@ -70,7 +70,7 @@ def test_the_log_gives_the_real_duration_including_the_wait(
                 await asyncio.sleep(1.5)
             await watcher.batches.wait_after(seen, 10)
 
-    with caplog.at_level(logging.DEBUG, logger="cdi_plugin.watch.watcher"):
+    with caplog.at_level(logging.DEBUG, logger="cdi_plugin.scan"):
         run(scenario())
     [record] = [r for r in caplog.records if r.getMessage().startswith("rescanned every class")]
     ms = record.ms

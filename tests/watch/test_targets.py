@@ -7,9 +7,9 @@ from pathlib import Path
 
 from cdi_plugin.discovery.model import UdevEvent
 from cdi_plugin.generate.config import default_classes, parse_classes
+from cdi_plugin.scan.nodedirs import glob_dirs, host_path
+from cdi_plugin.scan.targets import targets_for
 from cdi_plugin.store.configfile import parse_config
-from cdi_plugin.watch.nodedirs import glob_dirs, host_path
-from cdi_plugin.watch.targets import targets_for
 
 MISC = {"cdi-plugin.io/fuse", "cdi-plugin.io/tun", "cdi-plugin.io/vhost-net", "cdi-plugin.io/kvm"}
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from prometheus_client.parser import text_string_to_metric_families
 
 from cdi_plugin.metrics import ScanMetrics
-from cdi_plugin.watch.watcher import Watcher
+from cdi_plugin.scan.watcher import Watcher
 from tests.deviceplugin.fake_kubelet import FakeKubelet
 from tests.deviceplugin.helpers import Layout, run
 from tests.generate.hosts import WORKSTATION

@@ -3,7 +3,6 @@ failures and retries. (Real uevents: test_hotplug.py; simulated ones: test_umock
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import os
@@ -13,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from cdi_plugin.watch.watcher import Watcher
+from cdi_plugin.scan.watcher import Watcher
 from tests.deviceplugin.helpers import run
 from tests.generate.hosts import WORKSTATION
 from tests.scan.helpers import snapshot
@@ -169,7 +168,10 @@ def test_a_failing_rescan_is_logged_once_and_retried_until_it_succeeds(
     setup: tuple[Path, Path, Path], caplog: pytest.LogCaptureFixture
 ) -> None:
     config, host, out = setup
-    caplog.set_level(logging.INFO, "cdi_plugin")
+    caplog.set_level(logging.DEBUG, "cdi_plugin")
+
+    def failures() -> list[logging.LogRecord]:
+        return [r for r in caplog.records if r.getMessage().startswith("rescan of every class failed")]
 
     async def scenario() -> None:
         watcher = Watcher(watch_options(out, config, source=f"fixture:{host}"))
@@ -184,7 +186,8 @@ def test_a_failing_rescan_is_logged_once_and_retried_until_it_succeeds(
                 lambda: any(r.levelno == logging.ERROR for r in caplog.records), "failure logged"
             )
             assert (out / KVM).exists(), "a failed rescan writes nothing"
-            await asyncio.sleep(1.5)  # a retry after 1 s fails the same way: not logged again
+            await eventually(lambda: len(failures()) >= 2, "the retry after 1 s", timeout=8)
+            assert failures()[1].levelno == logging.DEBUG, "the same failure again: not logged again"
             foreign.unlink()
             await eventually(lambda: specs(out) == {FUSE, TUN}, "retried and written", timeout=8)
 

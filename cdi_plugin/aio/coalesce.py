@@ -4,14 +4,15 @@ A burst (a USB hub with many devices, a thousand binder nodes created at once) s
 rescan, not one per event: a batch is released once no new event arrived for ``quiet`` seconds,
 or ``max_delay`` seconds after its first event even while events keep coming, so a sustained
 storm cannot postpone the update forever. Only the distinct keys of a batch are kept, so memory
-does not grow with the number of events.
+does not grow with the number of events. The clock, and the sleep that waits on it, can be
+replaced (tests drive a batch's timing by hand).
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Hashable
+from collections.abc import Awaitable, Callable, Hashable
 from typing import Generic, TypeVar
 
 K = TypeVar("K", bound=Hashable)
@@ -19,13 +20,18 @@ K = TypeVar("K", bound=Hashable)
 
 class Coalescer(Generic[K]):
     def __init__(
-        self, quiet: float = 0.1, max_delay: float = 0.25, clock: Callable[[], float] = time.monotonic
+        self,
+        quiet: float = 0.1,
+        max_delay: float = 0.25,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
         if quiet <= 0 or max_delay < quiet:
             raise ValueError("need 0 < quiet <= max_delay")
         self.quiet = quiet
         self.max_delay = max_delay
         self._clock = clock
+        self._sleep = sleep
         self._keys: set[K] = set()
         self._first = 0.0
         self._last = 0.0
@@ -53,7 +59,7 @@ class Coalescer(Generic[K]):
             delay = deadline - self._clock()
             if delay <= 0:
                 break
-            await asyncio.sleep(delay)
+            await self._sleep(delay)
         keys, events = frozenset(self._keys), self._events
         self._keys.clear()
         self._events = 0

@@ -2,8 +2,7 @@
 
 1. The event sources start first (uevents queue in the kernel meanwhile), then a full scan runs.
 2. Every trigger adds the kinds it touches to a :class:`Coalescer`: uevents of the classes'
-   subsystems (:class:`UdevMonitor`, read at most :data:`PER_WAKEUP` per wake-up so a storm cannot
-   starve other tasks on the loop), device nodes appearing or vanishing in the directories of
+   subsystems (:mod:`.uevents`), device nodes appearing or vanishing in the directories of
    devnode globs, a receive-buffer overflow (every class), a valid configuration edit (every
    class), a changed fixture file (every class), and one of our spec files deleted behind our back
    or the output directory re-created (the kinds whose files are missing).
@@ -29,27 +28,30 @@ import dataclasses
 import logging
 import os
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from asyncinotify import Mask
 
+from cdi_plugin.aio.coalesce import Coalescer
+from cdi_plugin.aio.dirwatch import FILES, DirWatch
+from cdi_plugin.aio.pulse import Pulse
+from cdi_plugin.aio.run import run_until
 from cdi_plugin.discovery.model import DeviceSource
 from cdi_plugin.discovery.query import DEV
 from cdi_plugin.discovery.sources import make_source
-from cdi_plugin.discovery.udev import RECEIVE_BUFFER_BYTES, MonitorSource, UdevMonitor
+from cdi_plugin.discovery.udev import RECEIVE_BUFFER_BYTES, MonitorSource
 from cdi_plugin.errors import CdiPluginError, DiscoveryError, GenerateError, SpecInvalidError
-from cdi_plugin.scan import ScanOptions, ScanReport, run_scan
+from cdi_plugin.scan.batchlog import BatchLog
+from cdi_plugin.scan.configfollow import ConfigFollower
+from cdi_plugin.scan.nodedirs import glob_dirs, host_path
+from cdi_plugin.scan.pipeline import ScanOptions, ScanReport, run_scan
+from cdi_plugin.scan.probe import PROBE_TIMEOUT, check_delivery
+from cdi_plugin.scan.targets import targets_for
+from cdi_plugin.scan.uevents import Uevents
 from cdi_plugin.store.dirlock import LockTimeoutError
-from cdi_plugin.watch.coalesce import Coalescer
-from cdi_plugin.watch.configfollow import ConfigFollower
-from cdi_plugin.watch.dirwatch import FILES, DirWatch
-from cdi_plugin.watch.nodedirs import glob_dirs, host_path
-from cdi_plugin.watch.probe import PROBE_TIMEOUT, check_delivery
-from cdi_plugin.watch.pulse import Pulse
-from cdi_plugin.watch.targets import targets_for
 from cdi_plugin.wording import plural
 
 if TYPE_CHECKING:  # prometheus_client is loaded only where metrics are served
@@ -61,14 +63,11 @@ log = logging.getLogger(__name__)
 ALL = "*"
 #: A key meaning "check the output directory for spec files of ours that went away".
 OUTPUT = "?"
-#: uevents read per wake-up of the event loop.
-PER_WAKEUP = 64
 RETRY_FIRST = 1.0
 RETRY_MAX = 60.0
 #: Editors and ConfigMaps change a file in several steps; read it once they are done.
 FILE_SETTLE_QUIET = 0.05
 FILE_SETTLE_MAX = 0.25
-_MAX_NAMES = 10
 
 Key = frozenset[str]
 
@@ -92,12 +91,6 @@ class WatchOptions:
     plugin_section_used: bool = False
 
 
-def _names(items: Iterable[str]) -> str:
-    items = list(items)
-    shown = ", ".join(items[:_MAX_NAMES])
-    return shown + (f" and {len(items) - _MAX_NAMES} more" if len(items) > _MAX_NAMES else "")
-
-
 class Watcher:
     """Construct (loads the configuration: raises ``ConfigError``), then ``await run(stop)``.
 
@@ -117,7 +110,6 @@ class Watcher:
             on_invalid=None if metrics is None else lambda: metrics.record_validation_failure("config"),
         )
         self.config.load()
-        self._udev = options.source == "udev"
         if source is None:
             source = make_source(options.source, dev_root=options.dev_root, simulated=False)
         self.source = source
@@ -127,14 +119,17 @@ class Watcher:
         self.ready = asyncio.Event()
         #: Fired after every batch, whether it succeeded or not.
         self.batches = Pulse()
-        self.uevents = 0
+        self.feed = Uevents(
+            options.uevent_source,
+            options.receive_buffer,
+            targets=lambda: self.targets,
+            add=lambda kinds: self._add(*kinds),
+            lost=lambda: self._add(ALL),
+            fail=self._fail,
+        )
         self._scan_options = dataclasses.replace(options.scan, skip_refused=True, dry_run=False)
-        self._devices: dict[str, frozenset[str]] = {}
-        self._files: dict[str, str] = {}  # spec file name -> kind, as last written
-        self._warned: set[str] = set()
-        self._monitor: UdevMonitor | None = None
+        self.written = BatchLog()
         self._node_kinds: set[str] = set()
-        self._lost_logged = False
         self._fatal: asyncio.Future[None] | None = None
         self._retry_keys: set[str] = set()
         self._retry_handle: asyncio.TimerHandle | None = None
@@ -165,7 +160,7 @@ class Watcher:
                     [output_dir],
                     name="output dir",
                     events=Mask.DELETE | Mask.MOVED_FROM,
-                    relevant=lambda _d, name: name in self._files,
+                    relevant=lambda _d, name: name in self.written.files,
                 )
             )
             follow: list[tuple[DirWatch, Callable[[], None], bool]] = [
@@ -188,35 +183,27 @@ class Watcher:
                     )
                 )
                 follow.append((watch, lambda: self._add(ALL), True))
-            self._start_monitor()
+            if self.options.source == "udev":
+                self.feed.start()
             self._log_start(output_dir)
             seen = [w.pulse.count for w, _, _ in follow]  # what happens during the first scan counts
             await self._process(frozenset({frozenset({ALL})}), 0, initial=True)
-            tasks = [
-                asyncio.create_task(self._follow(w, on, settle, n))
-                for (w, on, settle), n in zip(follow, seen, strict=True)
-            ]
-            tasks.append(asyncio.create_task(self._batches(), name="batches"))
-            background = []
-            if self._monitor is not None and self.options.probe:
-                background.append(asyncio.create_task(self._probe(self._monitor.source), name="probe"))
+            probe = []
+            if self.feed.monitor is not None and self.options.probe:
+                probe.append(check_delivery(self.feed.monitor.source, self.options.probe_timeout))
             self.ready.set()
-            stopper = asyncio.create_task(stop.wait())
-            waiting: list[asyncio.Future[Any]] = [stopper, self._fatal, *tasks]
-            try:
-                done, _ = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
-                for future in done:
-                    if future is not stopper:
-                        future.result()
-            finally:
-                for task in [stopper, *tasks, *background]:
-                    task.cancel()
-                await asyncio.gather(stopper, *tasks, *background, return_exceptions=True)
+            await run_until(
+                stop,
+                self._fatal,
+                self._batches(),
+                *(self._follow(w, on, settle, n) for (w, on, settle), n in zip(follow, seen, strict=True)),
+                helpers=probe,
+            )
         log.info("stopped watching")
 
     def _log_start(self, output_dir: Path) -> None:
         kinds = [c.kind for c in self.config.classes if c.enabled]
-        monitor = self._monitor
+        monitor = self.feed.monitor
         if monitor is not None:
             events = f"{monitor.source} uevents of " + (
                 ", ".join(sorted(self.targets.subsystems)) or "every subsystem"
@@ -240,7 +227,7 @@ class Watcher:
         if self._retry_handle is not None:
             self._retry_handle.cancel()
             self._retry_handle = None
-        self._stop_monitor()
+        self.feed.stop()
 
     async def _follow(self, watch: DirWatch, on_change: Callable[[], None], settle: bool, seen: int) -> None:
         while True:
@@ -256,66 +243,19 @@ class Watcher:
             keys, events = await self.coalescer.next_batch()
             await self._process(keys, events)
 
-    async def _probe(self, source: MonitorSource) -> None:
-        await check_delivery(source, self.options.probe_timeout)
+    @property
+    def uevents(self) -> int:
+        """uevents read so far."""
+        return self.feed.count
+
+    def _fail(self, exc: DiscoveryError) -> None:
+        """The event source failed for good: :meth:`run` raises ``exc``."""
+        if self._fatal is not None and not self._fatal.done():
+            self._fatal.set_exception(exc)
 
     def _add(self, *kinds: str) -> None:
         if kinds:
             self.coalescer.add(frozenset(kinds))
-
-    # -- uevents --------------------------------------------------------------------------------
-
-    def _start_monitor(self) -> None:
-        """Listen for the uevents the classes need (again, after a configuration change)."""
-        if not self._udev:
-            return
-        targets = self.targets
-        old = self._monitor
-        if not targets.wants_uevents:
-            self._monitor = None
-        else:
-            monitor = UdevMonitor(
-                () if targets.every_subsystem else targets.subsystems,
-                self.options.uevent_source,
-                self.options.receive_buffer,
-            )
-            monitor.start()
-            asyncio.get_running_loop().add_reader(monitor.fileno(), self._on_uevents, monitor)
-            self._monitor = monitor
-        if old is not None:
-            self._release(old)
-
-    def _stop_monitor(self) -> None:
-        if self._monitor is not None:
-            self._release(self._monitor)
-            self._monitor = None
-
-    @staticmethod
-    def _release(monitor: UdevMonitor) -> None:
-        asyncio.get_running_loop().remove_reader(monitor.fileno())
-        monitor.close()
-
-    def _on_uevents(self, monitor: UdevMonitor) -> None:
-        try:
-            events, lost = monitor.receive(PER_WAKEUP)
-        except DiscoveryError as exc:
-            self._stop_monitor()
-            if self._fatal is not None and not self._fatal.done():
-                self._fatal.set_exception(exc)
-            return
-        self.uevents += len(events)
-        targets = self.targets
-        for event in events:
-            kinds = targets.kinds_for_event(event)
-            if kinds:
-                self.coalescer.add(kinds)
-        if lost:
-            if not self._lost_logged:
-                self._lost_logged = True
-                log.warning(
-                    "uevents were lost (the monitor's receive buffer overflowed); rescanning every class"
-                )
-            self._add(ALL)
 
     # -- device nodes, configuration ------------------------------------------------------------
 
@@ -343,28 +283,24 @@ class Watcher:
                 self.targets.every_subsystem,
             ):
                 try:
-                    self._start_monitor()
+                    if self.options.source == "udev":
+                        self.feed.start()
                 except DiscoveryError as exc:
-                    if self._fatal is not None and not self._fatal.done():
-                        self._fatal.set_exception(exc)
+                    self._fail(exc)
             nodes.set_dirs(self._node_dirs())
             self._add(ALL)
         config.set_dirs(self.config.dirs())
-
-    def _missing(self) -> set[str]:
-        out = self.options.scan.output_dir
-        return {kind for name, kind in self._files.items() if not os.path.lexists(out / name)}
 
     # -- batches --------------------------------------------------------------------------------
 
     async def _process(self, keys: frozenset[Key], events: int, *, initial: bool = False) -> None:
         wanted: set[str] = set().union(*keys)
-        self._lost_logged = False
+        self.feed.lost_logged = False
         scope: set[str] | None = None
         if ALL not in wanted:
             scope = wanted - {OUTPUT}
             if OUTPUT in wanted:
-                scope |= self._missing()
+                scope |= self.written.missing(self.options.scan.output_dir)
             if not scope:
                 self.batches.fire()
                 return
@@ -388,7 +324,7 @@ class Watcher:
                 self._failed(wanted, scope, f"{type(exc).__name__}: {exc}")
             else:
                 self._succeeded()
-                self._record(scan.result(), scope, events, seconds * 1000, initial)
+                self.written.record(scan.result(), scope, events, seconds * 1000, initial)
             if self.metrics is not None:
                 self._count(seconds, scan.result() if exc is None else None, exc)
             self.batches.fire()
@@ -412,7 +348,7 @@ class Watcher:
         self.metrics.record_scan(
             seconds,
             ok=True,
-            devices={kind: len(names) for kind, names in self._devices.items()},
+            devices={kind: len(names) for kind, names in self.written.devices.items()},
             writes=collections.Counter(f.action for f in report.files),
             refused=report.refused,
         )
@@ -438,72 +374,3 @@ class Watcher:
         if self._last_error:
             log.info("rescans succeed again")
             self._last_error = ""
-
-    def _record(
-        self, report: ScanReport, scope: set[str] | None, events: int, ms: float, initial: bool
-    ) -> None:
-        now = {f.kind: frozenset(d.qualified_name for d in f.spec.devices) for f in report.files if f.spec}
-        before = self._devices
-        if scope is None:
-            after = now
-            files = {}
-            self._warned &= set(report.warnings)
-        else:
-            after = {k: v for k, v in before.items() if k not in scope} | now
-            files = {name: kind for name, kind in self._files.items() if kind not in scope}
-        files.update({f.path.name: f.kind for f in report.files if f.action != "removed"})
-        self._devices, self._files = after, files
-        for warning in report.warnings:
-            if warning not in self._warned:
-                log.warning("%s", warning)
-        self._warned |= set(report.warnings)
-        old_names = set().union(*before.values()) if before else set()
-        new_names = set().union(*after.values()) if after else set()
-        added, gone = sorted(new_names - old_names), sorted(old_names - new_names)
-        written = [f.path.name for f in report.files if f.action in {"created", "changed"}]
-        removed = [f.path.name for f in report.files if f.action == "removed"]
-        what = "every class" if scope is None else ", ".join(sorted(scope))
-        extra = {
-            "events": events,
-            "rescanned": what,
-            "written": ",".join(written),
-            "removed": ",".join(removed),
-            "devices_added": len(added),
-            "devices_removed": len(gone),
-            "ms": round(ms, 1),
-            "lock_wait_ms": round(report.lock_wait * 1000, 1),
-        }
-        waited = (
-            f" ({report.lock_wait:.1f} s of it waiting for another scan)" if report.lock_wait >= 0.1 else ""
-        )
-        if initial:
-            log.info(
-                "initial scan in %.0f ms%s: %s in %s%s%s",
-                ms,
-                waited,
-                plural(len(new_names), "device"),
-                plural(len(after), "spec"),
-                f"; wrote {_names(written)}" if written else "; no spec changed",
-                f"; removed {_names(removed)}" if removed else "",
-                extra=extra,
-            )
-            return
-        changes = []
-        if written:
-            changes.append(f"wrote {_names(written)}")
-        if removed:
-            changes.append(f"removed {_names(removed)}")
-        if added:
-            changes.append(f"devices added: {_names(added)}")
-        if gone:
-            changes.append(f"devices removed: {_names(gone)}")
-        log.log(
-            logging.INFO if changes else logging.DEBUG,
-            "rescanned %s after %s in %.0f ms%s: %s",
-            what,
-            plural(events, "event"),
-            ms,
-            waited,
-            "; ".join(changes) or "nothing changed",
-            extra=extra,
-        )

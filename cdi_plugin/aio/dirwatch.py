@@ -21,7 +21,8 @@ from types import TracebackType
 
 from asyncinotify import Event, Inotify, Mask, Watch
 
-from cdi_plugin.watch.pulse import Pulse
+from cdi_plugin.aio.pulse import Pulse
+from cdi_plugin.aio.run import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -68,14 +69,14 @@ class DirWatch:
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        if self._reader is not None:
-            self._reader.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._reader
-        if self._inotify is not None:
-            self._inotify.close()
-        self._watches.clear()
-        self._masks.clear()
+        try:
+            if self._reader is not None:
+                await cancel_and_wait(self._reader)
+        finally:
+            if self._inotify is not None:
+                self._inotify.close()
+            self._watches.clear()
+            self._masks.clear()
 
     @property
     def targets(self) -> frozenset[Path]:

@@ -1,0 +1,71 @@
+"""Structured concurrency for the long-running loops: every task in one :class:`asyncio.TaskGroup`.
+
+:func:`run_until` runs jobs together until a stop event is set or one of them ends; every task is
+then cancelled and awaited before it returns. A job's error is raised as it was, not wrapped in an
+``ExceptionGroup``. Cancelling the caller cancels every task and the ``CancelledError`` propagates:
+a stop always stops. :func:`cancel_and_wait` ends a single task the same way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Iterable
+from typing import Any
+
+from cdi_plugin.errors import CdiPluginError
+
+
+class _Ended(CdiPluginError):
+    """Ends the group: the stop event was set, or a job ended."""
+
+
+def _leaves(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:
+    out: list[BaseException] = []
+    for exc in group.exceptions:
+        out += _leaves(exc) if isinstance(exc, BaseExceptionGroup) else [exc]
+    return out
+
+
+async def run_until(
+    stop: asyncio.Event, *jobs: Awaitable[object], helpers: Iterable[Awaitable[object]] = ()
+) -> None:
+    """Run ``jobs`` and ``helpers`` until ``stop`` is set or a job ends (returns or raises).
+
+    A helper may end on its own without stopping the others (a one-off check); an error it raises
+    stops everything like a job's. The first error is raised once every task has ended.
+    """
+
+    async def until_stop() -> None:
+        await stop.wait()
+        raise _Ended
+
+    async def job(awaitable: Awaitable[object]) -> None:
+        await awaitable
+        raise _Ended
+
+    async def helper(awaitable: Awaitable[object]) -> None:
+        await awaitable
+
+    try:
+        async with asyncio.TaskGroup() as group:
+            group.create_task(until_stop(), name="stop")
+            for awaitable in jobs:
+                group.create_task(job(awaitable))
+            for awaitable in helpers:
+                group.create_task(helper(awaitable))
+    except BaseExceptionGroup as ended:
+        errors = [exc for exc in _leaves(ended) if not isinstance(exc, _Ended)]
+        if errors:
+            raise errors[0] from None
+
+
+async def cancel_and_wait(task: asyncio.Task[Any]) -> None:
+    """Cancel ``task`` and wait until it has ended; raise the error it ended with, if any.
+
+    Unlike ``suppress(CancelledError): await task``, a cancellation of the caller itself while it
+    waits is not swallowed but propagates.
+    """
+    task.cancel()
+    await asyncio.wait([task])
+    if not task.cancelled() and (exc := task.exception()) is not None:
+        raise exc

@@ -1,1 +1,0 @@
-"""Watching: coalescing bursts, inotify on directories, and ``cdi-gen watch`` (uevents, config edits)."""

@@ -1,0 +1,119 @@
+"""DirWatch: inotify on directories, including ones that do not exist yet.
+
+inotify reports the events of one instance in order, so once the event of a marker file (in a
+directory of its own, watched as well) has been handled, so has every event before it: the tests
+synchronise on that, never on time.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from cdi_plugin.aio.dirwatch import FILES, DirWatch
+from tests.deviceplugin.helpers import run
+
+
+class Seen:
+    """The names the watch asked about; relevant are those in the marker directory and those
+    ``wanted`` accepts."""
+
+    def __init__(self, marks: Path, wanted: str = "") -> None:
+        self.marks = marks
+        self.wanted = wanted
+        self.names: list[str] = []
+        marks.mkdir()
+
+    def relevant(self, directory: Path, name: str) -> bool:
+        self.names.append(name)
+        return directory == self.marks or name.endswith(self.wanted)
+
+    async def drained(self, watch: DirWatch) -> None:
+        """Until every event that happened before this call has been handled."""
+        mark = f"mark{len(self.names)}"
+        (self.marks / mark).touch()
+        for _ in range(100):
+            if mark in self.names:
+                return
+            await watch.pulse.wait_after(watch.pulse.count)
+        raise AssertionError(f"{mark} was not seen")
+
+
+async def _fires(watch: DirWatch, seen: int) -> bool:
+    return await watch.pulse.wait_after(seen, 10.0)
+
+
+def test_entries_of_a_directory_and_the_relevance_filter(tmp_path: Path) -> None:
+    watched = tmp_path / "watched"
+    watched.mkdir()
+    seen_names = Seen(tmp_path / "marks", ".json")
+
+    async def scenario() -> None:
+        async with DirWatch([watched, seen_names.marks], name="t", events=FILES,
+                            relevant=seen_names.relevant) as w:  # fmt: skip
+            seen, asked = w.pulse.count, len(seen_names.names)
+            (watched / "ignored.txt").write_text("x")
+            await seen_names.drained(w)
+            assert "ignored.txt" in seen_names.names[asked:]
+            marks = sum(1 for n in seen_names.names[asked:] if n.startswith("mark"))
+            assert w.pulse.count - seen == marks, "only the marker fired"
+            seen = w.pulse.count
+            (watched / "a.json").write_text("{}")
+            assert await _fires(w, seen)
+            await seen_names.drained(w)
+            seen = w.pulse.count
+            (watched / "tmp").write_text("{}")
+            (watched / "tmp").rename(watched / "b.json")
+            assert await _fires(w, seen)
+            await seen_names.drained(w)
+            seen = w.pulse.count
+            (watched / "a.json").unlink()
+            assert await _fires(w, seen)
+
+    run(scenario())
+
+
+def test_a_directory_created_later_several_levels_deep(tmp_path: Path) -> None:
+    target = tmp_path / "a" / "b" / "c"
+    seen_names = Seen(tmp_path / "marks")
+
+    async def scenario() -> None:
+        async with DirWatch([target, seen_names.marks], name="t", relevant=seen_names.relevant) as w:
+            seen = w.pulse.count
+            target.mkdir(parents=True)
+            (target / "node").write_text("")
+            assert await _fires(w, seen)
+            await seen_names.drained(w)
+            seen = w.pulse.count
+            (target / "node2").write_text("")
+            assert await _fires(w, seen)
+            # removed and created again: still followed
+            shutil.rmtree(tmp_path / "a")
+            await seen_names.drained(w)
+            seen = w.pulse.count
+            target.mkdir(parents=True)
+            (target / "node3").write_text("")
+            assert await _fires(w, seen)
+            assert w.targets == frozenset({target, seen_names.marks})
+
+    run(scenario())
+
+
+def test_set_dirs_moves_the_watches(tmp_path: Path) -> None:
+    one, two = tmp_path / "one", tmp_path / "two"
+    one.mkdir()
+    two.mkdir()
+    seen_names = Seen(tmp_path / "marks")
+
+    async def scenario() -> None:
+        async with DirWatch([one, seen_names.marks], name="t", relevant=seen_names.relevant) as w:
+            w.set_dirs([two, seen_names.marks])
+            asked = len(seen_names.names)
+            (one / "x").write_text("")
+            await seen_names.drained(w)
+            assert all(n.startswith("mark") for n in seen_names.names[asked:]), "one is not watched"
+            seen = w.pulse.count
+            (two / "x").write_text("")
+            assert await _fires(w, seen)
+
+    run(scenario())
