@@ -2,7 +2,8 @@
 
 Tasks, all on one event loop:
 
-* spec dirs changed (inotify, debounced) -> :meth:`DeviceState.sync` re-reads the changed files;
+* spec dirs changed (inotify, debounced) -> :meth:`DeviceState.refresh` re-reads the changed
+  files in a worker thread (Allocate does not wait for the debounce: it asks for the reading);
 * a directory holding an advertised host device node changed -> health re-checked;
 * a device's grace period ran out -> it is dropped;
 * the state changed -> the set of endpoints (one per resource) and of watched node directories
@@ -77,7 +78,8 @@ class Daemon:
             DirWatch({s.plugin_dir, s.kubelet_socket.parent}, name="plugin dir") as plugin_dir,
         ):
             self._plugin_watch, self._node_watch = plugin_dir, nodes
-            self.state.sync()
+            self.state.inventory.watch_with(specs)
+            await self.state.refresh()
             if not self.state.resources():
                 log.info(
                     "nothing to serve yet: no kind written by cdi-gen%s in %s; watching for changes",
@@ -117,7 +119,7 @@ class Daemon:
         seen = specs.pulse.count
         while True:
             seen = await specs.pulse.settle(seen, DEBOUNCE_QUIET, DEBOUNCE_MAX)
-            self.state.sync()
+            await self.state.refresh()
 
     async def _follow_nodes(self, nodes: DirWatch) -> None:
         seen = nodes.pulse.count

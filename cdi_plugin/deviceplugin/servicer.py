@@ -82,7 +82,7 @@ class DevicePluginService(api.DevicePluginServicer):
     async def GetPreferredAllocation(
         self, request: api.PreferredAllocationRequest, context: Context
     ) -> api.PreferredAllocationResponse:
-        self.state.sync()
+        await self.state.settled()
         board = self.state.board(self.resource)
         devices = board.view.devices if board else {}
         candidates = {
@@ -99,7 +99,7 @@ class DevicePluginService(api.DevicePluginServicer):
 
     async def Allocate(self, request: api.AllocateRequest, context: Context) -> api.AllocateResponse:
         started = time.perf_counter()
-        snapshot = self.state.sync()
+        await self.state.settled()
 
         def lookup(device_id: str) -> Lookup | None:
             status = self.state.status(self.resource, device_id)
@@ -111,7 +111,7 @@ class DevicePluginService(api.DevicePluginServicer):
                 self.resource,
                 requests,
                 lookup,
-                lambda name: self.state.problem(name, snapshot),
+                self.state.problem,
                 self.strategy,
             )
         except AllocationError as exc:
