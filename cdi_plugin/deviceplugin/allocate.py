@@ -20,6 +20,7 @@ directories right now; otherwise the whole request fails (nothing is half-alloca
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 from collections.abc import Callable, Sequence
@@ -64,6 +65,7 @@ def _hash(text: str, length: int) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:length]
 
 
+@functools.lru_cache(maxsize=256)
 def annotation_plugin(resource: str) -> str:
     """``<plugin>`` of the annotation key for ``resource``."""
     plugin = resource.replace("/", "_")

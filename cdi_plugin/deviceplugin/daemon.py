@@ -2,7 +2,7 @@
 
 Tasks, all on one event loop:
 
-* spec dirs changed (inotify, debounced) -> :meth:`DeviceState.refresh` re-reads the changed
+* spec dirs changed (inotify, debounced) -> :meth:`DeviceState.settled` re-reads the changed
   files in a worker thread (Allocate does not wait for the debounce: it asks for the reading);
 * a directory holding an advertised host device node changed -> health re-checked;
 * a device's grace period ran out -> it is dropped;
@@ -119,7 +119,7 @@ class Daemon:
         seen = specs.pulse.count
         while True:
             seen = await specs.pulse.settle(seen, DEBOUNCE_QUIET, DEBOUNCE_MAX)
-            await self.state.refresh()
+            await self.state.settled()  # an Allocate may have had the change read already
 
     async def _follow_nodes(self, nodes: DirWatch) -> None:
         seen = nodes.pulse.count

@@ -35,6 +35,7 @@ from cdi_plugin.store.registry import Snapshot, SpecRegistry
 Stamp = tuple[tuple[str, int, int, int, int], ...]
 DirStamp = tuple[int, int, int] | None
 ATTEMPTS = 3
+_SUFFIXES = tuple(SPEC_SUFFIXES)
 
 
 def _dir_stamps(dirs: Sequence[Path]) -> tuple[DirStamp, ...]:
@@ -55,7 +56,7 @@ def _stamp(directory: Path) -> Stamp:
         with os.scandir(directory) as entries:
             for entry in entries:
                 name = entry.name
-                if not (name.endswith(tuple(SPEC_SUFFIXES)) or name == RECORD_NAME):
+                if not (name.endswith(_SUFFIXES) or name == RECORD_NAME):
                     continue
                 try:
                     st = entry.stat()

@@ -14,8 +14,8 @@ after every change, before anything else runs) or asynchronously (:meth:`changes
 :meth:`settled` is what a caller that must not act on a stale inventory (Allocate) awaits: it
 returns at once unless a change may be pending, judged without listing anything: an event of the
 spec directories' watch (:meth:`watch_with`) that no reading has covered, or one the kernel holds
-that the watch has not read yet, or a directory whose stat moved. Then it waits for a reading begun
-after the call to be applied.
+that the watch has not read yet; without a watch, a directory whose stat moved. Then it waits for
+a reading begun after the call to be applied.
 """
 
 from __future__ import annotations
@@ -85,6 +85,7 @@ class SpecInventory:
         self._covered = -1  # the watch's pulse count when the applied reading began
         self._asked = self._done = 0  # refreshes asked for, and covered by a finished reading
         self._reader: asyncio.Future[None] | None = None
+        self._reading_from = -1  # the watch's pulse count when the reading under way began
 
     # -- reading ----------------------------------------------------------------------------------
 
@@ -124,13 +125,13 @@ class SpecInventory:
         return self.grace.next_expiry(self._devices.values())
 
     def problem(self, cdi_name: str) -> str | None:
-        """Why ``cdi_name`` must not be handed out, or None: it must resolve in the applied reading
-        (await :meth:`settled` first) and every host node it names must be present (a ``stat``
-        each: the node may be gone before its directory's event was handled)."""
-        entry = self._reading.snapshot.resolve(cdi_name) if self._reading is not None else None
-        if entry is None:
+        """Why ``cdi_name`` must not be handed out, or None: it must be served from the applied
+        reading (await :meth:`settled` first) and every host node it names must be present (a
+        ``stat`` each: the node may be gone before its directory's event was handled)."""
+        nodes = self.health.nodes(cdi_name)
+        if nodes is None:
             return "does not resolve in the CDI spec directories (removed, broken or conflicting)"
-        health = check(host_nodes(entry.spec, entry.device))
+        health = check(nodes)
         if not health.healthy:
             self._update(restat=True)
             return f"is Unhealthy: {health.reason}"
@@ -145,16 +146,24 @@ class SpecInventory:
     def pending(self) -> bool:
         """True when the spec directories may have changed since the applied reading began (O(1))."""
         watch = self._watch
-        if watch is not None and (watch.pulse.count != self._covered or watch.unread()):
-            return True
+        if watch is not None:
+            return watch.pulse.count != self._covered or watch.unread()
         return self.source.moved()
 
     async def settled(self) -> None:
         """Return once every change made to the spec directories before the call is applied."""
-        if self._watch is not None:
+        watch = self._watch
+        if watch is not None:
             # An event the watch read in this loop iteration is handled in the next one.
             await asyncio.sleep(0)
-        if self.pending():
+        if not self.pending():
+            return
+        reader = self._reader
+        # No event since the reading under way began: it covers every change made so far.
+        covering = watch is not None and self._reading_from == watch.pulse.count and not watch.unread()
+        if reader is not None and covering:
+            await asyncio.shield(reader)
+        else:
             await self.refresh()
 
     async def refresh(self) -> None:
@@ -169,7 +178,7 @@ class SpecInventory:
 
     async def _read(self) -> None:
         covers = self._asked
-        count = self._watch.pulse.count if self._watch is not None else -1
+        count = self._reading_from = self._watch.pulse.count if self._watch is not None else -1
         try:
             await asyncio.to_thread(self.source.current)
             self._covered = count
