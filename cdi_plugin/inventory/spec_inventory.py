@@ -179,9 +179,11 @@ class SpecInventory:
     async def _read(self) -> None:
         covers = self._asked
         count = self._reading_from = self._watch.pulse.count if self._watch is not None else -1
+        unsettled = self.source.unsettled
         try:
             await asyncio.to_thread(self.source.current)
-            self._covered = count
+            if self.source.unsettled == unsettled:  # else the directories kept changing: still pending
+                self._covered = count
             self._apply()
         finally:
             self._done = max(self._done, covers)
