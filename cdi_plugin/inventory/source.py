@@ -3,7 +3,8 @@ of cdi-gen's ownership records, and cheap checks for changes.
 
 :meth:`SpecSource.current` lists the directories and stats the spec files and the records (no
 reads); only when one of them changed does it read again: the registry re-reads only the changed
-files, then the records and the files they name are read to learn which kinds are cdi-gen's.
+files, then the records, and the files they name that changed are hashed to learn which kinds
+are cdi-gen's.
 
 A reading is taken as one moment: the directories are stamped (names, inodes, sizes, times)
 before and after it, and it counts only if nothing changed in between, else it is taken again
@@ -32,7 +33,8 @@ from cdi_plugin.store.files import SPEC_SUFFIXES, read_spec_bytes
 from cdi_plugin.store.ownership import RECORD_NAME, digest, read_record
 from cdi_plugin.store.registry import Snapshot, SpecRegistry
 
-Stamp = tuple[tuple[str, int, int, int, int], ...]
+FileStamp = tuple[str, int, int, int, int]  # name, inode, size, mtime, ctime
+Stamp = tuple[FileStamp, ...]
 DirStamp = tuple[int, int, int] | None
 ATTEMPTS = 3
 _SUFFIXES = tuple(SPEC_SUFFIXES)
@@ -84,18 +86,34 @@ class Reading:
     recorded: frozenset[str]
 
 
-def _ownership(dirs: Sequence[Path]) -> tuple[frozenset[str], frozenset[str]]:
+Digests = dict[tuple[Path, str], tuple[FileStamp, str]]
+
+
+def _ownership(
+    dirs: Sequence[Path], stamps: tuple[Stamp, ...], known: Digests
+) -> tuple[frozenset[str], frozenset[str], Digests]:
+    """The kinds owned and recorded, and the digests taken; a file whose stamp is the one a
+    digest was taken at (in a consistent reading) is not read and hashed again."""
     owned: set[str] = set()
     recorded: set[str] = set()
-    for directory in dirs:
+    digests: Digests = {}
+    for directory, stamp in zip(dirs, stamps, strict=True):
+        by_name = {entry[0]: entry for entry in stamp}
         for entry in read_record(directory).values():
             recorded.add(entry.kind)
+            key, now = (directory, entry.name), by_name.get(entry.name)
+            cached = known.get(key)
             try:
-                if entry.owns(digest(read_spec_bytes(directory / entry.name))):
-                    owned.add(entry.kind)
+                sha = cached[1] if cached is not None and cached[0] == now else None
+                if sha is None:
+                    sha = digest(read_spec_bytes(directory / entry.name))
             except SpecLoadError:
                 continue
-    return frozenset(owned), frozenset(recorded)
+            if now is not None:
+                digests[key] = (now, sha)
+            if entry.owns(sha):
+                owned.add(entry.kind)
+    return frozenset(owned), frozenset(recorded), digests
 
 
 class SpecSource:
@@ -106,6 +124,7 @@ class SpecSource:
         self._snapshot: Snapshot | None = None
         self._lock = threading.Lock()
         self._dir_stamps: tuple[DirStamp, ...] | None = None
+        self._digests: Digests = {}
         #: The latest consistent reading; None until one was taken.
         self.reading: Reading | None = None
         #: Incremented whenever a new consistent reading was taken because something changed.
@@ -138,11 +157,11 @@ class SpecSource:
             return self._snapshot
         for _ in range(ATTEMPTS):
             snapshot = self._registry.refresh()
-            owned, recorded = _ownership(self.dirs)
+            owned, recorded, digests = _ownership(self.dirs, before, self._digests)
             after = _stamps(self.dirs)
             self._snapshot = snapshot
             if after == before:
-                self._stamps, self._dir_stamps = before, dir_stamps
+                self._stamps, self._dir_stamps, self._digests = before, dir_stamps, digests
                 self.reading = Reading(snapshot, owned, recorded)
                 self.generation += 1
                 return snapshot
