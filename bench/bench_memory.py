@@ -10,7 +10,9 @@ Prints, in one run:
   workstation, and 1000 recorded binder devices;
 * ``cdi-plugin serve --scan`` generating the specs of 1000 devices (recorded in a fixture, which it
   watches as it watches the host) and serving them: once registered, and after Allocates and
-  rewrites of the fixture that add and remove a device (rescan, spec rewrite, ListAndWatch).
+  rewrites of the fixture that add and remove a device (rescan, spec rewrite, ListAndWatch);
+* where the memory goes: VmRSS of a fresh interpreter after each import ``serve`` (then
+  ``--scan``) needs, in order, and the Python heap the 1000-device inventory holds (tracemalloc).
 
 Run as root (device nodes are made with mknod in a temporary directory):
 
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import os
 import re
@@ -203,6 +206,66 @@ async def serve_scan(devices: int, calls: int, rewrites: int) -> tuple[int, int,
     return registered, after, peak
 
 
+#: What ``cdi-plugin serve`` imports, in order (the DRA driver, lightkube and the JSON Schema
+#: validator are not among them), then what ``--scan`` adds.
+SERVE_IMPORTS = (
+    "asyncio", "click", "grpc", "cdi_plugin.deviceplugin.api", "prometheus_client", "asyncinotify",
+    "cdi_plugin.cdi.codec", "cdi_plugin.deviceplugin.daemon", "cdi_plugin.cli.service",
+)  # fmt: skip
+SCAN_IMPORTS = ("yaml", "jsonschema_rs", "pyudev", "cdi_plugin.cli.serve_scan")
+
+_STEPS = """
+import importlib, sys
+def rss():
+    for line in open("/proc/self/status"):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+print("python", rss())
+for name in sys.argv[1:]:
+    importlib.import_module(name)
+    print(name, rss())
+"""
+
+_HEAP = """
+import os, sys, tempfile, tracemalloc
+from pathlib import Path
+sys.path.insert(0, sys.argv[2])
+from cdi_plugin.deviceplugin.state import DeviceState
+from cdi_plugin.inventory import NumaLocator, SpecSource
+from tests.deviceplugin.helpers import Layout, make_node, spec_of, write_spec
+with tempfile.TemporaryDirectory() as raw:
+    layout = Layout.under(Path(raw))
+    nodes = {f"d{i}": [make_node(layout.dev / f"n{i}")] for i in range(int(sys.argv[1]))}
+    write_spec(layout.etc, spec_of("cdi-plugin.io/bench", nodes))
+    settings = layout.settings()
+    tracemalloc.start()
+    state = DeviceState(settings, SpecSource(settings.spec_dirs), NumaLocator(layout.sysfs))
+    state.sync()
+    now, peak = tracemalloc.get_traced_memory()
+    print(now, peak)
+"""
+
+
+def where_it_goes(devices: int) -> None:
+    imports = [*SERVE_IMPORTS, *SCAN_IMPORTS]
+    out = subprocess.run(
+        [sys.executable, "-c", _STEPS, *imports], capture_output=True, text=True, check=True
+    ).stdout.split()
+    steps = list(zip(out[::2], map(int, out[1::2]), strict=True))
+    print("where the memory goes: VmRSS of a fresh interpreter after each import, in order")
+    for (_, before), (name, after) in itertools.pairwise(steps):
+        scan = " (--scan)" if name in SCAN_IMPORTS else ""
+        print(f"  {name + scan:44} {mib(after)}  +{(after - before) / 1024:4.1f} MiB")
+    now, peak = map(
+        int,
+        subprocess.run(
+            [sys.executable, "-c", _HEAP, str(devices), str(ROOT)], capture_output=True, text=True, check=True
+        ).stdout.split(),
+    )
+    print(f"  Python heap of the {devices}-device inventory (tracemalloc): {now / 2**20:.1f} MiB held, "
+          f"{peak / 2**20:.1f} MiB at the peak of reading the spec")  # fmt: skip
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -235,6 +298,7 @@ def main() -> int:
     registered, after, peak = asyncio.run(serve_scan(args.devices, args.calls, args.rewrites))
     print(f"cdi-plugin serve --scan, generating and serving {args.devices} devices, metrics endpoint on:")
     print(f"  {'':28} {mib(registered):>12} {mib(after):>12} {mib(peak):>12}")
+    where_it_goes(args.devices)
     return 0
 
 

@@ -15,6 +15,7 @@ import contextlib
 import errno
 import logging
 import os
+import select
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from types import TracebackType
@@ -81,6 +82,12 @@ class DirWatch:
     @property
     def targets(self) -> frozenset[Path]:
         return frozenset(self._targets)
+
+    def unread(self) -> bool:
+        """True while the kernel holds events not read yet (a poll of the inotify descriptor)."""
+        if self._inotify is None:
+            return False
+        return bool(select.select([self._inotify.fd], [], [], 0)[0])
 
     def set_dirs(self, dirs: Iterable[Path]) -> None:
         """Watch these directories from now on (cheap when unchanged)."""

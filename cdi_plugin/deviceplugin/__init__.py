@@ -7,6 +7,5 @@ code in ``_proto``.
 
 Pure modules: settings, resources (the catalog), allocate, preferred, state (boards over the
 inventory). I/O edges: registration and lifecycle (sockets, gRPC), servicer (gRPC handlers),
-daemon (composition root, inotify, signals). specsource and topology only re-export the
-inventory's reader and NUMA lookup for the daemon.
+daemon (composition root, inotify, signals).
 """

@@ -20,12 +20,13 @@ directories right now; otherwise the whole request fails (nothing is half-alloca
 
 from __future__ import annotations
 
-import hashlib
+import functools
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from cdi_plugin.cdi.names import short_hash
 from cdi_plugin.deviceplugin.settings import Strategy
 from cdi_plugin.errors import CdiPluginError
 
@@ -61,23 +62,20 @@ class ContainerAllocation:
     annotations: dict[str, str]
 
 
-def _hash(text: str, length: int) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()[:length]
-
-
+@functools.lru_cache(maxsize=256)
 def annotation_plugin(resource: str) -> str:
     """``<plugin>`` of the annotation key for ``resource``."""
     plugin = resource.replace("/", "_")
     room = MAX_ANNOTATION_NAME - 1 - _REQUEST_HASH
     if len(plugin) > room:
-        tag = _hash(resource, 8)
+        tag = short_hash(resource, 8)
         plugin = plugin[: room - len(tag) - 1].rstrip("_.-") + "-" + tag
     return plugin
 
 
 def annotation_key(resource: str, device_ids: Sequence[str]) -> str:
     """The deterministic ``cdi.k8s.io/<plugin>_<id>`` key of one container's devices of ``resource``."""
-    request = _hash(",".join(sorted(set(device_ids))), _REQUEST_HASH)
+    request = short_hash(",".join(sorted(set(device_ids))), _REQUEST_HASH)
     name = f"{annotation_plugin(resource)}_{request}"
     if len(name) > MAX_ANNOTATION_NAME or not _ANNOTATION_NAME.fullmatch(name):
         raise ValueError(f"cannot build a CDI annotation key for resource {resource!r}: {name!r}")

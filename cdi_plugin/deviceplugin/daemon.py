@@ -2,7 +2,8 @@
 
 Tasks, all on one event loop:
 
-* spec dirs changed (inotify, debounced) -> :meth:`DeviceState.sync` re-reads the changed files;
+* spec dirs changed (inotify, debounced) -> :meth:`DeviceState.settled` re-reads the changed
+  files in a worker thread (Allocate does not wait for the debounce: it asks for the reading);
 * a directory holding an advertised host device node changed -> health re-checked;
 * a device's grace period ran out -> it is dropped;
 * the state changed -> the set of endpoints (one per resource) and of watched node directories
@@ -26,9 +27,8 @@ from cdi_plugin.aio.run import cancel_and_wait, run_until
 from cdi_plugin.deviceplugin.lifecycle import Endpoint
 from cdi_plugin.deviceplugin.servicer import OPTIONS, DevicePluginService
 from cdi_plugin.deviceplugin.settings import Settings
-from cdi_plugin.deviceplugin.specsource import SpecSource
 from cdi_plugin.deviceplugin.state import DeviceState
-from cdi_plugin.deviceplugin.topology import NumaLocator
+from cdi_plugin.inventory import NumaLocator, SpecSource
 from cdi_plugin.metrics import PluginMetrics
 from cdi_plugin.store.files import SPEC_SUFFIXES
 from cdi_plugin.store.ownership import RECORD_NAME
@@ -78,7 +78,8 @@ class Daemon:
             DirWatch({s.plugin_dir, s.kubelet_socket.parent}, name="plugin dir") as plugin_dir,
         ):
             self._plugin_watch, self._node_watch = plugin_dir, nodes
-            self.state.sync()
+            self.state.inventory.watch_with(specs)
+            await self.state.refresh()
             if not self.state.resources():
                 log.info(
                     "nothing to serve yet: no kind written by cdi-gen%s in %s; watching for changes",
@@ -111,7 +112,7 @@ class Daemon:
         seen = specs.pulse.count
         while True:
             seen = await specs.pulse.settle(seen, DEBOUNCE_QUIET, DEBOUNCE_MAX)
-            self.state.sync()
+            await self.state.settled()  # an Allocate may have had the change read already
 
     async def _follow_nodes(self, nodes: DirWatch) -> None:
         seen = nodes.pulse.count

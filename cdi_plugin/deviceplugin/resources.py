@@ -14,13 +14,12 @@
 
 from __future__ import annotations
 
-import hashlib
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from cdi_plugin.cdi.names import natural_key
+from cdi_plugin.cdi.names import natural_key, short_hash
 from cdi_plugin.inventory.record import ServedDevice
 
 MAX_DEVICE_ID = 63
@@ -58,10 +57,6 @@ def resource_name_problem(name: str) -> str | None:
     return None
 
 
-def _short_hash(text: str, length: int = 8) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()[:length]
-
-
 def replica_ids(device_name: str, replicas: int) -> list[str]:
     """The kubelet device IDs of one CDI device shared by ``replicas`` containers."""
     if replicas <= 1:
@@ -72,7 +67,7 @@ def replica_ids(device_name: str, replicas: int) -> list[str]:
         if len(device_name) + len(suffix) <= MAX_DEVICE_ID:
             ids.append(device_name + suffix)
         else:
-            tag = f"~{_short_hash(device_name)}"
+            tag = f"~{short_hash(device_name, 8)}"
             ids.append(device_name[: MAX_DEVICE_ID - len(tag) - len(suffix)] + tag + suffix)
     return ids
 

@@ -11,7 +11,7 @@ from typing import Any
 import grpc
 
 from cdi_plugin.deviceplugin import api
-from cdi_plugin.deviceplugin.allocate import AllocationError, Lookup, allocate
+from cdi_plugin.deviceplugin.allocate import AllocationError, ContainerAllocation, Lookup, allocate
 from cdi_plugin.deviceplugin.preferred import Candidate, preferred
 from cdi_plugin.deviceplugin.settings import Strategy
 from cdi_plugin.deviceplugin.state import DeviceState, ResourceView
@@ -82,7 +82,7 @@ class DevicePluginService(api.DevicePluginServicer):
     async def GetPreferredAllocation(
         self, request: api.PreferredAllocationRequest, context: Context
     ) -> api.PreferredAllocationResponse:
-        self.state.sync()
+        await self.state.settled()
         board = self.state.board(self.resource)
         devices = board.view.devices if board else {}
         candidates = {
@@ -99,7 +99,7 @@ class DevicePluginService(api.DevicePluginServicer):
 
     async def Allocate(self, request: api.AllocateRequest, context: Context) -> api.AllocateResponse:
         started = time.perf_counter()
-        snapshot = self.state.sync()
+        await self.state.settled()
 
         def lookup(device_id: str) -> Lookup | None:
             status = self.state.status(self.resource, device_id)
@@ -111,13 +111,21 @@ class DevicePluginService(api.DevicePluginServicer):
                 self.resource,
                 requests,
                 lookup,
-                lambda name: self.state.problem(name, snapshot),
+                self.state.problem,
                 self.strategy,
             )
         except AllocationError as exc:
             self.state.metrics.allocation(self.resource, exc.code, time.perf_counter() - started)
             log.warning("%s: Allocate refused: %s", self.resource, exc.message, extra=self._extra)
             await context.abort(_STATUS[exc.code], exc.message)
+        response = api.allocate_response((a.cdi_devices, a.annotations) for a in answers)
+        # Counted and logged once the answer is on its way: a log line is a write to stderr.
+        asyncio.get_running_loop().call_soon(self._allocated, requests, answers, started)
+        return response
+
+    def _allocated(
+        self, requests: list[list[str]], answers: list[ContainerAllocation], started: float
+    ) -> None:
         self.state.metrics.allocation(self.resource, "ok", time.perf_counter() - started)
         for ids, answer in zip(requests, answers, strict=True):
             log.info(
@@ -127,7 +135,6 @@ class DevicePluginService(api.DevicePluginServicer):
                 ",".join(answer.cdi_devices or answer.annotations.values()),
                 extra=self._extra,
             )
-        return api.allocate_response((a.cdi_devices, a.annotations) for a in answers)
 
     async def PreStartContainer(
         self, request: api.PreStartContainerRequest, context: Context

@@ -21,9 +21,10 @@ from cdi_plugin.aio.pulse import Pulse
 from cdi_plugin.cdi.names import natural_key
 from cdi_plugin.deviceplugin.resources import build_catalog
 from cdi_plugin.deviceplugin.settings import Settings
-from cdi_plugin.inventory import NumaLocator, ServedDevice, SpecInventory, SpecSource
+from cdi_plugin.inventory import NumaLocator, Reading, ServedDevice, SpecInventory, SpecSource
 from cdi_plugin.metrics import PluginMetrics
 from cdi_plugin.store.registry import Snapshot
+from cdi_plugin.wording import plural
 
 log = logging.getLogger(__name__)
 
@@ -92,10 +93,6 @@ class Board:
         return self._pulse.count, self.view, self.closed
 
 
-def _plural(n: int, word: str) -> str:
-    return f"{n} {word}{'' if n == 1 else 's'}"
-
-
 class DeviceState:
     def __init__(
         self,
@@ -121,6 +118,7 @@ class DeviceState:
         self._boards: dict[str, Board] = {}
         self._statuses: dict[str, dict[str, DeviceStatus]] = {}
         self._logged_notes: set[str] = set()
+        self._counted: Reading | None = None
         self.inventory.follow(self._show)
 
     # -- reading ----------------------------------------------------------------------------------
@@ -150,13 +148,20 @@ class DeviceState:
     # -- updating ---------------------------------------------------------------------------------
 
     def sync(self) -> Snapshot:
-        """Catch up with the spec directories if anything in them changed; the current snapshot."""
-        reading = self.inventory.reading
+        """Catch up with the spec directories on the calling thread (tools and tests)."""
         snapshot = self.inventory.sync()
-        if self.inventory.reading is not reading and self.inventory.reading is not None:
-            current = self.inventory.reading.snapshot
-            self.metrics.spec_problems(len(current.broken), len(current.conflicts))
+        self._count_problems()
         return snapshot
+
+    async def refresh(self) -> None:
+        """Read the spec directories in a worker thread and apply what changed (the spec watch fired)."""
+        await self.inventory.refresh()
+        self._count_problems()
+
+    async def settled(self) -> None:
+        """Return once every change of the spec directories made before the call is applied."""
+        await self.inventory.settled()
+        self._count_problems()
 
     def recheck_health(self) -> None:
         """Stat every host device node again (a watched /dev directory changed)."""
@@ -166,11 +171,17 @@ class DeviceState:
         """Drop devices whose grace period is over."""
         self.inventory.expire()
 
-    def problem(self, qualified_name: str, snapshot: Snapshot) -> str | None:
+    def problem(self, qualified_name: str) -> str | None:
         """Why ``qualified_name`` must not be handed out, or None (see :meth:`SpecInventory.problem`)."""
-        return self.inventory.problem(qualified_name, snapshot)
+        return self.inventory.problem(qualified_name)
 
     # -- internals --------------------------------------------------------------------------------
+
+    def _count_problems(self) -> None:
+        reading = self.inventory.reading
+        if reading is not self._counted and reading is not None:
+            self._counted = reading
+            self.metrics.spec_problems(len(reading.snapshot.broken), len(reading.snapshot.conflicts))
 
     def _show(self) -> None:
         """Publish the inventory's devices as resources (the inventory changed)."""
@@ -210,8 +221,8 @@ class DeviceState:
             log.info(
                 "%s: advertising %s as %s (%d Healthy)",
                 resource,
-                _plural(physical, "device"),
-                _plural(len(new), "device ID"),
+                plural(physical, "device"),
+                plural(len(new), "device ID"),
                 healthy,
                 extra={"resource": resource},
             )

@@ -133,6 +133,10 @@ class HealthTracker:
         self.node_dirs = frozenset(d for group in groups for d in watch_dirs(group))
         return True
 
+    def nodes(self, name: str) -> tuple[HostNode, ...] | None:
+        """The host nodes of a tracked device; None when it is not tracked."""
+        return self._nodes.get(name)
+
     def health(self, *, restat: bool) -> dict[str, Health]:
         """Every tracked device's health. ``restat=False`` stats only nodes not seen before: the
         others can only have changed through an event in their directory, which re-stats all."""

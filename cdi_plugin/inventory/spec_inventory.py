@@ -5,18 +5,27 @@ kind, with which health and NUMA node, under which CDI name; and a change stream
 (:mod:`~cdi_plugin.inventory.source`), the kinds to serve (:mod:`~cdi_plugin.inventory.selection`),
 host node health (:mod:`~cdi_plugin.inventory.health`) and NUMA nodes
 (:mod:`~cdi_plugin.inventory.numa`), and the grace period (:mod:`~cdi_plugin.inventory.grace`).
-Everything runs on the event loop thread without awaiting, so :meth:`devices` is always one
-consistent state. Consumers follow it either in step (:meth:`follow`: called right after every
-change, before anything else runs) or asynchronously (:meth:`changes`, or :attr:`changed`, which
-fires after every change of the devices or of :meth:`node_dirs`).
+Every change is applied on the event loop thread without awaiting, so :meth:`devices` is always
+one consistent state; reading the directories (listing, parsing, validating, hashing) runs in a
+worker thread (:meth:`refresh`). Consumers follow it either in step (:meth:`follow`: called right
+after every change, before anything else runs) or asynchronously (:meth:`changes`, or
+:attr:`changed`, which fires after every change of the devices or of :meth:`node_dirs`).
+
+:meth:`settled` is what a caller that must not act on a stale inventory (Allocate) awaits: it
+returns at once unless a change may be pending, judged without listing anything: an event of the
+spec directories' watch (:meth:`watch_with`) that no reading has covered, or one the kernel holds
+that the watch has not read yet; without a watch, a directory whose stat moved. Then it waits for
+a reading begun after the call to be applied.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import Path
 from types import MappingProxyType
+from typing import Protocol
 
 from cdi_plugin.aio.pulse import Pulse
 from cdi_plugin.inventory.grace import GracePeriod
@@ -33,6 +42,17 @@ Devices = Mapping[str, ServedDevice]
 
 def _no_glob(kind: str) -> str | None:
     return None
+
+
+class SpecWatch(Protocol):
+    """The spec directories' watch, as :meth:`SpecInventory.settled` consults it."""
+
+    @property
+    def pulse(self) -> Pulse:
+        """Fired for every event the watch has read."""
+
+    def unread(self) -> bool:
+        """True while the kernel holds events the watch has not read yet."""
 
 
 class SpecInventory:
@@ -61,6 +81,11 @@ class SpecInventory:
         self._problems = ProblemLog()
         self._reading: Reading | None = None
         self._devices: Devices = MappingProxyType({})
+        self._watch: SpecWatch | None = None
+        self._covered = -1  # the watch's pulse count when the applied reading began
+        self._asked = self._done = 0  # refreshes asked for, and covered by a finished reading
+        self._reader: asyncio.Future[None] | None = None
+        self._reading_from = -1  # the watch's pulse count when the reading under way began
 
     # -- reading ----------------------------------------------------------------------------------
 
@@ -99,13 +124,14 @@ class SpecInventory:
         """When the next device in its grace period is due to go (monotonic seconds)."""
         return self.grace.next_expiry(self._devices.values())
 
-    def problem(self, cdi_name: str, snapshot: Snapshot) -> str | None:
-        """Why ``cdi_name`` must not be handed out, or None: it must resolve in ``snapshot``
-        (taken by :meth:`sync` just before) and every host node it names must be present."""
-        entry = snapshot.resolve(cdi_name)
-        if entry is None:
+    def problem(self, cdi_name: str) -> str | None:
+        """Why ``cdi_name`` must not be handed out, or None: it must be served from the applied
+        reading (await :meth:`settled` first) and every host node it names must be present (a
+        ``stat`` each: the node may be gone before its directory's event was handled)."""
+        nodes = self.health.nodes(cdi_name)
+        if nodes is None:
             return "does not resolve in the CDI spec directories (removed, broken or conflicting)"
-        health = check(host_nodes(entry.spec, entry.device))
+        health = check(nodes)
         if not health.healthy:
             self._update(restat=True)
             return f"is Unhealthy: {health.reason}"
@@ -113,13 +139,67 @@ class SpecInventory:
 
     # -- updating ---------------------------------------------------------------------------------
 
+    def watch_with(self, watch: SpecWatch) -> None:
+        """Judge pending changes by this watch of the spec directories from now on."""
+        self._watch = watch
+
+    def pending(self) -> bool:
+        """True when the spec directories may have changed since the applied reading began (O(1))."""
+        watch = self._watch
+        if watch is not None:
+            return watch.pulse.count != self._covered or watch.unread()
+        return self.source.moved()
+
+    async def settled(self) -> None:
+        """Return once every change made to the spec directories before the call is applied."""
+        watch = self._watch
+        if watch is not None:
+            # An event the watch read in this loop iteration is handled in the next one.
+            await asyncio.sleep(0)
+        if not self.pending():
+            return
+        reader = self._reader
+        # No event since the reading under way began: it covers every change made so far.
+        covering = watch is not None and self._reading_from == watch.pulse.count and not watch.unread()
+        if reader is not None and covering:
+            await asyncio.shield(reader)
+        else:
+            await self.refresh()
+
+    async def refresh(self) -> None:
+        """Read the spec directories in a worker thread and apply the reading on the loop. A call
+        made while a reading is under way waits for it, then for one begun after the call."""
+        self._asked += 1
+        ticket = self._asked
+        while self._done < ticket:
+            if self._reader is None:
+                self._reader = asyncio.ensure_future(self._read())
+            await asyncio.shield(self._reader)
+
+    async def _read(self) -> None:
+        covers = self._asked
+        count = self._reading_from = self._watch.pulse.count if self._watch is not None else -1
+        unsettled = self.source.unsettled
+        try:
+            await asyncio.to_thread(self.source.current)
+            if self.source.unsettled == unsettled:  # else the directories kept changing: still pending
+                self._covered = count
+            self._apply()
+        finally:
+            self._done = max(self._done, covers)
+            self._reader = None
+
     def sync(self) -> Snapshot:
-        """Catch up with the spec directories if anything in them changed; the current snapshot."""
+        """Catch up with the spec directories on the calling thread (tools and tests; a server's
+        event loop awaits :meth:`refresh`); the current snapshot."""
         snapshot = self.source.current()
+        self._apply()
+        return snapshot
+
+    def _apply(self) -> None:
         reading = self.source.reading
         if reading is not None and reading is not self._reading:
             self._reconcile(reading)
-        return snapshot
 
     def recheck_health(self) -> None:
         """Stat every host device node again (a watched directory changed)."""

@@ -12,11 +12,10 @@ import pytest
 
 from cdi_plugin.cdi import codec, schema, validate
 from cdi_plugin.cdi.problems import Severity
-from cdi_plugin.deviceplugin.specsource import SpecSource
 from cdi_plugin.deviceplugin.state import DeviceState
-from cdi_plugin.deviceplugin.topology import NumaLocator
 from cdi_plugin.discovery.sources import make_source
 from cdi_plugin.generate.config import default_classes
+from cdi_plugin.inventory import NumaLocator, SpecSource
 from cdi_plugin.scan import ScanOptions, run_scan
 from cdi_plugin.store.registry import load_registry, load_spec_file
 from tests.cdi import upstream

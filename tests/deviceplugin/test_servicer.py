@@ -116,7 +116,8 @@ async def test_allocate_refuses_unknown_unhealthy_and_vanished_devices(layout: L
     assert info.value.details == f"device 'b' ({KIND}=b) is Unhealthy: host device node {b} is missing"
     assert state.status(KIND, "b").healthy is False  # the state learnt it too
 
-    spec.unlink()  # the spec goes; no watch told the state: Allocate reads the directories itself
+    spec.unlink()  # the spec goes, no watch told the state: its directory's stat moved, Allocate waits
+    # for a reading of the directories (in a worker thread)
     with pytest.raises(Aborted) as info:
         await service.Allocate(_allocate(["a"]), FakeContext())
     assert info.value.code == grpc.StatusCode.FAILED_PRECONDITION

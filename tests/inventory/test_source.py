@@ -27,7 +27,7 @@ from cdi_plugin.store.ownership import owned_kinds
 from cdi_plugin.store.plan import plan_writes
 from cdi_plugin.store.registry import SpecRegistry
 from cdi_plugin.store.writer import apply
-from tests.deviceplugin.helpers import make_node, spec_of
+from tests.deviceplugin.helpers import make_node, spec_of, write_spec
 
 Step = tuple[Callable[..., Any], tuple[Any, ...]]
 
@@ -179,3 +179,33 @@ def test_the_same_interleavings_catch_a_reader_that_reads_the_record_without_che
         if not _kinds(snapshot) <= owned:
             caught.append(at)
     assert caught
+
+
+def test_only_the_owned_files_that_changed_are_hashed_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    node = make_node(tmp_path / "dev" / "n")
+    out = tmp_path / "cdi"
+    write_spec(out, spec_of("cdi-plugin.io/a", {"a": [node]}))
+    write_spec(out, spec_of("cdi-plugin.io/b", {"b": [node]}))
+    source = SpecSource([out])
+    source.current()
+    hashed: list[bytes] = []
+    real_digest = source_module.digest
+
+    def counted(data: bytes) -> str:
+        hashed.append(data)
+        return real_digest(data)
+
+    monkeypatch.setattr(source_module, "digest", counted)
+    b = write_spec(out, spec_of("cdi-plugin.io/b", {"b": [node], "c": [node]}))
+    source.current()
+    assert hashed == [b.read_bytes()]
+    assert source.reading is not None
+    assert source.reading.owned == {"cdi-plugin.io/a", "cdi-plugin.io/b"}
+
+    a = out / "cdi-plugin.io-a.json"
+    a.write_bytes(a.read_bytes() + b"\n")  # edited in place by someone else: hashed, no longer owned
+    source.current()
+    assert hashed[-1] == a.read_bytes()
+    assert source.reading.owned == {"cdi-plugin.io/b"}

@@ -16,9 +16,8 @@ from pathlib import Path
 import pytest
 
 from cdi_plugin.cdi import codec
-from cdi_plugin.deviceplugin.specsource import SpecSource
 from cdi_plugin.deviceplugin.state import DeviceState
-from cdi_plugin.deviceplugin.topology import NumaLocator
+from cdi_plugin.inventory import NumaLocator, SpecSource
 from cdi_plugin.store.atomic import StagedFile
 from cdi_plugin.store.dirlock import locked
 from cdi_plugin.store.ownership import RECORD_NAME, read_record

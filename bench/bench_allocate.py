@@ -1,0 +1,160 @@
+"""Benchmark Allocate against a no-op RPC on the same socket of ``cdi-plugin serve``.
+
+The plugin runs as its own process, serving 1000 devices; this process is the kubelet-like gRPC
+client on the plugin's unix socket. Prints, in one run, for the spec directories holding only
+the served spec and again holding 10,000 other spec files (kinds the plugin does not serve):
+
+* steady: Allocate (one device) and GetDevicePluginOptions (the no-op baseline) interleaved,
+  back to back and 1 ms apart, p50/p99 and the ratio of the p50s (target: Allocate p50 at most
+  1.15x the no-op's);
+* right after a change: the 1000-device spec rewritten as cdi-gen does (record, then the file
+  renamed into place), then at once one call, timed; Allocate waits until the change is read
+  (in the plugin's worker thread) and applied, the no-op does not. p50/p99 of each.
+
+Run as root (device nodes are made with mknod in a temporary directory):
+
+    .venv/bin/python bench/bench_allocate.py [--devices 1000] [--files 10000] [--calls 2000] [--changes 100]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from cdi_plugin.cdi import codec  # noqa: E402
+from cdi_plugin.deviceplugin import api  # noqa: E402
+from tests.deviceplugin.fake_kubelet import FakeKubelet  # noqa: E402
+from tests.deviceplugin.helpers import Layout, make_node, spec_of, write_spec  # noqa: E402
+
+KIND = "cdi-plugin.io/bench"
+VENV_BIN = Path(sys.executable).parent
+#: Pauses between calls: none (back to back), and 1 ms, so that what the plugin does after
+#: answering (its log line, its metrics) is not counted in the next call, as with the kubelet,
+#: whose Allocates come one per container start.
+PAUSES = (0.0, 0.001)
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def line(name: str, values_ms: list[float]) -> str:
+    return (
+        f"    {name:<34} p50 {statistics.median(values_ms):8.3f} ms   p99 {pct(values_ms, 0.99):8.3f} ms"
+        f"   (n={len(values_ms)})"
+    )
+
+
+def foreign_specs(directory: Path, count: int) -> None:
+    """``count`` spec files of other vendors' kinds, one device each (not served: not cdi-gen's)."""
+    for i in range(count):
+        spec = spec_of(f"vendor{i}.example/thing", {"d0": [f"/dev/thing{i}"]})
+        (directory / f"vendor{i}-thing.yaml").write_bytes(codec.encode(spec, "yaml"))
+
+
+async def timed(call: Callable[[], Awaitable[Any]]) -> float:
+    t0 = time.perf_counter()
+    await call()
+    return (time.perf_counter() - t0) * 1000
+
+
+async def scenario(
+    devices: int, files: int, calls: int, changes: int
+) -> tuple[dict[float, tuple[list[float], list[float]]], list[float], list[float]]:
+    with tempfile.TemporaryDirectory(prefix="cdi-plugin-bench-") as raw:
+        layout = Layout.under(Path(raw))
+        nodes = {f"dev{i}": [make_node(layout.dev / f"n{i}", os.makedev(1, 3))] for i in range(devices)}
+        spec = spec_of(KIND, nodes)
+        grown = spec_of(KIND, {**nodes, "extra": nodes["dev0"]})
+        write_spec(layout.etc, spec)
+        foreign_specs(layout.etc, files)
+        async with FakeKubelet(layout.plugin_dir) as kubelet:
+            proc = await asyncio.create_subprocess_exec(
+                str(VENV_BIN / "cdi-plugin"), "serve", "--spec-dir", str(layout.etc),
+                "--plugin-dir", str(layout.plugin_dir), "--sysfs-root", str(layout.sysfs),
+                stderr=asyncio.subprocess.DEVNULL,
+            )  # fmt: skip
+            try:
+                client = await kubelet.wait_registered(KIND, timeout=300)
+                await client.wait_until(lambda d: len(d) == devices, timeout=60)
+                stub, ids = client.stub, sorted(client.devices)
+
+                def allocate(i: int) -> Callable[[], Awaitable[Any]]:
+                    request = api.AllocateRequest(
+                        container_requests=[api.ContainerAllocateRequest(devices_ids=[ids[i % len(ids)]])]
+                    )
+                    return lambda: stub.Allocate(request, timeout=30)
+
+                def noop() -> Awaitable[Any]:
+                    return stub.GetDevicePluginOptions(api.Empty(), timeout=30)
+
+                steady: dict[float, tuple[list[float], list[float]]] = {}
+                for pause in PAUSES:
+                    noops, allocs = steady[pause] = [], []
+                    for i in range(calls):
+                        a, b = (noop, allocate(i)) if i % 2 else (allocate(i), noop)
+                        ta = await timed(a)
+                        await asyncio.sleep(pause)
+                        tb = await timed(b)
+                        await asyncio.sleep(pause)
+                        t_noop, t_alloc = (ta, tb) if i % 2 else (tb, ta)
+                        if i >= calls // 10:  # warm-up excluded
+                            noops.append(t_noop)
+                            allocs.append(t_alloc)
+
+                after_noop, after_alloc = [], []
+                for i in range(changes):
+                    write_spec(layout.etc, grown if i % 2 == 0 else spec)
+                    if i % 4 < 2:
+                        after_alloc.append(await timed(allocate(i)))
+                    else:
+                        after_noop.append(await timed(noop))
+                    await asyncio.sleep(0.05)  # let the plugin's own follow-up reading finish
+            finally:
+                proc.terminate()
+                await asyncio.wait_for(proc.wait(), 20)
+    return steady, after_noop, after_alloc
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--devices", type=int, default=1000)
+    parser.add_argument("--files", type=int, default=10000)
+    parser.add_argument("--calls", type=int, default=2000)
+    parser.add_argument("--changes", type=int, default=100)
+    args = parser.parse_args()
+    print(f"cdi-plugin serve, {args.devices} devices served, python {sys.version.split()[0]}")
+    missed = 0
+    for files in (0, args.files):
+        steady, after_noop, after_alloc = asyncio.run(scenario(args.devices, files, args.calls, args.changes))
+        print(f"  spec directories: the served spec + {files} other spec files")
+        for pause, (noop, alloc) in steady.items():
+            print(f"   steady, calls interleaved on one unix socket, {pause * 1000:g} ms apart:")
+            print(line("GetDevicePluginOptions (no-op)", noop))
+            print(line("Allocate (1 device)", alloc))
+            ratio = statistics.median(alloc) / statistics.median(noop)
+            verdict = "ok" if ratio <= 1.15 else "MISSED"
+            missed += ratio > 1.15
+            print(f"    Allocate p50 / no-op p50 = {ratio:.2f}x (target <= 1.15x: {verdict})")
+        print(f"   right after the {args.devices}-device spec was rewritten:")
+        print(line("GetDevicePluginOptions (no-op)", after_noop))
+        print(line("Allocate (waits for the reading)", after_alloc))
+    return 1 if missed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,122 @@
+"""Allocate answers from the inventory: no listing or parsing of the spec directories per call, the
+directories read off the event loop, and a change still pending (an inotify event not yet applied)
+waited for rather than missed."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+
+from cdi_plugin.aio.dirwatch import FILES, DirWatch
+from cdi_plugin.cdi import codec
+from cdi_plugin.deviceplugin import api
+from cdi_plugin.deviceplugin.servicer import DevicePluginService
+from cdi_plugin.deviceplugin.state import DeviceState
+from cdi_plugin.inventory import NumaLocator, SpecSource
+from tests.deviceplugin.helpers import Layout, make_node, spec_of, write_spec
+from tests.deviceplugin.test_servicer import Aborted, FakeContext
+
+pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(30)]
+
+KIND = "cdi-plugin.io/test"
+
+
+def _request(*ids: str) -> api.AllocateRequest:
+    return api.AllocateRequest(container_requests=[api.ContainerAllocateRequest(devices_ids=list(ids))])
+
+
+def _state(layout: Layout, **overrides: Any) -> DeviceState:
+    settings = layout.settings(**overrides)
+    state = DeviceState(settings, SpecSource(settings.spec_dirs), NumaLocator(layout.sysfs))
+    state.sync()
+    return state
+
+
+class Readings:
+    """Counts directory listings and records the threads the spec directories are read on."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, source: SpecSource) -> None:
+        self.listings = 0
+        self.threads: list[threading.Thread] = []
+        scandir, listdir, current = os.scandir, os.listdir, source.current
+
+        def counted_scandir(path: Any = ".") -> Any:
+            self.listings += 1
+            return scandir(path)
+
+        def counted_listdir(path: Any = ".") -> list[str]:
+            self.listings += 1
+            return listdir(path)
+
+        def recorded_current() -> Any:
+            self.threads.append(threading.current_thread())
+            return current()
+
+        monkeypatch.setattr(os, "scandir", counted_scandir)
+        monkeypatch.setattr(os, "listdir", counted_listdir)
+        monkeypatch.setattr(source, "current", recorded_current)
+
+
+@pytest.fixture
+def layout(tmp_path: Path) -> Layout:
+    return Layout.under(tmp_path)
+
+
+async def test_allocate_lists_nothing_while_nothing_changed(
+    layout: Layout, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    nodes = {f"d{i}": [make_node(layout.dev / f"d{i}")] for i in range(50)}
+    write_spec(layout.etc, spec_of(KIND, nodes))
+    state = _state(layout)
+    service = DevicePluginService(KIND, state, "both")
+    readings = Readings(monkeypatch, state.source)
+    for i in range(20):
+        answer = await service.Allocate(_request(f"d{i}"), FakeContext())
+        assert [d.name for d in answer.container_responses[0].cdi_devices] == [f"{KIND}=d{i}"]
+    assert (readings.listings, readings.threads) == (0, [])
+
+
+async def test_a_change_is_read_in_a_worker_thread_once_for_concurrent_calls(
+    layout: Layout, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    a, b = make_node(layout.dev / "a"), make_node(layout.dev / "b")
+    write_spec(layout.etc, spec_of(KIND, {"a": [a]}))
+    state = _state(layout)
+    service = DevicePluginService(KIND, state, "both")
+    readings = Readings(monkeypatch, state.source)
+    write_spec(layout.etc, spec_of(KIND, {"a": [a], "b": [b]}))  # renamed into place: no watch here
+    answers = await asyncio.gather(*(service.Allocate(_request("b"), FakeContext()) for _ in range(5)))
+    assert {a.container_responses[0].cdi_devices[0].name for a in answers} == {f"{KIND}=b"}
+    assert len(readings.threads) == 1
+    assert readings.threads[0] is not threading.current_thread()
+
+
+async def test_allocate_waits_for_a_pending_inotify_event(layout: Layout) -> None:
+    """A file rewritten in place leaves its directory's stat alone: only the watch tells."""
+    a, b = make_node(layout.dev / "a"), make_node(layout.dev / "b")
+    spec = write_spec(layout.etc, spec_of(KIND, {"a": [a]}), owned=False)
+    state = _state(layout, kinds=(KIND,))
+    service = DevicePluginService(KIND, state, "both")
+    async with DirWatch(state.source.dirs, name="spec dirs", events=FILES) as watch:
+        state.inventory.watch_with(watch)
+        await state.settled()
+        assert not state.inventory.pending()
+
+        with spec.open("wb") as out:  # in place: no rename, the directory does not change
+            out.write(codec.encode(spec_of(KIND, {"a": [a], "b": [b]}), "json"))
+        assert not state.source.moved()
+        answer = await service.Allocate(_request("b"), FakeContext())
+        assert [d.name for d in answer.container_responses[0].cdi_devices] == [f"{KIND}=b"]
+
+        with spec.open("wb") as out:
+            out.write(codec.encode(spec_of(KIND, {"b": [b]}), "json"))
+        with pytest.raises(Aborted) as info:
+            await service.Allocate(_request("a"), FakeContext())
+        assert info.value.code == grpc.StatusCode.FAILED_PRECONDITION
+        assert info.value.details == f"device 'a' of {KIND} is Unhealthy: its CDI spec entry is gone"
