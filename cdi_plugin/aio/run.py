@@ -3,16 +3,23 @@
 :func:`run_until` runs jobs together until a stop event is set or one of them ends; every task is
 then cancelled and awaited before it returns. A job's error is raised as it was, not wrapped in an
 ``ExceptionGroup``. Cancelling the caller cancels every task and the ``CancelledError`` propagates:
-a stop always stops. :func:`cancel_and_wait` ends a single task the same way.
+a stop always stops. :func:`cancel_and_wait` ends a single task the same way, and
+:func:`stop_on_signals` turns SIGTERM, SIGINT and SIGHUP into a stop.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Iterable
+import contextlib
+import logging
+import signal
+import threading
+from collections.abc import Awaitable, Iterable, Iterator
 from typing import Any
 
 from cdi_plugin.errors import CdiPluginError
+
+log = logging.getLogger(__name__)
 
 
 class _Ended(CdiPluginError):
@@ -69,3 +76,30 @@ async def cancel_and_wait(task: asyncio.Task[Any]) -> None:
     await asyncio.wait([task])
     if not task.cancelled() and (exc := task.exception()) is not None:
         raise exc
+
+
+#: Each stops the process cleanly. SIGHUP too: a hang-up (the terminal closed, or a reload asked of
+#: a service without one) must not kill the process with its sockets left behind.
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
+def _on_signal(sig: signal.Signals, stop: asyncio.Event) -> None:
+    log.info("%s received, stopping", sig.name)
+    stop.set()
+
+
+@contextlib.contextmanager
+def stop_on_signals(stop: asyncio.Event) -> Iterator[None]:
+    """Set ``stop`` when one of :data:`STOP_SIGNALS` arrives while inside; only on the main thread,
+    the one thread whose event loop can take signal handlers."""
+    loop = asyncio.get_running_loop()
+    on_main = threading.current_thread() is threading.main_thread()
+    if on_main:
+        for sig in STOP_SIGNALS:
+            loop.add_signal_handler(sig, _on_signal, sig, stop)
+    try:
+        yield
+    finally:
+        if on_main:
+            for sig in STOP_SIGNALS:
+                loop.remove_signal_handler(sig)

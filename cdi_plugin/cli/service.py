@@ -10,11 +10,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import signal
-import threading
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
+from cdi_plugin.aio.run import stop_on_signals
 from cdi_plugin.cli.scanopts import fail
 
 if TYPE_CHECKING:
@@ -27,26 +26,13 @@ log = logging.getLogger(__name__)
 
 Job = Callable[[asyncio.Event], Awaitable[None]]
 INITIAL_SCAN = "initial scan"
-#: Each stops every job cleanly. SIGHUP too: a hang-up (the terminal closed, or a reload asked of a
-#: service without one) must not kill the process with its sockets left behind; a restart reloads.
-SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
-
-
-def _on_signal(sig: signal.Signals, stop: asyncio.Event) -> None:
-    log.info("%s received, stopping", sig.name)
-    stop.set()
 
 
 async def run_until_stopped(*jobs: Job, stop: asyncio.Event | None = None) -> None:
-    """Run ``jobs`` together until ``stop`` is set or one of :data:`SIGNALS` arrives (handled only on
-    the main thread), or until one of them ends."""
+    """Run ``jobs`` together until ``stop`` is set, SIGTERM, SIGINT or SIGHUP arrives (handled only
+    on the main thread), or one of them ends."""
     stop = stop or asyncio.Event()
-    loop = asyncio.get_running_loop()
-    on_main = threading.current_thread() is threading.main_thread()
-    if on_main:
-        for sig in SIGNALS:
-            loop.add_signal_handler(sig, _on_signal, sig, stop)
-    try:
+    with stop_on_signals(stop):
         tasks = [asyncio.ensure_future(job(stop)) for job in jobs]
         await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
         stop.set()
@@ -54,10 +40,6 @@ async def run_until_stopped(*jobs: Job, stop: asyncio.Event | None = None) -> No
         for result in results:
             if isinstance(result, BaseException):
                 raise result
-    finally:
-        if on_main:
-            for sig in SIGNALS:
-                loop.remove_signal_handler(sig)
 
 
 def start_metrics_server(

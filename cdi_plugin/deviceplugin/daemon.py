@@ -18,12 +18,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import signal
-import threading
 from pathlib import Path
 
 from cdi_plugin.aio.dirwatch import FILES, DirWatch
-from cdi_plugin.aio.run import cancel_and_wait, run_until
+from cdi_plugin.aio.run import cancel_and_wait, run_until, stop_on_signals
 from cdi_plugin.deviceplugin.lifecycle import Endpoint
 from cdi_plugin.deviceplugin.servicer import OPTIONS, DevicePluginService
 from cdi_plugin.deviceplugin.settings import Settings
@@ -190,20 +188,5 @@ async def run(
 ) -> None:
     """Serve until ``stop`` is set or SIGTERM/SIGINT/SIGHUP arrives (handled only on the main thread)."""
     stop = stop or asyncio.Event()
-    loop = asyncio.get_running_loop()
-    signals = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
-    on_main = threading.current_thread() is threading.main_thread()
-    if on_main:
-        for sig in signals:
-            loop.add_signal_handler(sig, _on_signal, sig, stop)
-    try:
+    with stop_on_signals(stop):
         await Daemon(settings, metrics).run(stop)
-    finally:
-        if on_main:
-            for sig in signals:
-                loop.remove_signal_handler(sig)
-
-
-def _on_signal(sig: signal.Signals, stop: asyncio.Event) -> None:
-    log.info("%s received, stopping", sig.name)
-    stop.set()
