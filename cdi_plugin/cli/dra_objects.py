@@ -219,6 +219,9 @@ def _kind_objects(
     if "classes" in chosen:
         out += [objects.device_class(driver, k, extended_resource=extended_resource) for k in served]
     if "examples" in chosen:
-        for kind in served:
-            out += [objects.claim_template(kind), objects.example_pod(kind, paths[kind])]
+        plain = [objects.example_pod_name(k) for k in served]
+        for kind, name in zip(served, plain, strict=True):
+            shared = plain.count(name) > 1  # kinds of the same class from different vendors
+            pod_name = objects.example_pod_name(kind, qualified=shared)
+            out += [objects.claim_template(kind), objects.example_pod(kind, paths[kind], name=pod_name)]
     return out

@@ -128,21 +128,27 @@ def claim_template(kind: str) -> Obj:
     }
 
 
-def example_pod(kind: str, paths: Sequence[str]) -> Obj:
-    """A pod whose container gets one device of ``kind`` through a claim from :func:`claim_template`
-    and lists it: ``paths`` are the container paths of the kind's device nodes; when devices of the
-    kind have different ones, the directory holding them all is listed."""
+def example_pod_name(kind: str, *, qualified: bool = False) -> str:
+    """``<class>-dra-example``; ``qualified`` (for kinds of the same class): ``<class>-<vendor>-example``."""
+    if qualified:
+        return device_class_name(kind).replace(".", "-") + "-example"
+    return f"{_label(kind)}-dra-example"
+
+
+def example_pod(kind: str, paths: Sequence[str], *, name: str | None = None) -> Obj:
+    """A pod (named ``name``, else :func:`example_pod_name`) whose container gets one device of
+    ``kind`` through a claim from :func:`claim_template` and lists it: ``paths`` are the container
+    paths of the kind's device nodes; when devices of the kind have different ones, the directory
+    holding them all is listed."""
     label = _label(kind)
+    name = name or example_pod_name(kind)
     shown = sorted(set(paths))
     if len(shown) > 1:
         shown = [posixpath.commonpath(shown)]
     return {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {
-            "name": f"{label}-dra-example",
-            "labels": {"app.kubernetes.io/name": f"{label}-dra-example"},
-        },
+        "metadata": {"name": name, "labels": {"app.kubernetes.io/name": name}},
         "spec": {
             "restartPolicy": "Never",
             "automountServiceAccountToken": False,

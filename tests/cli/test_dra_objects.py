@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -191,7 +193,35 @@ def test_a_kind_that_is_no_kind_is_a_usage_error() -> None:
     assert "'no-slash' is not a kind" in result.stderr
 
 
+def test_kinds_of_one_class_from_two_vendors_get_pods_of_their_own(fuse_dir: Path, tmp_path: Path) -> None:
+    write_spec(tmp_path / "vendor", "vendor.example/fuse", {"fuse": "/dev/fuse"})
+    dirs = ["--spec-dir", fuse_dir, "--spec-dir", tmp_path / "vendor"]
+    objs = _objects(*dirs, "--kind", "vendor.example/fuse", "--only", "examples")
+    names = {o["kind"]: [] for o in objs}
+    for obj in objs:
+        names[obj["kind"]].append(obj["metadata"]["name"])
+    assert names == {
+        "ResourceClaimTemplate": ["fuse.cdi-plugin.io", "fuse.vendor.example"],
+        "Pod": ["fuse-cdi-plugin-io-example", "fuse-vendor-example-example"],
+    }
+
+
+def test_the_command_loads_no_api_client_and_no_grpc(fuse_dir: Path) -> None:
+    code = (
+        "import sys\n"
+        "from cdi_plugin.cli.plugin import main\n"
+        f"try:\n    main(['dra-objects', '--spec-dir', {str(fuse_dir)!r}, '--examples'])\n"
+        "except SystemExit as e:\n    assert e.code == 0, e.code\n"
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'lightkube', 'httpx2', 'grpc'}))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert done.stdout.splitlines()[-1] == "[]"
+
+
 def test_help_explains_the_parts_and_options() -> None:
+    assert "dra-objects" in CliRunner().invoke(plugin.main, ["--help"]).stdout
     result = _run("--help")
     assert result.exit_code == 0
     for needle in ["rbac", "classes", "examples", "--extended-resource", "--driver-name", "--kind", "--json",
