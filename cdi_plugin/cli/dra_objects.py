@@ -53,17 +53,24 @@ def _served_kinds(
             found = f"kinds there: {', '.join(present)}" if present else "no spec there"
             fail(PROGRAM, f"--kind {glob}: no kind in {dirs} matches it ({found})")
     served = sorted(KindSelection(config.matching_glob).select(present, source.reading))
+    if not served and present:
+        listed = ", ".join(present)
+        fail(PROGRAM, f"no kind to serve in {dirs}: cdi-gen wrote none of {listed} (name them with --kind)")
     if not served:
-        if present:
-            fail(PROGRAM, f"no kind to serve in {dirs}: cdi-gen wrote none of {', '.join(present)} "
-                          "(name them with --kind)")  # fmt: skip
         fail(
             PROGRAM, f"no kind found in {dirs}: run cdi-gen scan first, or name the directory with --spec-dir"
         )
     for kind in present:
         if kind not in served:
-            click.echo(f"{PROGRAM}: note: left out kind {kind}: cdi-gen did not write it (name it with "
-                       f"--kind {kind})", err=True)  # fmt: skip
+            why = (
+                "was changed since cdi-gen wrote it"
+                if kind in source.reading.recorded
+                else "is not cdi-gen's"
+            )
+            click.echo(
+                f"{PROGRAM}: note: left out kind {kind}: its spec {why} (name it with --kind {kind})",
+                err=True,
+            )
     paths: dict[str, list[str]] = {kind: [] for kind in served}
     for d in devices:
         if str(d.kind) in paths:
@@ -212,8 +219,7 @@ def _kind_objects(
         problem = resource_name_problem(kind) if extended_resource else None
         if problem is not None:
             fail(
-                PROGRAM,
-                f"kind {kind}: not an extended resource name, so not an extendedResourceName: {problem}",
+                PROGRAM, f"kind {kind}: not an extended resource name, so no extendedResourceName: {problem}"
             )
     out = []
     if "classes" in chosen:

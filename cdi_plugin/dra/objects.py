@@ -46,9 +46,9 @@ def _label(kind: str) -> str:
 
 
 def selector(driver: str, kind: str) -> str:
-    """The CEL expression selecting this driver's devices of ``kind`` by their attributes (see
-    :func:`cdi_plugin.dra.slices.attributes`: a kind longer than an attribute value may be is
-    selected by its vendor and class)."""
+    """The CEL expression selecting this driver's devices of ``kind`` by their attributes
+    (:func:`cdi_plugin.dra.slices.attributes`). Slices leave out a string longer than an attribute
+    value may be, so such a kind is selected by its vendor and class."""
     parsed = parse_kind(kind)
     attrs = f"device.attributes[{json.dumps(driver)}]"  # JSON strings are CEL string literals here
     if len(kind) <= ATTRIBUTE_VALUE_MAX:

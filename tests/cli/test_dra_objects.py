@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -141,7 +142,7 @@ def test_kinds_are_chosen_as_serve_chooses_them(fuse_dir: Path, tmp_path: Path) 
     assert result.exit_code == 0
     assert [d["metadata"]["name"] for d in yaml.safe_load_all(result.stdout)] == ["fuse.cdi-plugin.io"]
     assert result.stderr == (
-        "cdi-plugin: note: left out kind vendor.example/gpu: cdi-gen did not write it "
+        "cdi-plugin: note: left out kind vendor.example/gpu: its spec is not cdi-gen's "
         "(name it with --kind vendor.example/gpu)\n"
     )
     config = tmp_path / "config.yaml"
@@ -160,6 +161,23 @@ def test_kinds_are_chosen_as_serve_chooses_them(fuse_dir: Path, tmp_path: Path) 
         assert gpu_pod["spec"]["containers"][0]["command"] == ["ls", "-l", "/dev"]
 
 
+def test_a_spec_changed_since_cdi_gen_wrote_it_is_left_out(fuse_dir: Path, tmp_path: Path) -> None:
+    changed = tmp_path / "cdi"
+    shutil.copytree(fuse_dir, changed)
+    spec = changed / "cdi-plugin.io-fuse.json"
+    spec.write_text(spec.read_text() + "\n")
+    write_spec(tmp_path / "vendor", "vendor.example/gpu", {"card0": "/dev/dri/card0"})
+    dirs = ["--spec-dir", changed, "--spec-dir", tmp_path / "vendor"]
+    result = _run(*dirs, "--kind", "vendor.example/*", "--only", "classes")
+    assert result.exit_code == 0
+    assert result.stderr == (
+        "cdi-plugin: note: left out kind cdi-plugin.io/fuse: its spec was changed since cdi-gen wrote it "
+        "(name it with --kind cdi-plugin.io/fuse)\n"
+    )
+    (named,) = _objects("--spec-dir", changed, "--only", "classes", "--kind", FUSE)
+    assert named["metadata"]["name"] == "fuse.cdi-plugin.io"
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -170,7 +188,7 @@ def test_kinds_are_chosen_as_serve_chooses_them(fuse_dir: Path, tmp_path: Path) 
         (["--spec-dir", "{vendor}"], "no kind to serve in {vendor}: cdi-gen wrote none of Vendor.example/gpu "
                                     "(name them with --kind)"),
         (["--spec-dir", "{vendor}", "--kind", "Vendor.example/*", "--extended-resource"],
-         "kind Vendor.example/gpu: not an extended resource name, so not an extendedResourceName"),
+         "kind Vendor.example/gpu: not an extended resource name, so no extendedResourceName"),
         (["--namespace", "Kube_System", "--only", "rbac"], "namespace 'Kube_System': not a DNS label"),
     ],
 )  # fmt: skip
