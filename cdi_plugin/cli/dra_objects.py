@@ -79,7 +79,7 @@ def _served_kinds(
     return served, paths
 
 
-@click.command("dra-objects")
+@click.command("dra-objects", short_help="Print DeviceClasses, RBAC and example claims for DRA.")
 @click.option(
     "--spec-dir",
     "spec_dirs",
@@ -125,6 +125,7 @@ def _served_kinds(
     "--namespace",
     default="kube-system",
     show_default=True,
+    metavar="NAME",
     help="Namespace of the driver's ServiceAccount.",
 )
 @click.option(
