@@ -12,6 +12,7 @@ import fcntl
 import hashlib
 import json
 import re
+import socket
 import subprocess
 import sys
 import tempfile
@@ -113,11 +114,12 @@ def build_image(env: PodmanEnv, tag: str, work: Path) -> float:
 #: settings of the pod and its container that do not change how the container runs on one node
 _NODE_NEUTRAL_POD = {
     "containers", "volumes", "hostNetwork", "priorityClassName", "nodeSelector", "tolerations",
-    "automountServiceAccountToken", "enableServiceLinks",
+    "automountServiceAccountToken", "enableServiceLinks", "serviceAccountName",
 }  # fmt: skip
 _NODE_NEUTRAL_CONTAINER = {
     "name", "image", "imagePullPolicy", "args", "ports", "startupProbe", "livenessProbe", "readinessProbe",
     "resources", "securityContext", "volumeMounts", "terminationMessagePath", "terminationMessagePolicy",
+    "env",
 }  # fmt: skip
 #: the host's own directories a test may mount, and only read-only
 HOST_READ_ONLY = {"/dev", "/sys", "/run/udev"}
@@ -159,6 +161,10 @@ def run_options(pod: Mapping[str, Any], sources: Mapping[str, Path]) -> list[str
         options += ["--security-opt", f"label=type:{security['seLinuxOptions']['type']}"]
     if pod.get("hostNetwork"):
         options += ["--network", "host"]
+    for env in container.get("env", []):
+        # the node's name from the downward API: the host's, as the container shares its network
+        assert env.get("valueFrom") == {"fieldRef": {"fieldPath": "spec.nodeName"}}, env
+        options += ["--env", f"{env['name']}={socket.gethostname()}"]
     limits = container["resources"].get("limits", {})
     assert set(limits) <= {"memory"}, limits
     if "memory" in limits:

@@ -53,7 +53,8 @@ def node(tmp_path: Path) -> Iterator[tuple[dict[str, Any], dict[str, Path]]]:
     """The DaemonSet's pod, and stand-ins for the node's directories and the ConfigMap. The plugin
     directory is short-named: a unix socket's path has at most 107 bytes."""
     pod = daemonset_pod()
-    sources = {name: tmp_path / name for name in ("etc-cdi", "var-run-cdi", "config")}
+    names = ("etc-cdi", "var-run-cdi", "config", "kubelet-plugins", "kubelet-plugins-registry")
+    sources = {name: tmp_path / name for name in names}
     if not Path(host_path(pod, "run-udev")).is_dir():  # DirectoryOrCreate, without creating it
         sources["run-udev"] = tmp_path / "run-udev"
     for directory in sources.values():
