@@ -9,6 +9,7 @@ import importlib
 import pkgutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -113,3 +114,34 @@ def test_a_light_name_leaves_its_packages_heavy_library_unloaded(code: str, heav
 def test_a_heavy_name_loads_its_library_when_used() -> None:
     assert "prometheus_client" in _loaded("from cdi_plugin.metrics import PluginMetrics")
     assert "asyncinotify" in _loaded("from cdi_plugin.aio import DirWatch")
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _top_level() -> list[str]:
+    """Every package and top-level module of ``cdi_plugin`` but ``cdi_plugin/__init__``."""
+    return sorted(m.name for m in pkgutil.iter_modules(cdi_plugin.__path__))
+
+
+def test_the_architecture_has_a_row_for_every_package_and_module() -> None:
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    table = text[text.index("## Module boundaries") :].split("\n## ", 1)[0]
+    rows = [
+        line.split("|")[1].strip().strip("`").rstrip("/")
+        for line in table.splitlines()
+        if line.startswith("| `")
+    ]
+    assert sorted(rows) == _top_level()
+
+
+def test_the_architecture_quotes_the_layers_contract() -> None:
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    (layers,) = [
+        c["layers"]
+        for c in config["tool"]["importlinter"]["contracts"]
+        if c["type"] == "layers" and c.get("containers") == ["cdi_plugin"]
+    ]
+    assert sorted(m.strip() for layer in layers for m in layer.split("|")) == _top_level()
+    text = " ".join((ROOT / "docs" / "architecture.md").read_text().split())
+    assert "; ".join(layers) + "." in text
