@@ -3,9 +3,9 @@
 :func:`run_until` runs jobs together until a stop event is set or one of them ends; every task is
 then cancelled and awaited before it returns. A job's error is raised as it was, not wrapped in an
 ``ExceptionGroup``. Cancelling the caller cancels every task and the ``CancelledError`` propagates:
-a stop always stops. :func:`run_jobs` runs jobs that end by themselves once told to stop, and
-cancels those that have not within a grace period. :func:`cancel_and_wait` ends a single task the
-same way, and :func:`stop_on_signals` turns SIGTERM, SIGINT and SIGHUP into a stop.
+a stop always stops. :func:`cancel_and_wait` ends a single task the same way. :func:`run_jobs`
+runs jobs that end by themselves once told to stop, and cancels those that have not within a
+grace period. :func:`stop_on_signals` turns SIGTERM, SIGINT and SIGHUP into a stop.
 """
 
 from __future__ import annotations
