@@ -2,9 +2,10 @@
 loads none of the libraries its modules need (gRPC, prometheus_client, inotify, the Kubernetes
 client) and a process pays only for the modules it uses.
 
-A package lists its names in ``__all__``, imports them under ``TYPE_CHECKING`` for type checkers,
-and sets ``__getattr__ = exports(__name__, {module: names})``; tests/test_packages.py keeps the
-three in agreement.
+A package lists its names in ``__all__``, imports them under ``if TYPE_CHECKING:`` for type
+checkers and sets ``__getattr__ = exports(__name__, {module: names})`` in its ``else:`` branch,
+which type checkers do not see (so a misspelt name stays an error for them);
+tests/test_packages.py keeps the three in agreement.
 """
 
 from __future__ import annotations

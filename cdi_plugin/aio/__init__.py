@@ -15,13 +15,6 @@ from typing import TYPE_CHECKING
 
 from cdi_plugin.lazy import exports
 
-if TYPE_CHECKING:
-    from cdi_plugin.aio.coalesce import Coalescer
-    from cdi_plugin.aio.dirwatch import ENTRIES, FILES, DirWatch
-    from cdi_plugin.aio.pulse import Pulse
-    from cdi_plugin.aio.run import STOP_SIGNALS, cancel_and_wait, run_jobs, run_until, stop_on_signals
-    from cdi_plugin.aio.sockets import PROBE_TIMEOUT, someone_listens
-
 __all__ = [
     "ENTRIES",
     "FILES",
@@ -37,13 +30,20 @@ __all__ = [
     "stop_on_signals",
 ]
 
-__getattr__ = exports(
-    __name__,
-    {
-        "coalesce": ["Coalescer"],
-        "dirwatch": ["ENTRIES", "FILES", "DirWatch"],
-        "pulse": ["Pulse"],
-        "run": ["STOP_SIGNALS", "cancel_and_wait", "run_jobs", "run_until", "stop_on_signals"],
-        "sockets": ["PROBE_TIMEOUT", "someone_listens"],
-    },
-)
+if TYPE_CHECKING:
+    from cdi_plugin.aio.coalesce import Coalescer
+    from cdi_plugin.aio.dirwatch import ENTRIES, FILES, DirWatch
+    from cdi_plugin.aio.pulse import Pulse
+    from cdi_plugin.aio.run import STOP_SIGNALS, cancel_and_wait, run_jobs, run_until, stop_on_signals
+    from cdi_plugin.aio.sockets import PROBE_TIMEOUT, someone_listens
+else:
+    __getattr__ = exports(
+        __name__,
+        {
+            "coalesce": ["Coalescer"],
+            "dirwatch": ["ENTRIES", "FILES", "DirWatch"],
+            "pulse": ["Pulse"],
+            "run": ["STOP_SIGNALS", "cancel_and_wait", "run_jobs", "run_until", "stop_on_signals"],
+            "sockets": ["PROBE_TIMEOUT", "someone_listens"],
+        },
+    )

@@ -22,21 +22,6 @@ from typing import TYPE_CHECKING
 
 from cdi_plugin.lazy import exports
 
-if TYPE_CHECKING:
-    from cdi_plugin.deviceplugin.allocate import AllocationError
-    from cdi_plugin.deviceplugin.daemon import Daemon
-    from cdi_plugin.deviceplugin.lifecycle import Endpoint, EndpointError
-    from cdi_plugin.deviceplugin.registration import RegistrationError, register
-    from cdi_plugin.deviceplugin.resources import Catalog, build_catalog
-    from cdi_plugin.deviceplugin.servicer import DevicePluginService
-    from cdi_plugin.deviceplugin.settings import (
-        DEFAULT_GRACE_PERIOD,
-        DEFAULT_PLUGIN_DIR,
-        Settings,
-        parse_duration,
-    )
-    from cdi_plugin.deviceplugin.state import DeviceState
-
 __all__ = [
     "DEFAULT_GRACE_PERIOD",
     "DEFAULT_PLUGIN_DIR",
@@ -54,16 +39,31 @@ __all__ = [
     "register",
 ]
 
-__getattr__ = exports(
-    __name__,
-    {
-        "allocate": ["AllocationError"],
-        "daemon": ["Daemon"],
-        "lifecycle": ["Endpoint", "EndpointError"],
-        "registration": ["RegistrationError", "register"],
-        "resources": ["Catalog", "build_catalog"],
-        "servicer": ["DevicePluginService"],
-        "settings": ["DEFAULT_GRACE_PERIOD", "DEFAULT_PLUGIN_DIR", "Settings", "parse_duration"],
-        "state": ["DeviceState"],
-    },
-)
+if TYPE_CHECKING:
+    from cdi_plugin.deviceplugin.allocate import AllocationError
+    from cdi_plugin.deviceplugin.daemon import Daemon
+    from cdi_plugin.deviceplugin.lifecycle import Endpoint, EndpointError
+    from cdi_plugin.deviceplugin.registration import RegistrationError, register
+    from cdi_plugin.deviceplugin.resources import Catalog, build_catalog
+    from cdi_plugin.deviceplugin.servicer import DevicePluginService
+    from cdi_plugin.deviceplugin.settings import (
+        DEFAULT_GRACE_PERIOD,
+        DEFAULT_PLUGIN_DIR,
+        Settings,
+        parse_duration,
+    )
+    from cdi_plugin.deviceplugin.state import DeviceState
+else:
+    __getattr__ = exports(
+        __name__,
+        {
+            "allocate": ["AllocationError"],
+            "daemon": ["Daemon"],
+            "lifecycle": ["Endpoint", "EndpointError"],
+            "registration": ["RegistrationError", "register"],
+            "resources": ["Catalog", "build_catalog"],
+            "servicer": ["DevicePluginService"],
+            "settings": ["DEFAULT_GRACE_PERIOD", "DEFAULT_PLUGIN_DIR", "Settings", "parse_duration"],
+            "state": ["DeviceState"],
+        },
+    )

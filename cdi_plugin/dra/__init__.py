@@ -19,15 +19,6 @@ from typing import TYPE_CHECKING
 
 from cdi_plugin.lazy import exports
 
-if TYPE_CHECKING:
-    from cdi_plugin.dra.inventory import Inventory
-    from cdi_plugin.dra.kube import ApiServerError, KubeApi
-    from cdi_plugin.dra.kubelet import DraService, KubeletPlugin, Paths
-    from cdi_plugin.dra.names import DraConfigError, check_driver_name, check_node_name
-    from cdi_plugin.dra.prepare import Claim, PreparedDevice, prepare_claim
-    from cdi_plugin.dra.publisher import SlicePublisher
-    from cdi_plugin.dra.slices import Pool, build_pool
-
 __all__ = [
     "ApiServerError",
     "Claim",
@@ -46,15 +37,24 @@ __all__ = [
     "prepare_claim",
 ]
 
-__getattr__ = exports(
-    __name__,
-    {
-        "inventory": ["Inventory"],
-        "kube": ["ApiServerError", "KubeApi"],
-        "kubelet": ["DraService", "KubeletPlugin", "Paths"],
-        "names": ["DraConfigError", "check_driver_name", "check_node_name"],
-        "prepare": ["Claim", "PreparedDevice", "prepare_claim"],
-        "publisher": ["SlicePublisher"],
-        "slices": ["Pool", "build_pool"],
-    },
-)
+if TYPE_CHECKING:
+    from cdi_plugin.dra.inventory import Inventory
+    from cdi_plugin.dra.kube import ApiServerError, KubeApi
+    from cdi_plugin.dra.kubelet import DraService, KubeletPlugin, Paths
+    from cdi_plugin.dra.names import DraConfigError, check_driver_name, check_node_name
+    from cdi_plugin.dra.prepare import Claim, PreparedDevice, prepare_claim
+    from cdi_plugin.dra.publisher import SlicePublisher
+    from cdi_plugin.dra.slices import Pool, build_pool
+else:
+    __getattr__ = exports(
+        __name__,
+        {
+            "inventory": ["Inventory"],
+            "kube": ["ApiServerError", "KubeApi"],
+            "kubelet": ["DraService", "KubeletPlugin", "Paths"],
+            "names": ["DraConfigError", "check_driver_name", "check_node_name"],
+            "prepare": ["Claim", "PreparedDevice", "prepare_claim"],
+            "publisher": ["SlicePublisher"],
+            "slices": ["Pool", "build_pool"],
+        },
+    )

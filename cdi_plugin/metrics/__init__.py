@@ -30,17 +30,6 @@ from typing import TYPE_CHECKING
 
 from cdi_plugin.lazy import exports
 
-if TYPE_CHECKING:
-    from cdi_plugin.metrics.counters import (
-        AllocationResult,
-        PluginMetrics,
-        RegistrationResult,
-        ScanMetrics,
-        ValidationSubject,
-    )
-    from cdi_plugin.metrics.probes import STALE_AFTER, STARTING, Check, Probes
-    from cdi_plugin.metrics.server import HEALTHZ, METRICS, READYZ, MetricsServer, make_app, parse_address
-
 __all__ = [
     "HEALTHZ",
     "METRICS",
@@ -59,17 +48,28 @@ __all__ = [
     "parse_address",
 ]
 
-__getattr__ = exports(
-    __name__,
-    {
-        "counters": [
-            "AllocationResult",
-            "PluginMetrics",
-            "RegistrationResult",
-            "ScanMetrics",
-            "ValidationSubject",
-        ],
-        "probes": ["STALE_AFTER", "STARTING", "Check", "Probes"],
-        "server": ["HEALTHZ", "METRICS", "READYZ", "MetricsServer", "make_app", "parse_address"],
-    },
-)
+if TYPE_CHECKING:
+    from cdi_plugin.metrics.counters import (
+        AllocationResult,
+        PluginMetrics,
+        RegistrationResult,
+        ScanMetrics,
+        ValidationSubject,
+    )
+    from cdi_plugin.metrics.probes import STALE_AFTER, STARTING, Check, Probes
+    from cdi_plugin.metrics.server import HEALTHZ, METRICS, READYZ, MetricsServer, make_app, parse_address
+else:
+    __getattr__ = exports(
+        __name__,
+        {
+            "counters": [
+                "AllocationResult",
+                "PluginMetrics",
+                "RegistrationResult",
+                "ScanMetrics",
+                "ValidationSubject",
+            ],
+            "probes": ["STALE_AFTER", "STARTING", "Check", "Probes"],
+            "server": ["HEALTHZ", "METRICS", "READYZ", "MetricsServer", "make_app", "parse_address"],
+        },
+    )

@@ -12,10 +12,6 @@ from typing import TYPE_CHECKING
 
 from cdi_plugin.lazy import exports
 
-if TYPE_CHECKING:
-    from cdi_plugin.scan.pipeline import DEFAULT_MAX_VERSION, ScanOptions, ScanReport, run_scan
-    from cdi_plugin.scan.watcher import Watcher, WatchOptions
-
 __all__ = [
     "DEFAULT_MAX_VERSION",
     "ScanOptions",
@@ -25,10 +21,14 @@ __all__ = [
     "run_scan",
 ]
 
-__getattr__ = exports(
-    __name__,
-    {
-        "pipeline": ["DEFAULT_MAX_VERSION", "ScanOptions", "ScanReport", "run_scan"],
-        "watcher": ["WatchOptions", "Watcher"],
-    },
-)
+if TYPE_CHECKING:
+    from cdi_plugin.scan.pipeline import DEFAULT_MAX_VERSION, ScanOptions, ScanReport, run_scan
+    from cdi_plugin.scan.watcher import Watcher, WatchOptions
+else:
+    __getattr__ = exports(
+        __name__,
+        {
+            "pipeline": ["DEFAULT_MAX_VERSION", "ScanOptions", "ScanReport", "run_scan"],
+            "watcher": ["WatchOptions", "Watcher"],
+        },
+    )

@@ -22,24 +22,6 @@ from typing import TYPE_CHECKING
 
 from cdi_plugin.lazy import exports
 
-if TYPE_CHECKING:
-    from cdi_plugin.store.atomic import write_atomic
-    from cdi_plugin.store.configfile import ConfigFile, load_config
-    from cdi_plugin.store.dirlock import DirLock, LockTimeoutError
-    from cdi_plugin.store.files import DEFAULT_SPEC_DIRS, list_spec_files, read_spec_bytes, spec_dirs
-    from cdi_plugin.store.ownership import RECORD_NAME, OwnedFile, owned_kinds, read_record
-    from cdi_plugin.store.plan import ConflictError, Plan, plan_writes
-    from cdi_plugin.store.registry import (
-        NameConflict,
-        ResolvedDevice,
-        Snapshot,
-        SpecRegistry,
-        load_registry,
-        load_spec_file,
-    )
-    from cdi_plugin.store.validation import ValidationReport, validate_paths
-    from cdi_plugin.store.writer import Applied, PartialWriteError, apply
-
 __all__ = [
     "DEFAULT_SPEC_DIRS",
     "RECORD_NAME",
@@ -70,24 +52,42 @@ __all__ = [
     "write_atomic",
 ]
 
-__getattr__ = exports(
-    __name__,
-    {
-        "atomic": ["write_atomic"],
-        "configfile": ["ConfigFile", "load_config"],
-        "dirlock": ["DirLock", "LockTimeoutError"],
-        "files": ["DEFAULT_SPEC_DIRS", "list_spec_files", "read_spec_bytes", "spec_dirs"],
-        "ownership": ["RECORD_NAME", "OwnedFile", "owned_kinds", "read_record"],
-        "plan": ["ConflictError", "Plan", "plan_writes"],
-        "registry": [
-            "NameConflict",
-            "ResolvedDevice",
-            "Snapshot",
-            "SpecRegistry",
-            "load_registry",
-            "load_spec_file",
-        ],
-        "validation": ["ValidationReport", "validate_paths"],
-        "writer": ["Applied", "PartialWriteError", "apply"],
-    },
-)
+if TYPE_CHECKING:
+    from cdi_plugin.store.atomic import write_atomic
+    from cdi_plugin.store.configfile import ConfigFile, load_config
+    from cdi_plugin.store.dirlock import DirLock, LockTimeoutError
+    from cdi_plugin.store.files import DEFAULT_SPEC_DIRS, list_spec_files, read_spec_bytes, spec_dirs
+    from cdi_plugin.store.ownership import RECORD_NAME, OwnedFile, owned_kinds, read_record
+    from cdi_plugin.store.plan import ConflictError, Plan, plan_writes
+    from cdi_plugin.store.registry import (
+        NameConflict,
+        ResolvedDevice,
+        Snapshot,
+        SpecRegistry,
+        load_registry,
+        load_spec_file,
+    )
+    from cdi_plugin.store.validation import ValidationReport, validate_paths
+    from cdi_plugin.store.writer import Applied, PartialWriteError, apply
+else:
+    __getattr__ = exports(
+        __name__,
+        {
+            "atomic": ["write_atomic"],
+            "configfile": ["ConfigFile", "load_config"],
+            "dirlock": ["DirLock", "LockTimeoutError"],
+            "files": ["DEFAULT_SPEC_DIRS", "list_spec_files", "read_spec_bytes", "spec_dirs"],
+            "ownership": ["RECORD_NAME", "OwnedFile", "owned_kinds", "read_record"],
+            "plan": ["ConflictError", "Plan", "plan_writes"],
+            "registry": [
+                "NameConflict",
+                "ResolvedDevice",
+                "Snapshot",
+                "SpecRegistry",
+                "load_registry",
+                "load_spec_file",
+            ],
+            "validation": ["ValidationReport", "validate_paths"],
+            "writer": ["Applied", "PartialWriteError", "apply"],
+        },
+    )
