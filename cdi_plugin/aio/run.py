@@ -3,8 +3,9 @@
 :func:`run_until` runs jobs together until a stop event is set or one of them ends; every task is
 then cancelled and awaited before it returns. A job's error is raised as it was, not wrapped in an
 ``ExceptionGroup``. Cancelling the caller cancels every task and the ``CancelledError`` propagates:
-a stop always stops. :func:`cancel_and_wait` ends a single task the same way, and
-:func:`stop_on_signals` turns SIGTERM, SIGINT and SIGHUP into a stop.
+a stop always stops. :func:`cancel_and_wait` ends a single task the same way. :func:`run_jobs`
+runs jobs that end by themselves once told to stop, and cancels those that have not within a
+grace period. :func:`stop_on_signals` turns SIGTERM, SIGINT and SIGHUP into a stop.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import contextlib
 import logging
 import signal
 import threading
-from collections.abc import Awaitable, Iterable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from typing import Any
 
 from cdi_plugin.errors import CdiPluginError
@@ -64,6 +65,39 @@ async def run_until(
         errors = [exc for exc in _leaves(ended) if not isinstance(exc, _Ended)]
         if errors:
             raise errors[0] from None
+
+
+Job = Callable[[asyncio.Event], Awaitable[object]]
+
+
+async def run_jobs(stop: asyncio.Event, *jobs: Job, grace: float) -> None:
+    """Run each job with ``stop`` until all have ended; ``stop`` is set as soon as one ends
+    (returns or raises), so that the others end too, each in its own way (closing its sockets,
+    logging that it stopped).
+
+    Jobs still running ``grace`` seconds after ``stop`` was set are cancelled, and cancelling the
+    caller cancels every job: a stop always stops. The first error a job raised is raised once
+    every job has ended.
+    """
+    errors: list[Exception] = []
+
+    async def run(job: Job) -> None:
+        try:
+            await job(stop)
+        except Exception as exc:  # raised below, once the others have ended on their own
+            errors.append(exc)
+        finally:
+            stop.set()
+
+    async with asyncio.TaskGroup() as group:
+        tasks = [group.create_task(run(job), name=getattr(job, "__qualname__", repr(job))) for job in jobs]
+        await stop.wait()
+        _, late = await asyncio.wait(tasks, timeout=grace)
+        for task in late:
+            log.warning("%s did not stop within %gs of the stop, cancelling it", task.get_name(), grace)
+            task.cancel()
+    if errors:
+        raise errors[0]
 
 
 async def cancel_and_wait(task: asyncio.Task[Any]) -> None:

@@ -3,6 +3,16 @@
 No I/O library and no other layer of the package. The model, names, versions and problems are
 here; the codec (``codec.decode``, ``codec.encode``), the schema and validation are used as
 modules, imported where needed (the schema validator is loaded only then).
+
+Public names:
+
+* the spec model (:mod:`.model`): ``Spec``, ``Device``, ``ContainerEdits``, ``DeviceNode``,
+  ``Mount``, ``Hook``;
+* names (:mod:`.names`): ``Kind``, ``parse_kind``, ``parse_qualified_name``,
+  ``validate_device_name``, ``natural_key``, ``short_hash``;
+* versions (:mod:`.version`): ``minimum_version``, ``KNOWN_VERSIONS``, ``SUPPORTED_VERSIONS``,
+  ``EARLIEST``;
+* problems found by validation (:mod:`.problems`): ``Problem``, ``Severity``.
 """
 
 from cdi_plugin.cdi.model import ContainerEdits, Device, DeviceNode, Hook, Mount, Spec

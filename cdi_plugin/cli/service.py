@@ -2,7 +2,8 @@
 
 Every job gets the same stop event. One signal handler sets it; a job that ends or fails sets it
 too, so the others stop as well (a watcher whose event source broke must not leave a plugin
-serving specs that no longer follow the host). The first failure is raised once all jobs ended.
+serving specs that no longer follow the host). A job that has not ended :data:`STOP_GRACE`
+seconds after the stop is cancelled. The first failure is raised once all jobs ended.
 """
 
 from __future__ import annotations
@@ -10,10 +11,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
-from cdi_plugin.aio.run import stop_on_signals
+from cdi_plugin.aio.run import Job, run_jobs, stop_on_signals
 from cdi_plugin.cli.scanopts import fail
 
 if TYPE_CHECKING:
@@ -24,22 +24,19 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-Job = Callable[[asyncio.Event], Awaitable[None]]
 INITIAL_SCAN = "initial scan"
+#: Seconds the jobs have to end on their own after a stop; well within the 30 s Kubernetes waits
+#: between SIGTERM and SIGKILL.
+STOP_GRACE = 10.0
 
 
-async def run_until_stopped(*jobs: Job, stop: asyncio.Event | None = None) -> None:
+async def run_until_stopped(*jobs: Job, stop: asyncio.Event | None = None, grace: float = STOP_GRACE) -> None:
     """Run ``jobs`` together until ``stop`` is set, SIGTERM, SIGINT or SIGHUP arrives (handled only
-    on the main thread), or one of them ends."""
+    on the main thread), or one of them ends; then each ends on its own within ``grace`` seconds
+    or is cancelled."""
     stop = stop or asyncio.Event()
     with stop_on_signals(stop):
-        tasks = [asyncio.ensure_future(job(stop)) for job in jobs]
-        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-        stop.set()
-        results = await asyncio.gather(*tasks, return_exceptions=True)
-        for result in results:
-            if isinstance(result, BaseException):
-                raise result
+        await run_jobs(stop, *jobs, grace=grace)
 
 
 def start_metrics_server(

@@ -5,4 +5,56 @@ names: driver, node and device names; inventory: what the driver needs from the 
 slices: the node's pool as ResourceSlices; prepare: a claim's allocation to CDI names;
 objects: DeviceClass and RBAC; api: the generated gRPC code; kubelet: registration and DRA
 sockets; kube: the API server; publisher: slices following the inventory.
+
+Public names, each imported from its module on first use (gRPC only with the kubelet side, the
+Kubernetes client only with the API server side):
+
+* the pure core: ``Inventory``, ``check_driver_name``, ``check_node_name``, ``DraConfigError``,
+  ``Pool``, ``build_pool``, ``Claim``, ``PreparedDevice``, ``prepare_claim``;
+* the kubelet side: ``KubeletPlugin``, ``DraService``, ``Paths``;
+* the API server side: ``KubeApi``, ``ApiServerError``, ``SlicePublisher``.
 """
+
+from typing import TYPE_CHECKING
+
+from cdi_plugin.lazy import exports
+
+__all__ = [
+    "ApiServerError",
+    "Claim",
+    "DraConfigError",
+    "DraService",
+    "Inventory",
+    "KubeApi",
+    "KubeletPlugin",
+    "Paths",
+    "Pool",
+    "PreparedDevice",
+    "SlicePublisher",
+    "build_pool",
+    "check_driver_name",
+    "check_node_name",
+    "prepare_claim",
+]
+
+if TYPE_CHECKING:
+    from cdi_plugin.dra.inventory import Inventory
+    from cdi_plugin.dra.kube import ApiServerError, KubeApi
+    from cdi_plugin.dra.kubelet import DraService, KubeletPlugin, Paths
+    from cdi_plugin.dra.names import DraConfigError, check_driver_name, check_node_name
+    from cdi_plugin.dra.prepare import Claim, PreparedDevice, prepare_claim
+    from cdi_plugin.dra.publisher import SlicePublisher
+    from cdi_plugin.dra.slices import Pool, build_pool
+else:
+    __getattr__ = exports(
+        __name__,
+        {
+            "inventory": ["Inventory"],
+            "kube": ["ApiServerError", "KubeApi"],
+            "kubelet": ["DraService", "KubeletPlugin", "Paths"],
+            "names": ["DraConfigError", "check_driver_name", "check_node_name"],
+            "prepare": ["Claim", "PreparedDevice", "prepare_claim"],
+            "publisher": ["SlicePublisher"],
+            "slices": ["Pool", "build_pool"],
+        },
+    )

@@ -2,6 +2,13 @@
 
 Pure: no file or device I/O apart from reading the embedded default config (package data).
 Never imports the device plugin; the two halves meet only through spec files.
+
+Public names:
+
+* device classes (:mod:`.config`): ``DeviceClass``, ``parse_classes``, ``default_classes``,
+  ``classes_of``;
+* matching (:mod:`.match`): ``match_devices``, ``query_for``;
+* building specs (:mod:`.builder`): ``build_specs``, ``BuildResult``, ``BuiltSpec``.
 """
 
 from cdi_plugin.generate.builder import BuildResult, BuiltSpec, build_specs

@@ -6,6 +6,12 @@ record: the device record every consumer reads; source: one consistent reading o
 directories and cdi-gen's ownership records; selection: the kinds served; health and numa: the
 host device nodes; grace: the grace period; problems: skipped files, logged once; spec_inventory:
 the parts put together. Nothing here knows gRPC, the kubelet, DRA, discovery or the CLI.
+
+Public names:
+
+* the inventory and its input: ``SpecInventory``, ``SpecSource``, ``Reading``, ``NumaLocator``;
+* what consumers read: ``ServedDevice``, ``UdevFacts`` and the reasons ``GONE_REASON``,
+  ``NOT_SERVED_REASON``.
 """
 
 from cdi_plugin.inventory.numa import NumaLocator

@@ -16,17 +16,19 @@ Endpoints (GET only, as the kubelet's probes and Prometheus ask; other methods 4
 * ``/readyz``: 200 when everything required is satisfied (for the plugin: every resource it
   serves is registered with the kubelet; a node with nothing to serve is ready), 503 and what it
   waits for otherwise.
+
+Public names, each imported from its module on first use (prometheus_client only then):
+
+* the metrics of each half (:mod:`.counters`): ``PluginMetrics``, ``ScanMetrics`` and the label
+  values ``AllocationResult``, ``RegistrationResult``, ``ValidationSubject``;
+* liveness and readiness (:mod:`.probes`): ``Probes``, ``Check``, ``STALE_AFTER``, ``STARTING``;
+* the endpoint (:mod:`.server`): ``MetricsServer``, ``make_app``, ``parse_address`` and the paths
+  ``METRICS``, ``HEALTHZ``, ``READYZ``.
 """
 
-from cdi_plugin.metrics.counters import (
-    AllocationResult,
-    PluginMetrics,
-    RegistrationResult,
-    ScanMetrics,
-    ValidationSubject,
-)
-from cdi_plugin.metrics.probes import STALE_AFTER, STARTING, Check, Probes
-from cdi_plugin.metrics.server import HEALTHZ, METRICS, READYZ, MetricsServer, make_app, parse_address
+from typing import TYPE_CHECKING
+
+from cdi_plugin.lazy import exports
 
 __all__ = [
     "HEALTHZ",
@@ -45,3 +47,29 @@ __all__ = [
     "make_app",
     "parse_address",
 ]
+
+if TYPE_CHECKING:
+    from cdi_plugin.metrics.counters import (
+        AllocationResult,
+        PluginMetrics,
+        RegistrationResult,
+        ScanMetrics,
+        ValidationSubject,
+    )
+    from cdi_plugin.metrics.probes import STALE_AFTER, STARTING, Check, Probes
+    from cdi_plugin.metrics.server import HEALTHZ, METRICS, READYZ, MetricsServer, make_app, parse_address
+else:
+    __getattr__ = exports(
+        __name__,
+        {
+            "counters": [
+                "AllocationResult",
+                "PluginMetrics",
+                "RegistrationResult",
+                "ScanMetrics",
+                "ValidationSubject",
+            ],
+            "probes": ["STALE_AFTER", "STARTING", "Check", "Probes"],
+            "server": ["HEALTHZ", "METRICS", "READYZ", "MetricsServer", "make_app", "parse_address"],
+        },
+    )

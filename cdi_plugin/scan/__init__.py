@@ -1,20 +1,34 @@
 """Scanning the host into CDI specs: the pipeline of ``cdi-gen scan`` (:mod:`.pipeline`) and the
 watcher that reruns it for ``cdi-gen watch`` and ``serve --scan`` (:mod:`.watcher`).
 
-The pipeline's names are re-exported here; the watcher is imported from its module, so that a
-one-off scan does not load inotify or the uevent monitor.
+Public names, each imported from its module on first use, so that a one-off scan does not load
+inotify or the uevent monitor:
+
+* the pipeline: ``run_scan``, ``ScanOptions``, ``ScanReport``, ``DEFAULT_MAX_VERSION``;
+* the watcher: ``Watcher``, ``WatchOptions``.
 """
 
-from cdi_plugin.scan.pipeline import (
-    DEFAULT_MAX_VERSION,
-    ScanOptions,
-    ScanReport,
-    run_scan,
-)
+from typing import TYPE_CHECKING
+
+from cdi_plugin.lazy import exports
 
 __all__ = [
     "DEFAULT_MAX_VERSION",
     "ScanOptions",
     "ScanReport",
+    "WatchOptions",
+    "Watcher",
     "run_scan",
 ]
+
+if TYPE_CHECKING:
+    from cdi_plugin.scan.pipeline import DEFAULT_MAX_VERSION, ScanOptions, ScanReport, run_scan
+    from cdi_plugin.scan.watcher import Watcher, WatchOptions
+else:
+    __getattr__ = exports(
+        __name__,
+        {
+            "pipeline": ["DEFAULT_MAX_VERSION", "ScanOptions", "ScanReport", "run_scan"],
+            "watcher": ["WatchOptions", "Watcher"],
+        },
+    )

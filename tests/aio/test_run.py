@@ -1,4 +1,4 @@
-"""run_until and cancel_and_wait: every task ends, errors come out as they were, a stop always stops."""
+"""run_until, run_jobs, cancel_and_wait: every task ends, errors come out as they were; a stop stops."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from cdi_plugin.aio.run import cancel_and_wait, run_until
+from cdi_plugin.aio.run import cancel_and_wait, run_jobs, run_until
 from tests.deviceplugin.helpers import run
 
 
@@ -137,3 +137,72 @@ def test_cancel_and_wait_raises_the_error_the_task_ended_with() -> None:
             await cancel_and_wait(task)
 
     run(scenario())
+
+
+def test_run_jobs_lets_every_job_end_on_its_own_once_one_ends() -> None:
+    async def scenario() -> list[str]:
+        ended: list[str] = []
+
+        async def cooperative(stop: asyncio.Event) -> None:
+            await stop.wait()
+            await asyncio.sleep(0)  # an await after the stop (closing sockets) is not cancelled
+            ended.append("cooperative")
+
+        async def done(stop: asyncio.Event) -> None:
+            ended.append("done")
+
+        await run_jobs(asyncio.Event(), cooperative, done, grace=3600)
+        return ended
+
+    assert run(scenario()) == ["done", "cooperative"]
+
+
+def test_run_jobs_raises_the_first_error_once_the_others_have_ended() -> None:
+    async def scenario() -> list[str]:
+        ended: list[str] = []
+
+        async def cooperative(stop: asyncio.Event) -> None:
+            await stop.wait()
+            ended.append("cooperative")
+
+        async def broken(stop: asyncio.Event) -> None:
+            raise ValueError("broken")
+
+        with pytest.raises(ValueError, match="broken"):
+            await run_jobs(asyncio.Event(), cooperative, broken, grace=3600)
+        return ended
+
+    assert run(scenario()) == ["cooperative"]
+
+
+def test_run_jobs_cancels_a_job_that_ignores_the_stop_after_the_grace_period() -> None:
+    async def scenario() -> list[str]:
+        stop, ended = asyncio.Event(), []
+
+        async def deaf(stop: asyncio.Event) -> None:
+            await _forever("deaf", ended)
+
+        async def stopper(stop: asyncio.Event) -> None:
+            stop.set()
+
+        await run_jobs(stop, deaf, stopper, grace=0)
+        return ended
+
+    assert run(scenario()) == ["deaf"]
+
+
+def test_cancelling_run_jobs_cancels_every_job_and_propagates() -> None:
+    async def scenario() -> list[str]:
+        started, ended = asyncio.Event(), []
+
+        async def deaf(stop: asyncio.Event) -> None:
+            await _forever("deaf", ended, started)
+
+        runner = asyncio.create_task(run_jobs(asyncio.Event(), deaf, grace=3600))
+        await started.wait()
+        runner.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await runner
+        return ended
+
+    assert run(scenario()) == ["deaf"]

@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -48,10 +47,10 @@ sys.exit(os.waitstatus_to_exitcode(status))
 """
 
 
-def run_measured(args: list[str], tmp_path: Path) -> tuple[int, str, int, float]:
-    """Exit status, stderr and stdout, peak RSS (KiB) and wall time of one process."""
+def run_measured(args: list[str], tmp_path: Path) -> tuple[int, str, int]:
+    """Exit status, stderr and stdout, and peak RSS (KiB) of one process; a process still running
+    after :data:`DEADLINE` seconds is killed and fails the test."""
     out, rss = tmp_path / "output", tmp_path / "rss"
-    started = time.monotonic()
     with out.open("w") as sink:
         proc = subprocess.Popen(
             [sys.executable, "-c", _MEASURE, str(rss), *args],
@@ -66,19 +65,18 @@ def run_measured(args: list[str], tmp_path: Path) -> tuple[int, str, int, float]
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
             raise
-    return code, out.read_text(), int(rss.read_text()), time.monotonic() - started
+    return code, out.read_text(), int(rss.read_text())
 
 
 def test_validate_refuses_a_200_kb_alias_bomb_in_one_line(tmp_path: Path) -> None:
     bomb = tmp_path / "bomb.yaml"
     bomb.write_text(alias_bomb("ex.io/bomb", 200_000))
     assert 190_000 < bomb.stat().st_size <= 200_000
-    code, output, rss, elapsed = run_measured([str(CDI_GEN), "validate", str(bomb)], tmp_path)
+    code, output, rss = run_measured([str(CDI_GEN), "validate", str(bomb)], tmp_path)
     assert code == 1
     errors = [line for line in output.splitlines() if str(bomb) in line]
     assert errors == [f"✗ {bomb}: line 4: YAML anchors and aliases are not allowed (&d)"]
     assert rss < MAX_RSS_KIB
-    assert elapsed < DEADLINE
 
 
 @pytest.mark.parametrize(
@@ -94,12 +92,11 @@ def test_a_billion_laughs_config_is_a_one_line_error(tmp_path: Path, command: li
     config.write_bytes(billion_laughs_config())
     assert 900 <= config.stat().st_size <= 1100
     args = [a.format(out=tmp_path / "out", config=config) for a in command]
-    code, output, rss, elapsed = run_measured(args, tmp_path)
+    code, output, rss = run_measured(args, tmp_path)
     assert code == 1
     program = Path(args[0]).name
     assert (
         output == f"{program}: error: {config}: line 5: YAML anchors and aliases are not allowed (&laugh0)\n"
     )
     assert rss < MAX_RSS_KIB
-    assert elapsed < DEADLINE
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())

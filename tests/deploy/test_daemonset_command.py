@@ -51,6 +51,15 @@ def _fuse_fixture(path: Path, node: Path) -> None:
     )
 
 
+async def _logged(stderr: asyncio.StreamReader, text: str, timeout: float = 15) -> None:
+    """Read the JSON log until a message containing ``text``; fail if the program ends first."""
+    async with asyncio.timeout(timeout):
+        while line := await stderr.readline():
+            if text in json.loads(line)["msg"]:
+                return
+    raise AssertionError(f"the program ended without logging {text!r}")
+
+
 def test_the_daemonset_command_serves_what_the_example_pod_requests(tmp_path: Path) -> None:
     layout = Layout.under(tmp_path)
     node = layout.dev / "fuse"
@@ -89,10 +98,8 @@ def test_the_daemonset_command_serves_what_the_example_pod_requests(tmp_path: Pa
                 assert [d.name for d in answer.cdi_devices] == [f"{resource}=fuse"]
                 assert (layout.etc / "cdi-plugin.io-fuse.json").is_file()
                 assert await asyncio.to_thread(get, base + "/healthz") == (200, "ok\n")
-                deadline = asyncio.get_running_loop().time() + 5
-                while (ready := await asyncio.to_thread(get, base + "/readyz"))[0] != 200:
-                    assert asyncio.get_running_loop().time() < deadline, ready
-                    await asyncio.sleep(0.05)
+                await _logged(proc.stderr, "registered with the kubelet")  # counted ready before it logs
+                assert await asyncio.to_thread(get, base + "/readyz") == (200, "ok (1 ready)\n")
                 proc.send_signal(signal.SIGTERM)
                 assert await asyncio.wait_for(proc.wait(), 10) == 0
             finally:

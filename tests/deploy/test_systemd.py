@@ -4,11 +4,11 @@ root without capabilities and able to write /etc/cdi and nothing else."""
 
 from __future__ import annotations
 
+import asyncio
 import shlex
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -139,25 +139,29 @@ def test_the_watch_units_command_line_runs_until_sigterm(tmp_path: Path) -> None
     command = shlex.split(_one(_unit("cdi-gen-watch.service"), "Service", "ExecStart"))
     command = [c.replace(INSTALLED_BIN, VENV_BIN) for c in command if c != "$CDI_GEN_OPTIONS"]
     out = tmp_path / "cdi"
-    watcher = subprocess.Popen(
-        [*command, "--source", f"fixture:{SIMULATED}", "--output-dir", str(out)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        deadline = time.monotonic() + 20
-        while not (out / "cdi-plugin.io-fuse.json").exists():
-            assert watcher.poll() is None, watcher.communicate()[1]
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
-        watcher.send_signal(signal.SIGTERM)
-        _, stderr = watcher.communicate(timeout=10)
-    finally:
-        if watcher.poll() is None:
-            watcher.kill()
-            watcher.wait()
-    assert watcher.returncode == 0, stderr
+
+    async def scenario() -> tuple[int, str]:
+        watcher = await asyncio.create_subprocess_exec(
+            *command, "--source", f"fixture:{SIMULATED}", "--output-dir", str(out),
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        )  # fmt: skip
+        assert watcher.stderr is not None
+        try:
+            async with asyncio.timeout(20):  # the first scan is logged once its specs are written
+                while "initial scan" not in (line := (await watcher.stderr.readline()).decode()):
+                    assert line, "cdi-gen watch ended before its first scan"
+            assert (out / "cdi-plugin.io-fuse.json").is_file()
+            watcher.send_signal(signal.SIGTERM)
+            async with asyncio.timeout(10):
+                stderr = await watcher.stderr.read()
+                return await watcher.wait(), stderr.decode()
+        finally:
+            if watcher.returncode is None:
+                watcher.kill()
+                await watcher.wait()
+
+    status, stderr = asyncio.run(scenario())
+    assert status == 0, stderr
 
 
 @pytest.mark.parametrize("doc", ["README.md", "docs/quickstart.md", "docs/deploy.md"])
