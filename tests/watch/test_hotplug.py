@@ -20,7 +20,7 @@ from cdi_plugin.scan.watcher import Watcher
 from tests.aio.clock import ManualClock
 from tests.deviceplugin.helpers import run
 from tests.watch.helpers import device_names, eventually, running, watch_options
-from tests.watch.loops import AVAILABLE, Loops, free_numbers, loop_class, storm
+from tests.watch.loops import AVAILABLE, Loops, free_numbers, loop_class, storm, sys_path
 
 pytestmark = [
     pytest.mark.root,
@@ -54,8 +54,8 @@ def test_the_monitor_delivers_real_add_and_remove_events_of_its_subsystems_only(
     finally:
         monitor.close()
     assert [e for e in events if e.sys_name == f"loop{n}"] == [
-        UdevEvent("add", "block", f"loop{n}", f"/dev/loop{n}"),
-        UdevEvent("remove", "block", f"loop{n}", f"/dev/loop{n}"),
+        UdevEvent("add", "block", f"loop{n}", f"/dev/loop{n}", str(sys_path(n))),
+        UdevEvent("remove", "block", f"loop{n}", f"/dev/loop{n}", str(sys_path(n))),
     ]
     assert {e.subsystem for e in events} == {"block"}
 
@@ -109,9 +109,17 @@ def test_loop_devices_added_and_removed_update_the_spec(
                 await eventually(lambda: not (out / SPEC).exists(), "the spec of a kind without devices")
 
     run(scenario())
-    lines = [m for m in caplog.messages if m.startswith("rescanned cdi-plugin.io/loop after ")]
+    lines = [
+        m for m in caplog.messages if m.startswith(("rescanned cdi-plugin.io/", "updated cdi-plugin.io/"))
+    ]
+    # the first device of a kind creates its file through a rescan; the others are updated alone
+    assert [line.split(" after ")[0] for line in lines] == ["rescanned cdi-plugin.io/loop"] + [
+        "updated cdi-plugin.io/loop"
+    ] * 3
     assert lines[0].endswith(f": wrote {SPEC}; devices added: cdi-plugin.io/loop=loop{a}")
-    assert lines[-1].endswith(f": removed {SPEC}; devices removed: cdi-plugin.io/loop=loop{b}")
+    assert lines[1].endswith(f": wrote {SPEC}; devices added: cdi-plugin.io/loop=loop{b}")
+    assert lines[2].endswith(f": wrote {SPEC}; devices removed: cdi-plugin.io/loop=loop{a}")
+    assert lines[3].endswith(f": removed {SPEC}; devices removed: cdi-plugin.io/loop=loop{b}")
 
 
 async def flap(loops: Loops, n: int, times: int, last: str) -> None:
@@ -196,7 +204,7 @@ def _storm_batches(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
     return [
         r
         for r in caplog.records
-        if r.getMessage().startswith("rescanned") and getattr(r, "events", 0) >= 10_000
+        if r.getMessage().startswith(("rescanned", "updated")) and getattr(r, "events", 0) >= 10_000
     ]
 
 
