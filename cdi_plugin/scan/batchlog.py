@@ -57,8 +57,9 @@ class BatchLog:
             files = {}
             self._warned &= set(report.warnings)
         else:
-            after = {k: v for k, v in before.items() if k not in scope} | now
-            files = {name: kind for name, kind in self.files.items() if kind not in scope}
+            replaced = {f.kind for f in report.files} if updated else scope  # updates list only changes
+            after = {k: v for k, v in before.items() if k not in replaced} | now
+            files = {name: kind for name, kind in self.files.items() if kind not in replaced}
         files.update({f.path.name: f.kind for f in report.files if f.action != "removed"})
         self.devices, self.files = after, files
         for warning in report.warnings:
