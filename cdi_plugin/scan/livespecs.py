@@ -2,8 +2,9 @@
 
 After every scan, :func:`index_class` indexes each class's spec by the sysfs path of the device
 behind each entry. :meth:`LiveSpec.update` then takes a device as udev reports it now (None: gone)
-and adds, replaces or removes that one entry, and renders the file's bytes from cached pieces:
-its cost does not grow with the devices of the class (only joining the cached text does, in C).
+and adds, replaces or removes that one entry; :meth:`LiveSpec.render` then renders the file's bytes
+from cached pieces. The cost of an update does not grow with the devices of the class; that of
+rendering only by joining cached text and sorting names.
 The bytes equal what a rescan of the class would write.
 
 Where one device's entry can depend on the others, a class is not indexed, and an update that
@@ -102,9 +103,9 @@ class LiveSpec:
     def kind(self) -> str:
         return self.cls.kind
 
-    def update(self, sys_path: str, device: DiscoveredDevice | None) -> Change | None:
-        """The spec with ``device`` (at ``sys_path``; None: gone) as it is now; None when nothing
-        changed. Raises :class:`Uncertain`; the index is changed only when it returns."""
+    def update(self, sys_path: str, device: DiscoveredDevice | None) -> bool:
+        """Take ``device`` (at ``sys_path``; None: gone) as it is now; whether its entry changed
+        (:meth:`render` gives the new spec). Raises :class:`Uncertain`, changing nothing."""
         old = self.entries.get(sys_path)
         if device is not None and not (device.subsystem and matches(self.cls.match, device)):
             device = None
@@ -114,12 +115,12 @@ class LiveSpec:
                     raise Uncertain(f"{value!r} is shared with another device")
         new = None if device is None else self._entry(device, old)
         if new == old:
-            return None
+            return False
         if old is not None:
             self._drop(sys_path, old)
         if new is not None:
             self._add(sys_path, new)
-        return self.render()
+        return True
 
     def _entry(self, device: DiscoveredDevice, old: Entry | None) -> Entry:
         cls = self.cls

@@ -5,9 +5,9 @@ each class it touches (:mod:`.livespecs`): the device is read again from the sou
 would read it, and the file is rewritten through the store without enumerating the class or
 reading the other spec files. A class is rescanned instead when its spec is not indexed (see
 :mod:`.livespecs`), when the update is :class:`~.livespecs.Uncertain`, when the source cannot read
-single devices, when the file on disk is not what was last written, or when a batch holds more
-than :data:`MAX_DEVICES` devices (a burst: one rescan is cheaper). Every rescan indexes the specs
-it built again.
+single devices, when the file on disk is not what was last written, or when a batch holds many
+devices of a class (a burst, see :data:`MAX_DEVICES`: one rescan is cheaper). Every rescan
+indexes the specs it built again.
 """
 
 from __future__ import annotations
@@ -31,7 +31,9 @@ from cdi_plugin.store.writer import apply
 
 log = logging.getLogger(__name__)
 
-#: More devices than this in one batch are rescanned by class rather than updated one by one.
+#: A batch with more devices of a class than this, and than half the devices the class had, rescans
+#: the class rather than update them one by one (a device's update costs about what a rescan spends
+#: on two devices).
 MAX_DEVICES = 64
 
 Kinds = frozenset[str]
@@ -72,9 +74,7 @@ class BatchWork:
                 for event in devices:
                     for kind in event.kinds - scope:
                         by_kind.setdefault(kind, set()).add(event.sys_path)
-                if sum(len(paths) for paths in by_kind.values()) > MAX_DEVICES:
-                    scope |= set(by_kind)
-                elif by_kind:
+                if by_kind:
                     outcome, rescan = self._update(classes, by_kind)
                     if outcome is not None:
                         outcomes.append(outcome)
@@ -119,18 +119,18 @@ class BatchWork:
             if lookup is None or live is None or current.get(kind) is not live.cls:
                 rescan.add(kind)
                 continue
+            if len(paths) > max(MAX_DEVICES, len(live.entries) // 2):
+                rescan.add(kind)  # a burst: one rescan costs less
+                continue
             query = query_for([live.cls])
             try:
-                change = None
-                for path in sorted(paths):
-                    change = live.update(path, lookup(path, query)) or change
+                changed = [live.update(path, lookup(path, query)) for path in sorted(paths)]
+                if any(changed):
+                    changes[kind] = (live, live.render())
             except Uncertain as exc:
                 log.debug("%s: rescanning the class: %s", kind, exc)
                 self.live.pop(kind)
                 rescan.add(kind)
-                continue
-            if change is not None:
-                changes[kind] = (live, change)
         out = self.options.output_dir
         updated = set(by_kind) - rescan
         if not changes:  # the devices are as they were
