@@ -7,8 +7,8 @@
 
 A uevent touches a class when its subsystem is one the class matches (or the class matches every
 subsystem) or when its device node matches one of the class's globs; a node appearing or vanishing
-touches the classes whose globs match its path. Classes are rescanned whole, never one device:
-siblings, companion nodes and naming collisions depend on the others.
+touches the classes whose globs match its path. Which of those classes can be updated one device
+at a time, and which are rescanned whole, is :mod:`.livespecs`'s business.
 """
 
 from __future__ import annotations

@@ -1,16 +1,19 @@
 """``cdi-gen watch``: keep the specs in step with the host's devices and with the configuration.
 
 1. The event sources start first (uevents queue in the kernel meanwhile), then a full scan runs.
-2. Every trigger adds the kinds it touches to a :class:`Coalescer`: uevents of the classes'
-   subsystems (:mod:`.uevents`), device nodes appearing or vanishing in the directories of
-   devnode globs, a receive-buffer overflow (every class), a valid configuration edit (every
-   class), a changed fixture file (every class), and one of our spec files deleted behind our back
-   or the output directory re-created (the kinds whose files are missing).
-3. Each batch rescans the touched classes with :func:`run_scan`, in a worker thread so that the
-   event loop keeps serving (the device plugin's gRPC in ``cdi-plugin serve --scan``). The writer
-   is the one ``cdi-gen scan`` uses: atomic, ownership-respecting, only changed files are written,
-   and the specs of classes outside the batch are left alone. Devices with hostile udev data are
-   always skipped and logged.
+2. Every trigger adds what it touches to a :class:`Coalescer`, which releases the first event
+   after a quiet spell at once and coalesces the rest: a uevent of the classes' subsystems adds
+   its device and kinds (:mod:`.uevents`); device nodes appearing or vanishing in the directories
+   of devnode globs, a receive-buffer overflow (every class), a valid configuration edit (every
+   class), a changed fixture file (every class), one of our spec files deleted behind our back or
+   the output directory re-created (the kinds whose files are missing), and a full rescan every
+   ``resync`` seconds add kinds to rescan.
+3. Each batch runs in a worker thread (:mod:`.updates`), so that the event loop keeps serving
+   (the device plugin's gRPC in ``cdi-plugin serve --scan``): a device's entry is updated alone
+   where it can be (:mod:`.livespecs`), else its classes are rescanned with :func:`~.pipeline.run_scan`. The
+   writer is the one ``cdi-gen scan`` uses: atomic, ownership-respecting, only changed files are
+   written, and the specs of classes outside the batch are left alone. Devices with hostile udev
+   data are always skipped and logged. ``on_applied`` hears of every write.
 4. One log line per batch says which files were written or removed and which devices came and went.
 
 A batch that fails (a foreign spec of the same kind, a full disk) is logged once and retried with

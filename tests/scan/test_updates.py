@@ -19,6 +19,7 @@ from cdi_plugin.discovery.model import DiscoveredDevice, StaticSource
 from cdi_plugin.scan import ScanOptions, run_scan
 from cdi_plugin.scan.livespecs import indexable
 from cdi_plugin.scan.updates import MAX_DEVICES, BatchWork, DeviceEvent
+from cdi_plugin.store.plan import ConflictError
 from tests.generate.helpers import classes
 from tests.generate.hosts import misc, usb_tty
 
@@ -129,3 +130,19 @@ def test_a_burst_of_devices_is_rescanned_by_class(tmp_path: Path) -> None:
     assert error is None
     assert source.enumerations == enumerations + 1, "one rescan, not one update per device"
     assert [o.updated for o in outcomes] == [False]
+
+
+def test_a_spec_file_changed_behind_the_watchers_back_is_left_to_a_rescan(tmp_path: Path) -> None:
+    source = StaticSource([adapter(i, f"S{i}", None) for i in range(3)])
+    work = BatchWork(options(tmp_path), source)
+    work.run(CLASSES[1:2], None, [])
+    spec = tmp_path / "example.com-c1.json"
+    spec.write_text(spec.read_text().replace("ttyUSB0", "mine"))  # edited: no longer cdi-gen's
+    source.devices.append(adapter(3, "S3", None))
+    outcomes, error = work.run(
+        CLASSES[1:2], set(), [DeviceEvent(adapter(3, None, None).sys_path, frozenset({CLASSES[1].kind}))]
+    )
+    assert outcomes == []
+    assert isinstance(error, ConflictError), error  # what a rescan says: the update wrote nothing
+    assert "mine" in spec.read_text()
+    assert CLASSES[1].kind not in work.live
