@@ -298,7 +298,7 @@ class Watcher:
             self.coalescer.add(frozenset(kinds))
 
     def _on_uevent(self, event: UdevEvent, kinds: Kinds) -> None:
-        if event.sys_path and event.subsystem:
+        if event.sys_path and event.subsystem and event.action != "move":  # a move renames: rescan
             self.coalescer.add(DeviceEvent(event.sys_path, kinds))
         else:
             self._add(*kinds)
