@@ -122,7 +122,8 @@ class LiveSpec:
             self._add(sys_path, new)
         return True
 
-    def _entry(self, device: DiscoveredDevice, old: Entry | None) -> Entry:
+    def _name(self, device: DiscoveredDevice, old: Entry | None) -> tuple[tuple[str | None, ...], str]:
+        """The device's naming candidates and its name, which no other device may share."""
         cls = self.cls
         candidates = tuple(candidate(cls, s.template, device, 0) for s in cls.naming)
         name = None
@@ -135,9 +136,13 @@ class LiveSpec:
             name = name or value
         if name is None or self.by_name.get(name, device.sys_path) != device.sys_path:
             raise Uncertain(f"{describe(device)}: no name of its own")
+        return candidates, name
+
+    def _entry(self, device: DiscoveredDevice, old: Entry | None) -> Entry:
+        candidates, name = self._name(device, old)
         notes = Notes()
         try:
-            single = build_spec(cls, [device], Host.of([device]), self.max_version, notes)
+            single = build_spec(self.cls, [device], Host.of([device]), self.max_version, notes)
         except GenerateError as exc:
             raise Uncertain(str(exc)) from None
         if notes.warnings or notes.refused or single is None:
@@ -147,6 +152,12 @@ class LiveSpec:
         (entry,), (built,) = single.spec.devices, single.devices
         assert entry.name == name
         return Entry(candidates, entry, built, _text(entry), version_key(single.spec.cdi_version))
+
+    def _built(self, device: DiscoveredDevice, entry: Device, built: BuiltDevice) -> Entry:
+        """The entry of a device as a scan built (and validated) it."""
+        candidates, _ = self._name(device, None)
+        spec = Spec(cdi_version=EARLIEST, kind=self.kind, devices=(entry,), container_edits=self.top)
+        return Entry(candidates, entry, built, _text(entry), version_key(minimum_version(spec)))
 
     def _drop(self, sys_path: str, entry: Entry) -> None:
         del self.entries[sys_path]
@@ -199,8 +210,9 @@ def index_class(
     max_version: str | None,
     fmt: codec.Format,
 ) -> LiveSpec | None:
-    """``cls``'s spec as a scan just built it from ``devices`` (everything the scan discovered),
-    entry by entry; None when the class cannot be updated device by device."""
+    """``cls``'s spec as a scan just built (and validated) it from ``devices`` (everything the scan
+    discovered), entry by entry; None when the class cannot be updated device by device. The caller
+    checks that :meth:`LiveSpec.render` gives the bytes the scan wrote."""
     if built is None or fmt != "json" or not indexable(cls):
         return None
     entries: dict[str, Entry] = {}
@@ -212,10 +224,10 @@ def index_class(
                 if not device.subsystem and device.devnode and matches(cls.match, device):
                     return None  # a node found by a devnode glob only: it has no sysfs path
                 continue
-            entry = live._entry(device, None)
-            if by_name.get(entry.device.name, (None, None))[0] != entry.device:
-                return None
-            live._add(device.sys_path, entry)
+            _, name = live._name(device, None)
+            if name not in by_name:
+                return None  # left out of the spec: a rescan explains why
+            live._add(device.sys_path, live._built(device, *by_name[name]))
     except Uncertain:
         return None
     if set(live.by_name) != set(by_name):
