@@ -32,7 +32,7 @@ from cdi_plugin.cdi.model import Device, Spec
 from cdi_plugin.cdi.validate import validate_object
 from cdi_plugin.cdi.version import EARLIEST, KNOWN_VERSIONS, minimum_version, version_key
 from cdi_plugin.discovery.model import DiscoveredDevice
-from cdi_plugin.errors import GenerateError
+from cdi_plugin.errors import CdiPluginError, GenerateError
 from cdi_plugin.generate.builder import BuiltDevice, BuiltSpec, Host, Notes, build_spec
 from cdi_plugin.generate.config import DeviceClass
 from cdi_plugin.generate.match import matches
@@ -42,7 +42,7 @@ from cdi_plugin.generate.naming import candidate, describe
 _DEVICES = "@DEVICES@"
 
 
-class Uncertain(Exception):
+class Uncertain(CdiPluginError):
     """The event may change more than the device's own entry: rescan the class."""
 
 
