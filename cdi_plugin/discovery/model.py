@@ -87,14 +87,15 @@ class Discovery:
 class UdevEvent:
     """A uevent, as much as a watcher needs: what happened to which device.
 
-    The event's other properties are not kept: a watcher rescans rather than trust them (they
-    lack attributes, parents and the node's stat).
+    The event's other properties are not kept: a watcher reads the device again (by ``sys_path``,
+    as a scan reads it: with its attributes, parents and the node's stat) or rescans.
     """
 
     action: str  # add, remove, change, move, bind, unbind, online, offline
     subsystem: str
     sys_name: str
     devnode: str | None = None
+    sys_path: str = ""
 
 
 class DeviceSource(Protocol):
@@ -103,14 +104,33 @@ class DeviceSource(Protocol):
     def discover(self, query: Query) -> Discovery: ...
 
 
+class DeviceLookup(Protocol):
+    """A source that can also read one device, as ``discover`` would report it."""
+
+    def discover(self, query: Query) -> Discovery: ...
+
+    def lookup(self, sys_path: str, query: Query) -> DiscoveredDevice | None:
+        """The device at ``sys_path`` if it exists and is of the query's subsystems, else None."""
+        ...
+
+
 class StaticSource:
-    """A source over a fixed list (tests, benchmarks): filters by subsystem only."""
+    """A source over a list (tests, benchmarks): filters by subsystem only; ``devices`` may be
+    changed between calls. Counts its enumerations."""
 
     def __init__(self, devices: Sequence[DiscoveredDevice]) -> None:
-        self._devices = tuple(devices)
+        self.devices = list(devices)
+        self.enumerations = 0
+
+    def lookup(self, sys_path: str, query: Query) -> DiscoveredDevice | None:
+        found = [d for d in self.devices if d.sys_path == sys_path and d.subsystem]
+        if not found or (query.subsystems and found[0].subsystem not in query.subsystems):
+            return None
+        return found[0]
 
     def discover(self, query: Query) -> Discovery:
+        self.enumerations += 1
         if not query.subsystems:
-            return Discovery(self._devices)
+            return Discovery(tuple(self.devices))
         wanted = query.subsystems | {""}
-        return Discovery(tuple(d for d in self._devices if d.subsystem in wanted))
+        return Discovery(tuple(d for d in self.devices if d.subsystem in wanted))

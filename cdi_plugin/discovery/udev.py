@@ -121,8 +121,11 @@ class UdevSource:
 
     def __init__(self, *, dev_root: str = DEV) -> None:
         self._dev_root = dev_root.rstrip("/") or "/"
+        #: Enumerations of the host's devices so far (each scan makes one).
+        self.enumerations = 0
 
     def _enumerate(self, query: Query) -> list[Any]:
+        self.enumerations += 1
         context = _udev()
         try:
             enumerator = context.list_devices()
@@ -152,6 +155,22 @@ class UdevSource:
             (time.perf_counter() - started) * 1000,
         )
         return Discovery(tuple(devices), tuple(warnings))
+
+    def lookup(self, sys_path: str, query: Query) -> DiscoveredDevice | None:
+        """The device at ``sys_path`` as :meth:`discover` reports it (its warnings are left out:
+        a node udev announces but /dev lacks has ``node=None``); None when there is none, or not
+        of the query's subsystems."""
+        check_query(query)
+        try:
+            dev = pyudev.Devices.from_sys_path(_udev(), sys_path)
+        except pyudev.DeviceNotFoundError:
+            return None
+        except OSError as exc:
+            raise DiscoveryError(f"udev: cannot read {sys_path}: {exc}") from exc
+        device = self._device(_Reader(_udev()._libudev, query.attributes), dev, query, [])
+        if device is None or (query.subsystems and device.subsystem not in query.subsystems):
+            return None
+        return device
 
     def _device(
         self, reader: _Reader, dev: Any, query: Query, warnings: list[str]
@@ -302,6 +321,7 @@ class UdevMonitor:
                     subsystem=_opt(lib.udev_device_get_subsystem(device)) or "",
                     sys_name=_opt(lib.udev_device_get_sysname(device)) or "",
                     devnode=_opt(lib.udev_device_get_devnode(device)),
+                    sys_path=_opt(lib.udev_device_get_syspath(device)) or "",
                 )
             )
         return events, lost

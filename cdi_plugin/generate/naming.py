@@ -46,7 +46,7 @@ def describe(device: DiscoveredDevice) -> str:
     return device.devnode or device.sys_path or device.sys_name
 
 
-def _candidate(cls: DeviceClass, tmpl: Template, device: DiscoveredDevice, index: int) -> str | None:
+def candidate(cls: DeviceClass, tmpl: Template, device: DiscoveredDevice, index: int) -> str | None:
     raw = render(tmpl, device_lookup(device, index=index), Context.NAME)
     return None if raw is None else device_name(raw, cls.name_prefix)
 
@@ -59,7 +59,7 @@ def name_devices(
     Raises :class:`GenerateError` when a device cannot be given a unique name.
     """
     devs = ordered(devices)
-    candidates = [[_candidate(cls, s.template, d, i) for s in cls.naming] for i, d in enumerate(devs)]
+    candidates = [[candidate(cls, s.template, d, i) for s in cls.naming] for i, d in enumerate(devs)]
     counts = [Counter(c[j] for c in candidates if c[j] is not None) for j in range(len(cls.naming))]
     reserved = {ALL_DEVICE} if cls.all_device else set()
     named: list[NamedDevice] = []

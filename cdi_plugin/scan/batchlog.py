@@ -40,8 +40,16 @@ class BatchLog:
         return {kind for name, kind in self.files.items() if not os.path.lexists(output_dir / name)}
 
     def record(
-        self, report: ScanReport, scope: set[str] | None, events: int, ms: float, initial: bool
+        self,
+        report: ScanReport,
+        scope: set[str] | None,
+        events: int,
+        ms: float,
+        initial: bool,
+        *,
+        updated: bool = False,
     ) -> None:
+        """``updated``: device by device, without a rescan."""
         now = {f.kind: frozenset(d.qualified_name for d in f.spec.devices) for f in report.files if f.spec}
         before = self.devices
         if scope is None:
@@ -49,8 +57,9 @@ class BatchLog:
             files = {}
             self._warned &= set(report.warnings)
         else:
-            after = {k: v for k, v in before.items() if k not in scope} | now
-            files = {name: kind for name, kind in self.files.items() if kind not in scope}
+            replaced = {f.kind for f in report.files} if updated else scope  # updates list only changes
+            after = {k: v for k, v in before.items() if k not in replaced} | now
+            files = {name: kind for name, kind in self.files.items() if kind not in replaced}
         files.update({f.path.name: f.kind for f in report.files if f.action != "removed"})
         self.devices, self.files = after, files
         for warning in report.warnings:
@@ -66,6 +75,7 @@ class BatchLog:
         extra = {
             "events": events,
             "rescanned": what,
+            "updated": updated,
             "written": ",".join(written),
             "removed": ",".join(removed),
             "devices_added": len(added),
@@ -99,7 +109,8 @@ class BatchLog:
             changes.append(f"devices removed: {_names(gone)}")
         log.log(
             logging.INFO if changes else logging.DEBUG,
-            "rescanned %s after %s in %.0f ms%s: %s",
+            "%s %s after %s in %.0f ms%s: %s",
+            "updated" if updated else "rescanned",
             what,
             plural(events, "event"),
             ms,

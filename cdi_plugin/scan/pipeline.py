@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from cdi_plugin.cdi import codec
-from cdi_plugin.discovery.model import DeviceSource, Discovery
+from cdi_plugin.discovery.model import DeviceSource, DiscoveredDevice, Discovery
 from cdi_plugin.errors import GenerateError
 from cdi_plugin.generate.builder import BuildResult, BuiltSpec, build_specs
 from cdi_plugin.generate.config import DeviceClass, classes_of
@@ -87,6 +87,8 @@ class ScanReport:
     left_alone: tuple[str, ...] = ()
     refused: int = 0  # devices left out because their udev data is hostile
     lock_wait: float = 0.0  # seconds spent waiting for another scan of the output directory
+    #: Everything discovered, for the watcher's index of the specs (not kept beyond the batch).
+    devices: tuple[DiscoveredDevice, ...] = ()
 
     @property
     def device_count(self) -> int:
@@ -192,4 +194,5 @@ def run_scan(
         tuple(line for was_replaced, line in overridden if not was_replaced),
         len(build.refused),
         0.0 if held is None else held.waited,
+        discovery.devices,
     )

@@ -6,9 +6,10 @@
   never announced to udev, e.g. ``/dev/nvidia*``) and companion nodes that edits name by host path.
 
 A uevent touches a class when its subsystem is one the class matches (or the class matches every
-subsystem) or when its device node matches one of the class's globs; a node appearing or vanishing
-touches the classes whose globs match its path. Classes are rescanned whole, never one device:
-siblings, companion nodes and naming collisions depend on the others.
+subsystem) and its kernel name one the class matches (unless the class has siblings, whose names
+it matches otherwise), or when its device node matches one of the class's globs; a node appearing or vanishing
+touches the classes whose globs match its path. Which of those classes can be updated one device
+at a time, and which are rescanned whole, is :mod:`.livespecs`'s business.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from dataclasses import dataclass, field
 from cdi_plugin.discovery.model import UdevEvent
 from cdi_plugin.generate.config import DeviceClass
 from cdi_plugin.generate.match import query_for
-from cdi_plugin.globs import path_glob_match
+from cdi_plugin.globs import match_any, path_glob_match
 
 Kinds = frozenset[str]
 
@@ -34,6 +35,8 @@ class Targets:
     any_event: Kinds = frozenset()
     #: Devnode globs (absolute, under /dev) and the kinds each one feeds.
     globs: tuple[tuple[str, Kinds], ...] = ()
+    #: The kernel names a kind's devices can have (kinds not listed: any).
+    kernels: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
     @property
     def wants_uevents(self) -> bool:
@@ -45,6 +48,9 @@ class Targets:
 
     def kinds_for_event(self, event: UdevEvent) -> Kinds:
         kinds = self.any_event | self.by_subsystem.get(event.subsystem, frozenset())
+        if self.kernels:
+            kernels = self.kernels
+            kinds = frozenset(k for k in kinds if k not in kernels or match_any(kernels[k], event.sys_name))
         if event.devnode is not None:
             kinds |= self.kinds_for_node(event.devnode)
         return kinds
@@ -77,10 +83,15 @@ def targets_for(classes: Sequence[DeviceClass]) -> Targets:
     by_subsystem: list[tuple[str, str]] = []
     any_event: set[str] = set()
     globs: list[tuple[str, str]] = []
+    kernels: dict[str, tuple[str, ...]] = {}
     for cls in classes:
         if not cls.enabled:
             continue
         match = cls.match
+        if match.kernel and not cls.siblings and kernels.get(cls.kind) != ():
+            kernels[cls.kind] = kernels.get(cls.kind, ()) + match.kernel
+        else:
+            kernels[cls.kind] = ()  # any kernel name
         if match.subsystems:
             by_subsystem += [(s, cls.kind) for s in match.subsystems]
         elif not match.devnode:
@@ -93,4 +104,5 @@ def targets_for(classes: Sequence[DeviceClass]) -> Targets:
         by_subsystem=per_subsystem,
         any_event=frozenset(any_event),
         globs=tuple(_union(globs).items()),
+        kernels={kind: globs for kind, globs in kernels.items() if globs},
     )

@@ -1,17 +1,19 @@
 """The watcher's uevents: a monitor of the subsystems its classes need, read on the event loop.
 
 At most :data:`PER_WAKEUP` events are read per wake-up, so a storm cannot starve the other tasks
-of the loop. Each event adds the kinds it touches; a receive-buffer overflow (events were lost)
-is logged once until the next batch and adds every class. A monitor that fails for good is
-reported through ``fail``.
+of the loop. Each event adds the kinds it touches, with the event (a device can be updated alone);
+a receive-buffer overflow (events were lost) is logged once until the next batch and adds every
+class. A monitor that fails for good is reported through ``fail``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import select
 from collections.abc import Callable
 
+from cdi_plugin.discovery.model import UdevEvent
 from cdi_plugin.discovery.udev import MonitorSource, UdevMonitor
 from cdi_plugin.errors import DiscoveryError
 from cdi_plugin.scan.targets import Kinds, Targets
@@ -29,7 +31,7 @@ class Uevents:
         receive_buffer: int | None,
         *,
         targets: Callable[[], Targets],
-        add: Callable[[Kinds], None],
+        add: Callable[[UdevEvent, Kinds], None],
         lost: Callable[[], None],
         fail: Callable[[DiscoveryError], None],
     ) -> None:
@@ -58,6 +60,12 @@ class Uevents:
         if old is not None:
             _release(old)
 
+    def queued(self) -> bool:
+        """Whether uevents wait to be read."""
+        if self.monitor is None:
+            return False
+        return bool(select.select([self.monitor.fileno()], [], [], 0)[0])
+
     def stop(self) -> None:
         if self.monitor is not None:
             _release(self.monitor)
@@ -75,7 +83,7 @@ class Uevents:
         for event in events:
             kinds = targets.kinds_for_event(event)
             if kinds:
-                self._add(kinds)
+                self._add(event, kinds)
         if lost:
             if not self.lost_logged:
                 self.lost_logged = True

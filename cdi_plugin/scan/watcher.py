@@ -1,16 +1,19 @@
 """``cdi-gen watch``: keep the specs in step with the host's devices and with the configuration.
 
 1. The event sources start first (uevents queue in the kernel meanwhile), then a full scan runs.
-2. Every trigger adds the kinds it touches to a :class:`Coalescer`: uevents of the classes'
-   subsystems (:mod:`.uevents`), device nodes appearing or vanishing in the directories of
-   devnode globs, a receive-buffer overflow (every class), a valid configuration edit (every
-   class), a changed fixture file (every class), and one of our spec files deleted behind our back
-   or the output directory re-created (the kinds whose files are missing).
-3. Each batch rescans the touched classes with :func:`run_scan`, in a worker thread so that the
-   event loop keeps serving (the device plugin's gRPC in ``cdi-plugin serve --scan``). The writer
-   is the one ``cdi-gen scan`` uses: atomic, ownership-respecting, only changed files are written,
-   and the specs of classes outside the batch are left alone. Devices with hostile udev data are
-   always skipped and logged.
+2. Every trigger adds what it touches to a :class:`Coalescer`, which releases the first event
+   after a quiet spell at once and coalesces the rest: a uevent of the classes' subsystems adds
+   its device and kinds (:mod:`.uevents`); device nodes appearing or vanishing in the directories
+   of devnode globs, a receive-buffer overflow (every class), a valid configuration edit (every
+   class), a changed fixture file (every class), one of our spec files deleted behind our back or
+   the output directory re-created (the kinds whose files are missing), and a full rescan every
+   ``resync`` seconds add kinds to rescan.
+3. Each batch runs in a worker thread (:mod:`.updates`), so that the event loop keeps serving
+   (the device plugin's gRPC in ``cdi-plugin serve --scan``): a device's entry is updated alone
+   where it can be (:mod:`.livespecs`), else its classes are rescanned with :func:`~.pipeline.run_scan`. The
+   writer is the one ``cdi-gen scan`` uses: atomic, ownership-respecting, only changed files are
+   written, and the specs of classes outside the batch are left alone. Devices with hostile udev
+   data are always skipped and logged. ``on_applied`` hears of every write.
 4. One log line per batch says which files were written or removed and which devices came and went.
 
 A batch that fails (a foreign spec of the same kind, a full disk) is logged once and retried with
@@ -28,7 +31,7 @@ import dataclasses
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -39,7 +42,8 @@ from cdi_plugin.aio.coalesce import Coalescer
 from cdi_plugin.aio.dirwatch import FILES, DirWatch
 from cdi_plugin.aio.pulse import Pulse
 from cdi_plugin.aio.run import run_until
-from cdi_plugin.discovery.model import DeviceSource
+from cdi_plugin.cdi.model import Spec
+from cdi_plugin.discovery.model import DeviceSource, UdevEvent
 from cdi_plugin.discovery.query import DEV
 from cdi_plugin.discovery.sources import make_source
 from cdi_plugin.discovery.udev import RECEIVE_BUFFER_BYTES, MonitorSource
@@ -47,11 +51,13 @@ from cdi_plugin.errors import CdiPluginError, DiscoveryError, GenerateError, Spe
 from cdi_plugin.scan.batchlog import BatchLog
 from cdi_plugin.scan.configfollow import ConfigFollower
 from cdi_plugin.scan.nodedirs import glob_dirs, host_path
-from cdi_plugin.scan.pipeline import ScanOptions, ScanReport, run_scan
+from cdi_plugin.scan.pipeline import ScanOptions, ScanReport
 from cdi_plugin.scan.probe import PROBE_TIMEOUT, check_delivery
-from cdi_plugin.scan.targets import targets_for
+from cdi_plugin.scan.targets import Kinds, targets_for
 from cdi_plugin.scan.uevents import Uevents
+from cdi_plugin.scan.updates import BatchWork, DeviceEvent
 from cdi_plugin.store.dirlock import LockTimeoutError
+from cdi_plugin.store.writer import Applied
 from cdi_plugin.wording import plural
 
 if TYPE_CHECKING:  # prometheus_client is loaded only where metrics are served
@@ -69,7 +75,11 @@ RETRY_MAX = 60.0
 FILE_SETTLE_QUIET = 0.05
 FILE_SETTLE_MAX = 0.25
 
-Key = frozenset[str]
+#: What the coalescer gathers: kinds to rescan, or a device to update.
+Key = frozenset[str] | DeviceEvent
+#: Called on the event loop after every write that changed files: what the store did, and each
+#: file written (the spec it holds) or removed (None).
+OnApplied = Callable[[Applied, Mapping[Path, Spec | None]], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,20 +99,28 @@ class WatchOptions:
     receive_buffer: int | None = RECEIVE_BUFFER_BYTES
     #: The process also serves the device plugin, whose ``plugin`` section is read only at start.
     plugin_section_used: bool = False
+    #: Seconds between full rescans that catch what events missed (None: never).
+    resync: float | None = 600.0
 
 
 class Watcher:
     """Construct (loads the configuration: raises ``ConfigError``), then ``await run(stop)``.
 
     ``source`` replaces the device source that ``options.source`` names (tests, benchmarks); what
-    is watched still follows ``options.source``.
+    is watched still follows ``options.source``. ``on_applied`` follows every write (see
+    :data:`OnApplied`).
     """
 
     def __init__(
-        self, options: WatchOptions, source: DeviceSource | None = None, metrics: ScanMetrics | None = None
+        self,
+        options: WatchOptions,
+        source: DeviceSource | None = None,
+        metrics: ScanMetrics | None = None,
+        on_applied: OnApplied | None = None,
     ) -> None:
         self.options = options
         self.metrics = metrics
+        self.on_applied = on_applied
         self.config = ConfigFollower(
             options.scan.config,
             plugin_section_used=options.plugin_section_used,
@@ -123,11 +141,12 @@ class Watcher:
             options.uevent_source,
             options.receive_buffer,
             targets=lambda: self.targets,
-            add=lambda kinds: self._add(*kinds),
+            add=self._on_uevent,
             lost=lambda: self._add(ALL),
             fail=self._fail,
         )
-        self._scan_options = dataclasses.replace(options.scan, skip_refused=True, dry_run=False)
+        self.work = BatchWork(dataclasses.replace(options.scan, skip_refused=True, dry_run=False), source)
+        self._busy = False
         self.written = BatchLog()
         self._node_kinds: set[str] = set()
         self._fatal: asyncio.Future[None] | None = None
@@ -196,6 +215,7 @@ class Watcher:
                 stop,
                 self._fatal,
                 self._batches(),
+                *([self._resync(self.options.resync)] if self.options.resync else []),
                 *(self._follow(w, on, settle, n) for (w, on, settle), n in zip(follow, seen, strict=True)),
                 helpers=probe,
             )
@@ -243,6 +263,26 @@ class Watcher:
             keys, events = await self.coalescer.next_batch()
             await self._process(keys, events)
 
+    async def _resync(self, interval: float) -> None:
+        while True:
+            await asyncio.sleep(interval)
+            self._add(ALL)
+
+    def settled(self) -> bool:
+        """No batch runs, is gathered or waits for a retry, and no uevent waits to be read."""
+        return not (self._busy or len(self.coalescer) or self._retry_handle or self.feed.queued())
+
+    async def idle(self, timeout: float = 10.0) -> None:
+        """Return once every uevent received so far has been handled (see :meth:`settled`);
+        raises ``TimeoutError`` when events keep it busy for ``timeout`` seconds."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while not self.settled():
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                raise TimeoutError(f"the watcher was still busy after {timeout}s")
+            await self.batches.wait_after(self.batches.count, min(remaining, 0.01))
+
     @property
     def uevents(self) -> int:
         """uevents read so far."""
@@ -256,6 +296,12 @@ class Watcher:
     def _add(self, *kinds: str) -> None:
         if kinds:
             self.coalescer.add(frozenset(kinds))
+
+    def _on_uevent(self, event: UdevEvent, kinds: Kinds) -> None:
+        if event.sys_path and event.subsystem and event.action != "move":  # a move renames: rescan
+            self.coalescer.add(DeviceEvent(event.sys_path, kinds))
+        else:
+            self._add(*kinds)
 
     # -- device nodes, configuration ------------------------------------------------------------
 
@@ -294,29 +340,36 @@ class Watcher:
     # -- batches --------------------------------------------------------------------------------
 
     async def _process(self, keys: frozenset[Key], events: int, *, initial: bool = False) -> None:
-        wanted: set[str] = set().union(*keys)
+        wanted: set[str] = set().union(*(k for k in keys if isinstance(k, frozenset)))
+        devices = [k for k in keys if isinstance(k, DeviceEvent)]
         self.feed.lost_logged = False
         scope: set[str] | None = None
         if ALL not in wanted:
             scope = wanted - {OUTPUT}
             if OUTPUT in wanted:
                 scope |= self.written.missing(self.options.scan.output_dir)
-            if not scope:
+            if not scope and not devices:
                 self.batches.fire()
                 return
+        wanted |= {kind for d in devices for kind in d.kinds}
         classes = list(self.config.classes)
         started = time.perf_counter()
         if self.stalled_since is None:
             self.stalled_since = time.monotonic()
-        scan = asyncio.ensure_future(
-            asyncio.to_thread(run_scan, self._scan_options, self.source, classes, scope)
-        )
+        self._busy = True
+        work = asyncio.ensure_future(asyncio.to_thread(self.work.run, classes, scope, devices))
 
         def finish() -> None:
-            exc = scan.exception()
+            self._busy = False
+            outcomes, exc = work.result()
             seconds = time.perf_counter() - started
             if not isinstance(exc, LockTimeoutError):
                 self.stalled_since = None
+            for outcome in outcomes:
+                self.written.record(
+                    outcome.report, outcome.scope, events, seconds * 1000, initial, updated=outcome.updated
+                )
+                self._applied(outcome.report)
             if isinstance(exc, CdiPluginError):
                 self._failed(wanted, scope, str(exc))
             elif exc is not None:
@@ -324,23 +377,29 @@ class Watcher:
                 self._failed(wanted, scope, f"{type(exc).__name__}: {exc}")
             else:
                 self._succeeded()
-                self.written.record(scan.result(), scope, events, seconds * 1000, initial)
             if self.metrics is not None:
-                self._count(seconds, scan.result() if exc is None else None, exc)
+                self._count(seconds, [o.report for o in outcomes], exc)
             self.batches.fire()
 
         try:
-            await asyncio.wait([scan])  # never cancels the scan, never raises its error
+            await asyncio.wait([work])  # never cancels the work, which never raises
         except asyncio.CancelledError:
             # stopping: the files are being written anyway; finish, and say what was done
-            await asyncio.wait([scan])
+            await asyncio.wait([work])
             finish()
             raise
         finish()
 
-    def _count(self, seconds: float, report: ScanReport | None, exc: BaseException | None) -> None:
+    def _applied(self, report: ScanReport) -> None:
+        applied = report.applied
+        if self.on_applied is None or applied is None or not applied.done:
+            return
+        specs = {f.path: f.spec.spec if f.spec is not None else None for f in report.files}
+        self.on_applied(applied, {path: specs.get(path) for path, _ in applied.done})
+
+    def _count(self, seconds: float, reports: list[ScanReport], exc: BaseException | None) -> None:
         assert self.metrics is not None
-        if report is None:
+        if exc is not None:
             self.metrics.record_scan(seconds, ok=False)
             if isinstance(exc, (SpecInvalidError, GenerateError)):
                 self.metrics.record_validation_failure("spec")
@@ -349,8 +408,8 @@ class Watcher:
             seconds,
             ok=True,
             devices={kind: len(names) for kind, names in self.written.devices.items()},
-            writes=collections.Counter(f.action for f in report.files),
-            refused=report.refused,
+            writes=collections.Counter(f.action for r in reports for f in r.files),
+            refused=sum(r.refused for r in reports),
         )
 
     def _failed(self, keys: set[str], scope: set[str] | None, message: str) -> None:

@@ -282,3 +282,34 @@ def _entry(change: FileChange, before: OwnedFile | None, owned: bool) -> OwnedFi
         return OwnedFile(name, change.kind, new, digest(change.old))
     previous = before.previous if before is not None and before.sha256 == new else None
     return OwnedFile(name, change.kind, new, previous)
+
+
+def plan_updates(output_dir: Path, updates: Mapping[str, tuple[str, bytes | None, str]]) -> Plan:
+    """A plan that rewrites or removes files of cdi-gen's own without a look at anything else:
+    ``updates`` maps a file name to (kind, new contents or None to remove it, the digest of the
+    contents expected on disk). The bytes must already be valid specs.
+
+    It reads only the record and those files. It refuses (:class:`SpecWriteError`, naming the file)
+    a file that is not exactly what was expected and recorded as cdi-gen's: a full plan
+    (:func:`plan_writes`) sorts that out.
+    """
+    record = read_record(output_dir)
+    changes: list[FileChange] = []
+    after = dict(record)
+    for name, (kind, data, expected) in sorted(updates.items()):
+        path = output_dir / name
+        old = read_existing(path)
+        entry = record.get(name)
+        now = None if old is None else digest(old)
+        if now is None or entry is None or entry.kind != kind or not entry.owns(now) or now != expected:
+            raise SpecWriteError(
+                f"{path}: not as cdi-gen last wrote it; nothing was written", nothing_written=True
+            )
+        if data is None:
+            changes.append(FileChange(path, kind, "remove", None, old))
+            del after[name]
+        else:
+            change = FileChange(path, kind, "unchanged" if old == data else "change", data, old)
+            changes.append(change)
+            after[name] = _entry(change, entry, owned=True)
+    return Plan(output_dir, tuple(changes), dict(record), after)

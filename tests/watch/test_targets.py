@@ -11,8 +11,6 @@ from cdi_plugin.scan.nodedirs import glob_dirs, host_path
 from cdi_plugin.scan.targets import targets_for
 from cdi_plugin.store.configfile import parse_config
 
-MISC = {"cdi-plugin.io/fuse", "cdi-plugin.io/tun", "cdi-plugin.io/vhost-net", "cdi-plugin.io/kvm"}
-
 
 def classes(yaml: str) -> list:  # type: ignore[type-arg]
     return parse_classes(parse_config(yaml.encode(), "t.yaml"), "t.yaml")
@@ -24,7 +22,9 @@ def test_the_default_classes_listen_to_their_subsystems_only() -> None:
     assert targets.subsystems == {"misc", "drm", "kfd", "tty", "video4linux", "infiniband_verbs"}
     assert not targets.every_subsystem
     binder = UdevEvent("add", "misc", "binder7", "/dev/binder7")
-    assert targets.kinds_for_event(binder) == MISC | {"cdi-plugin.io/binder"}
+    assert targets.kinds_for_event(binder) == {"cdi-plugin.io/binder"}, "only the class of its kernel name"
+    fuse = UdevEvent("change", "misc", "fuse", "/dev/fuse")
+    assert targets.kinds_for_event(fuse) == {"cdi-plugin.io/fuse"}
     render = UdevEvent("remove", "drm", "renderD128", "/dev/dri/renderD128")
     assert targets.kinds_for_event(render) == {"cdi-plugin.io/dri-render"}
     assert targets.kinds_for_event(UdevEvent("add", "block", "loop3", "/dev/loop3")) == set()
@@ -48,10 +48,11 @@ classes:
     assert targets.every_subsystem
     assert targets.subsystems == set()
     assert targets.wants_uevents
-    # a class that names no subsystem hears every uevent; the glob-only ones only matching nodes
-    assert targets.kinds_for_event(UdevEvent("add", "sound", "card0")) == {"example.com/anything"}
+    # a class that names no subsystem hears every uevent of its kernel names; the glob-only ones
+    # only matching nodes
+    assert targets.kinds_for_event(UdevEvent("add", "sound", "widget0")) == {"example.com/anything"}
+    assert targets.kinds_for_event(UdevEvent("add", "sound", "card0")) == set()
     assert targets.kinds_for_event(UdevEvent("add", "nvidia", "nvidia0", "/dev/nvidia0")) == {
-        "example.com/anything",
         "example.com/gpu",
     }
     assert targets.kinds_for_node("/dev/nvidia0") == {"example.com/gpu"}

@@ -1,0 +1,148 @@
+"""Device-by-device updates write exactly what a rescan would, and do not enumerate the host.
+
+Each step adds, removes or changes one USB serial adapter of a recorded host and hands the
+watcher's batch work that one device's event; the spec files it leaves must equal, byte for byte,
+those of a full scan of the same host into an empty directory. Serial numbers come from a small
+pool, so names collide and the updates fall back to rescans too.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from cdi_plugin.discovery.model import DiscoveredDevice, StaticSource
+from cdi_plugin.scan import ScanOptions, run_scan
+from cdi_plugin.scan.livespecs import indexable
+from cdi_plugin.scan.updates import MAX_DEVICES, BatchWork, DeviceEvent
+from cdi_plugin.store.plan import ConflictError
+from tests.generate.helpers import classes
+from tests.generate.hosts import misc, usb_tty
+
+CLASSES = classes(
+    {  # updated device by device
+        "match": {"subsystem": "tty", "kernel": "ttyUSB*"},
+        "naming": ["serial", "path"],
+        "edits": {"env": ["PORT={devnode}", "NAME={name}", "MODEL={property:ID_MODEL}"]},
+    },
+    {"match": {"subsystem": "tty", "kernel": "ttyUSB*"}, "naming": ["kernel"]},  # likewise
+    # rescanned
+    {"match": {"subsystem": "tty", "kernel": "ttyUSB*"}, "naming": ["kernel"], "allDevice": True},
+    {"match": {"subsystem": "misc", "kernel": "fuse"}, "naming": ["kernel"]},  # no event touches it
+)
+KINDS = frozenset(c.kind for c in CLASSES)
+PORTS = 6
+SERIALS = ["A1", "B2", "C3", None]
+
+
+def adapter(i: int, serial: str | None, model: str | None) -> DiscoveredDevice:
+    device = usb_tty(f"ttyUSB{i}", i, str(i + 1), serial=serial)
+    if model is not None:
+        device = dataclasses.replace(device, properties={**device.properties, "ID_MODEL": model})
+    return device
+
+
+def files(directory: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(directory.glob("*.json"))}
+
+
+def options(out: Path) -> ScanOptions:
+    return ScanOptions(output_dir=out, spec_dirs=(), runtime_dirs=(), skip_refused=True)
+
+
+steps = st.lists(
+    st.tuples(
+        st.integers(0, PORTS - 1), st.sampled_from(SERIALS), st.sampled_from([None, "FT232R", "CP2102"])
+    ),
+    min_size=1,
+    max_size=25,
+)
+
+
+def test_only_the_all_device_class_is_not_indexed() -> None:
+    assert [indexable(c) for c in CLASSES] == [True, True, False, True]
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(steps=steps, present=st.lists(st.booleans(), min_size=PORTS, max_size=PORTS))
+def test_updates_write_what_a_rescan_would(
+    tmp_path_factory: Any, steps: list[Any], present: list[bool]
+) -> None:
+    """A step (i, serial, model) toggles adapter i: plugged in with that serial and model when it
+    was absent, unplugged when it was present with the same serial, else changed to them."""
+    out, fresh = tmp_path_factory.mktemp("out"), tmp_path_factory.mktemp("fresh")
+    host: dict[int, DiscoveredDevice] = {
+        i: adapter(i, SERIALS[i % len(SERIALS)], None) for i in range(PORTS) if present[i]
+    }
+    source = StaticSource([misc("fuse", 229), *host.values()])
+    work = BatchWork(options(out), source)
+    outcomes, error = work.run(CLASSES, None, [])
+    assert error is None
+    for i, serial, model in steps:
+        before = host.get(i)
+        if before is not None and before.attributes == adapter(i, serial, None).attributes:
+            del host[i]
+        else:
+            host[i] = adapter(i, serial, model)
+        source.devices = [misc("fuse", 229), *host.values()]
+        sys_path = adapter(i, None, None).sys_path
+        enumerations = source.enumerations
+        outcomes, error = work.run(CLASSES, set(), [DeviceEvent(sys_path, KINDS - {"example.com/c3"})])
+        assert error is None
+        rescanned = source.enumerations - enumerations
+        if before is not None and host:  # c1 (named by kernel name) keeps its file: an update
+            assert any(o.updated and "example.com/c1" in (o.scope or ()) for o in outcomes)
+        assert rescanned == sum(not o.updated for o in outcomes), "an update enumerates nothing"
+        reference = StaticSource(source.devices)
+        run_scan(options(fresh), reference, CLASSES)
+        assert files(out) == files(fresh)
+
+
+def test_adding_a_device_to_an_indexed_class_enumerates_nothing(tmp_path: Path) -> None:
+    indexed = CLASSES[:2]
+    source = StaticSource([adapter(i, f"S{i}", None) for i in range(100)])
+    work = BatchWork(options(tmp_path), source)
+    _, error = work.run(indexed, None, [])
+    assert error is None
+    assert set(work.live) == {c.kind for c in indexed}
+    enumerations = source.enumerations
+    source.devices.append(adapter(100, "S100", None))
+    outcomes, error = work.run(
+        indexed, set(), [DeviceEvent(adapter(100, None, None).sys_path, frozenset(work.live))]
+    )
+    assert error is None
+    assert source.enumerations == enumerations
+    assert [(o.updated, sorted(o.scope or ())) for o in outcomes] == [(True, sorted(work.live))]
+    assert [f.action for f in outcomes[0].report.files] == ["changed", "changed"]
+
+
+def test_a_burst_of_devices_is_rescanned_by_class(tmp_path: Path) -> None:
+    source = StaticSource([adapter(i, f"S{i}", None) for i in range(MAX_DEVICES + 1)])
+    work = BatchWork(options(tmp_path), source)
+    work.run(CLASSES[:1], None, [])
+    enumerations = source.enumerations
+    events = [DeviceEvent(d.sys_path, frozenset({CLASSES[0].kind})) for d in source.devices]
+    outcomes, error = work.run(CLASSES[:1], set(), events)
+    assert error is None
+    assert source.enumerations == enumerations + 1, "one rescan, not one update per device"
+    assert [o.updated for o in outcomes] == [False]
+
+
+def test_a_spec_file_changed_behind_the_watchers_back_is_left_to_a_rescan(tmp_path: Path) -> None:
+    source = StaticSource([adapter(i, f"S{i}", None) for i in range(3)])
+    work = BatchWork(options(tmp_path), source)
+    work.run(CLASSES[1:2], None, [])
+    spec = tmp_path / "example.com-c1.json"
+    spec.write_text(spec.read_text().replace("ttyUSB0", "mine"))  # edited: no longer cdi-gen's
+    source.devices.append(adapter(3, "S3", None))
+    outcomes, error = work.run(
+        CLASSES[1:2], set(), [DeviceEvent(adapter(3, None, None).sys_path, frozenset({CLASSES[1].kind}))]
+    )
+    assert outcomes == []
+    assert isinstance(error, ConflictError), error  # what a rescan says: the update wrote nothing
+    assert "mine" in spec.read_text()
+    assert CLASSES[1].kind not in work.live
