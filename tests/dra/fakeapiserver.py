@@ -216,8 +216,9 @@ def _handler(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
 
 
 @contextmanager
-def running(api: FakeApiServer) -> Iterator[FakeApiServer]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(api))
+def running(api: FakeApiServer, port: int = 0) -> Iterator[FakeApiServer]:
+    """Serve ``api`` on 127.0.0.1:``port`` (0: any free port) while inside."""
+    server = ThreadingHTTPServer(("127.0.0.1", port), _handler(api))
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     api.url = f"http://127.0.0.1:{server.server_address[1]}"
