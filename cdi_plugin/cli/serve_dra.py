@@ -109,8 +109,13 @@ class DraDriver:
         service = DraService(o.driver, o.node, self.inventory, self.kube, PreparedClaims(o.paths.state_file))
         plugin = KubeletPlugin(o.paths, service, on_registered=self.publisher.wake)
         await self.inventory.settled()  # the first reading of the spec directories, not an empty pool
+        sockets = {o.paths.dra_socket, o.paths.registration_socket}
         async with (
-            DirWatch([o.paths.registry_dir, o.paths.plugin_dir], name="kubelet plugin dirs") as watch,
+            DirWatch(
+                [o.paths.registry_dir, o.paths.plugin_dir],
+                name="kubelet plugin dirs",
+                relevant=lambda directory, name: directory / name in sockets,  # not the state file
+            ) as watch,
             plugin,
         ):
             await run_until(asyncio.Event(), self.publisher.run(self.inventory), _keep_bound(plugin, watch))

@@ -28,9 +28,9 @@ import grpc
 
 from cdi_plugin.aio.sockets import someone_listens
 from cdi_plugin.dra import api
-from cdi_plugin.dra.inventory import Inventory
+from cdi_plugin.dra.inventory import Inventory, ServedDevice
 from cdi_plugin.dra.names import DEFAULT_PLUGINS_DIR, DEFAULT_REGISTRY_DIR
-from cdi_plugin.dra.prepare import prepare_claim
+from cdi_plugin.dra.prepare import by_device_name, prepare_claim
 from cdi_plugin.errors import CdiPluginError
 from cdi_plugin.store.atomic import write_atomic
 
@@ -123,7 +123,8 @@ class PreparedClaims:
 
     def _save(self) -> None:
         data = {uid: [asdict(d) for d in devices] for uid, devices in sorted(self._claims.items())}
-        write_atomic(self.path, json.dumps(data, indent=1).encode(), mode=0o600)
+        # Not fsynced: after a power loss the kubelet prepares every claim again from the API server.
+        write_atomic(self.path, json.dumps(data, indent=1).encode(), mode=0o600, durable=False)
 
 
 class DraService:
@@ -138,6 +139,14 @@ class DraService:
         self.claims = claims
         self.prepared = prepared
         self._lock = asyncio.Lock()
+        self._served: tuple[Mapping[str, ServedDevice], Mapping[str, ServedDevice]] | None = None
+
+    def _by_name(self) -> Mapping[str, ServedDevice]:
+        """The served devices by their name in the pool, worked out again only when they changed."""
+        devices = self.inventory.devices()
+        if self._served is None or self._served[0] is not devices:
+            self._served = (devices, by_device_name(devices))
+        return self._served[1]
 
     async def _read(self, ref: api.Claim) -> Mapping[str, Any] | ClaimReadError | None:
         if self.prepared.get(ref.uid) is not None:
@@ -152,7 +161,7 @@ class DraService:
         await self.inventory.settled()
         out: dict[str, Result] = {}
         async with self._lock:
-            devices = self.inventory.devices()
+            served = self._by_name()
             for ref, obj in zip(refs, objects, strict=True):
                 done = self.prepared.get(ref.uid)
                 if done is not None:
@@ -165,7 +174,7 @@ class DraService:
                         obj,
                         driver=self.driver,
                         pool=self.pool,
-                        devices=devices,
+                        served=served,
                         in_use=self.prepared.in_use(),
                         problem=self.inventory.problem,
                     )

@@ -48,7 +48,7 @@ def prepare_claim(
     *,
     driver: str,
     pool: str,
-    devices: Mapping[str, ServedDevice],
+    served: Mapping[str, ServedDevice],
     in_use: Mapping[tuple[str, str], str] = MappingProxyType({}),
     problem: Callable[[str], str | None] = lambda cdi_name: None,
 ) -> tuple[PreparedDevice, ...] | str:
@@ -56,6 +56,7 @@ def prepare_claim(
 
     ``in_use`` maps (pool, device) to the UID of the claim it is prepared for, without admin
     access; such a device is refused to another claim unless this one has admin access.
+    ``served`` holds the devices served now by their name in the pool (:func:`by_device_name`);
     ``problem(cdi_name)`` says why a device must not be handed out now (the inventory's last check).
     """
     where = f"claim {ref.namespace}/{ref.name}"
@@ -70,7 +71,6 @@ def prepare_claim(
     results = [r for r in (allocation.get("devices") or {}).get("results") or [] if r.get("driver") == driver]
     if not results:
         return f"{where}: no device allocated by driver {driver}"
-    served = by_device_name(devices)
     requests: dict[tuple[str, str], list[str]] = {}
     admin: dict[tuple[str, str], bool] = {}
     for result in results:
