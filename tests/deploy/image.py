@@ -113,11 +113,12 @@ def build_image(env: PodmanEnv, tag: str, work: Path) -> float:
 #: settings of the pod and its container that do not change how the container runs on one node
 _NODE_NEUTRAL_POD = {
     "containers", "volumes", "hostNetwork", "priorityClassName", "nodeSelector", "tolerations",
-    "automountServiceAccountToken", "enableServiceLinks",
+    "automountServiceAccountToken", "enableServiceLinks", "serviceAccountName",
 }  # fmt: skip
 _NODE_NEUTRAL_CONTAINER = {
-    "name", "image", "imagePullPolicy", "args", "ports", "startupProbe", "livenessProbe", "readinessProbe",
-    "resources", "securityContext", "volumeMounts", "terminationMessagePath", "terminationMessagePolicy",
+    "name", "image", "imagePullPolicy", "args", "env", "ports", "startupProbe", "livenessProbe",
+    "readinessProbe", "resources", "securityContext", "volumeMounts", "terminationMessagePath",
+    "terminationMessagePolicy",
 }  # fmt: skip
 #: the host's own directories a test may mount, and only read-only
 HOST_READ_ONLY = {"/dev", "/sys", "/run/udev"}
@@ -145,6 +146,8 @@ def run_options(pod: Mapping[str, Any], sources: Mapping[str, Path]) -> list[str
     assert not unknown, f"deploy/daemonset.yaml: no podman translation for {sorted(unknown)}"
     security = container["securityContext"]
     options = ["--user", f"{security['runAsUser']}:{security['runAsGroup']}"]
+    for variable in container.get("env", []):
+        options += ["--env", f"{variable['name']}={env_value(variable)}"]
     if security["privileged"]:
         options.append("--privileged")
     if not security["allowPrivilegeEscalation"]:
@@ -183,6 +186,19 @@ def run_options(pod: Mapping[str, Any], sources: Mapping[str, Path]) -> list[str
         flags = ["ro" if read_only else "rw", *_PROPAGATION[mount.get("mountPropagation")]]
         options += ["--volume", f"{source}:{target}:{','.join(flags)}"]
     return options
+
+
+#: The node's name, where the pod takes it from the downward API.
+NODE_NAME = "node-a"
+
+
+def env_value(variable: Mapping[str, Any]) -> str:
+    """A container's environment variable as the kubelet sets it on this stand-in node."""
+    if "value" in variable:
+        return str(variable["value"])
+    field = variable["valueFrom"]["fieldRef"]["fieldPath"]
+    assert field == "spec.nodeName", f"no stand-in for {field}"
+    return NODE_NAME
 
 
 def host_path(pod: Mapping[str, Any], name: str) -> str:

@@ -25,9 +25,18 @@ import yaml
 from cdi_plugin import __version__
 from cdi_plugin.cdi.validate import validate_bytes
 from cdi_plugin.store.ownership import read_record
-from tests.deploy.image import DEPLOY, build_image, container_of, daemonset_pod, host_path, run_options
+from tests.deploy.image import (
+    DEPLOY,
+    NODE_NAME,
+    build_image,
+    container_of,
+    daemonset_pod,
+    host_path,
+    run_options,
+)
 from tests.deviceplugin.fake_kubelet import FakeKubelet
 from tests.deviceplugin.helpers import run
+from tests.dra.serving import free_port
 from tests.e2e.podman import PodmanEnv, podman_env
 from tests.metrics.scrape import get
 
@@ -36,6 +45,7 @@ pytestmark = [pytest.mark.image, pytest.mark.podman, pytest.mark.root, pytest.ma
 __all__ = ["podman_env"]
 
 TAG = "localhost/cdi-plugin:test"
+KUBELET_DIR = "/var/lib/kubelet/"
 #: what the example pod asks for: one device of this resource
 EXAMPLE_POD = yaml.safe_load((DEPLOY / "examples" / "pod-fuse.yaml").read_text())
 ((RESOURCE, COUNT),) = EXAMPLE_POD["spec"]["containers"][0]["resources"]["limits"].items()
@@ -50,8 +60,8 @@ def image(podman_env: PodmanEnv, tmp_path_factory: pytest.TempPathFactory) -> Po
 
 @pytest.fixture
 def node(tmp_path: Path) -> Iterator[tuple[dict[str, Any], dict[str, Path]]]:
-    """The DaemonSet's pod, and stand-ins for the node's directories and the ConfigMap. The plugin
-    directory is short-named: a unix socket's path has at most 107 bytes."""
+    """The DaemonSet's pod, and stand-ins for the node's directories and the ConfigMap. The
+    kubelet's directories are short-named: a unix socket's path has at most 107 bytes."""
     pod = daemonset_pod()
     sources = {name: tmp_path / name for name in ("etc-cdi", "var-run-cdi", "config")}
     if not Path(host_path(pod, "run-udev")).is_dir():  # DirectoryOrCreate, without creating it
@@ -61,11 +71,18 @@ def node(tmp_path: Path) -> Iterator[tuple[dict[str, Any], dict[str, Path]]]:
     configmap = yaml.safe_load((DEPLOY / "configmap.yaml").read_text())
     for name, content in configmap["data"].items():
         (sources["config"] / name).write_text(content)
-    sources["device-plugins"] = Path(tempfile.mkdtemp(prefix="cdi-dp-"))
+    kubelet = {
+        v["name"]: Path(tempfile.mkdtemp(prefix="cdi-k-"))
+        for v in pod["volumes"]
+        if v.get("hostPath", {}).get("path", "").startswith(KUBELET_DIR)
+    }
+    assert "device-plugins" in kubelet
+    sources |= kubelet
     try:
         yield pod, sources
     finally:
-        shutil.rmtree(sources["device-plugins"])
+        for directory in kubelet.values():
+            shutil.rmtree(directory)
 
 
 def test_the_image_holds_both_programs(image: PodmanEnv) -> None:
@@ -108,17 +125,34 @@ def test_cdi_gen_scan_in_the_image_writes_valid_specs_of_the_hosts_devices(
                 assert (edit.file_mode, edit.gid) == (stat.S_IMODE(seen.st_mode), seen.st_gid), edit
 
 
+def _api_server_down(pod: dict[str, Any], work: Path) -> list[str]:
+    """``podman run`` options giving the container a kubeconfig naming an API server that does not
+    answer (nothing listens on its port), and the node's name if the pod does not set it."""
+    kubeconfig = work / "kubeconfig"
+    kubeconfig.write_text(json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": "node",
+        "clusters": [{"name": "node", "cluster": {"server": f"http://127.0.0.1:{free_port()}"}}],
+        "contexts": [{"name": "node", "context": {"cluster": "node", "user": "node"}}],
+        "users": [{"name": "node", "user": {"token": "t"}}],
+    }))  # fmt: skip
+    options = ["--volume", f"{kubeconfig}:/run/kubeconfig:ro", "--env", "KUBECONFIG=/run/kubeconfig"]
+    if not any(v["name"] == "NODE_NAME" for v in container_of(pod).get("env", [])):
+        options += ["--env", f"NODE_NAME={NODE_NAME}"]
+    return options
+
+
 async def _serve(image: PodmanEnv, pod: dict[str, Any], sources: dict[str, Path]) -> list[str]:
     """The DaemonSet's command in the image against a fake kubelet: the example pod's request is
-    allocated, every kind written is registered, the probes answer, and SIGTERM stops it cleanly.
-    Returns the log lines."""
+    allocated, every kind written is registered, the probes answer, and SIGTERM stops it cleanly,
+    while the DRA side, whose API server is down, retries. Returns the log lines."""
     args = container_of(pod)["args"]
     args[args.index("--metrics-address") + 1] = "127.0.0.1:0"  # host network: any free port
     name = f"cdi-plugin-test-{os.getpid()}"
     plugins = sources["device-plugins"]
+    options = [*run_options(pod, sources), *_api_server_down(pod, sources["config"].parent)]
     async with FakeKubelet(plugins) as kubelet:
         proc = await asyncio.create_subprocess_exec(
-            *image.podman_args(), "run", "--rm", "--name", name, *run_options(pod, sources), TAG, *args,
+            *image.podman_args(), "run", "--rm", "--name", name, *options, TAG, *args,
             env=image.env, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
         )  # fmt: skip
         assert proc.stderr is not None
@@ -156,7 +190,9 @@ async def _serve(image: PodmanEnv, pod: dict[str, Any], sources: dict[str, Path]
             if proc.returncode is None:
                 await asyncio.to_thread(image.podman, "rm", "--force", name)
                 await proc.wait()
-    assert [p.name for p in plugins.iterdir()] == [], "sockets left in the plugin directory"
+    for volume, directory in sources.items():
+        if directory.name.startswith("cdi-k-"):
+            assert not [p for p in directory.rglob("*") if p.is_socket()], f"sockets left in {volume}"
     return [first.decode(), *rest.decode().splitlines()]
 
 
@@ -165,4 +201,8 @@ def test_the_daemonsets_command_in_the_image_registers_with_the_kubelet(
 ) -> None:
     pod, sources = node
     lines = run(_serve(image, pod, sources), timeout=180)
-    assert all(json.loads(line)["msg"] for line in lines)  # --log-format json, as the DaemonSet asks
+    messages = [json.loads(line)["msg"] for line in lines]  # --log-format json, as the DaemonSet asks
+    assert all(messages)
+    assert "--api=both" in container_of(pod)["args"]
+    assert any(m.startswith(f"DRA driver cdi-plugin.io on node {NODE_NAME}: ") for m in messages), messages
+    assert any(m.startswith(f"reading node {NODE_NAME}: ") and "retrying in" in m for m in messages), messages
