@@ -3,6 +3,7 @@ DRA calls over the unix sockets it serves) and a fake API server over HTTP."""
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 import subprocess
 from typing import Any
@@ -233,3 +234,22 @@ def test_dra_options_need_the_dra_api(dra_node: DraNode) -> None:
     assert (
         "--kubeconfig, --kubelet-plugins-dir, --kubelet-registry-dir need --api dra or both" in result.stderr
     )
+
+
+def test_a_stop_while_the_api_server_is_down_stops_at_once(dra_node: DraNode) -> None:
+    _fuse_node(dra_node)
+
+    async def scenario() -> tuple[int, float, Serve]:
+        serve = await Serve.start(dra_node.args("dra", url=f"http://127.0.0.1:{free_port()}"))
+        try:
+            await serve.logged(f"reading node {NODE}: ")  # retrying
+        finally:
+            started = asyncio.get_running_loop().time()
+            code = await serve.stop()
+        return code, asyncio.get_running_loop().time() - started, serve
+
+    code, took, serve = run(scenario(), timeout=60)
+    assert code == 0, serve.lines
+    assert took < 10, took  # not after the backoff
+    assert "SIGTERM received, stopping" in serve.messages()
+    assert dra_node.kubelet_sockets() == []
