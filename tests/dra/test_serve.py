@@ -253,3 +253,38 @@ def test_a_stop_while_the_api_server_is_down_stops_at_once(dra_node: DraNode) ->
     assert took < 10, took  # not after the backoff
     assert "SIGTERM received, stopping" in serve.messages()
     assert dra_node.kubelet_sockets() == []
+
+
+def test_a_removed_device_is_tainted_for_the_grace_period_then_leaves_the_pool(dra_node: DraNode) -> None:
+    _fuse_node(dra_node)
+    make_node(dra_node.dev / "fuse2")
+    both = {"fuse": str(dra_node.dev / "fuse"), "fuse2": str(dra_node.dev / "fuse2")}
+    write_spec(dra_node.specs, FUSE, both)
+
+    def taints() -> dict[str, bool]:
+        return {
+            d["name"]: bool(d.get("taints"))
+            for s in dra_node.api.slices.values()
+            for d in s["spec"]["devices"]
+        }
+
+    async def scenario() -> None:
+        serve = await Serve.start(dra_node.args("dra", "--grace-period", "2s"))
+        try:
+            await register(dra_node, serve)
+            await serve.wait_for(
+                lambda: taints() == {"fuse-fuse": False, "fuse-fuse2": False}, "both devices"
+            )
+            write_spec(dra_node.specs, FUSE, {"fuse": both["fuse"]})  # fuse2's spec entry goes
+            await serve.wait_for(
+                lambda: taints() == {"fuse-fuse": False, "fuse-fuse2": True}, "fuse2 tainted"
+            )
+            await serve.wait_for(
+                lambda: taints() == {"fuse-fuse": False}, "fuse2 gone after the grace period"
+            )
+        finally:
+            code = await serve.stop()
+        assert code == 0, serve.lines
+
+    with running(dra_node.api):
+        run(scenario(), timeout=60)
