@@ -7,16 +7,18 @@ process) and a fake kubelet (this process, gRPC on the driver's unix sockets).
 1. NodePrepareResources of a claim of 1 and of 8 devices (100 devices served), each claim new
    (read from the API server, then unprepared untimed), and the same claim again (answered from
    the prepared state), interleaved with a no-op on the same socket: NodePrepareResources of no
-   claim (the same RPC path doing nothing). p50/p99, and the ratio of the p50s with the API
-   server's own time for the claim's GET (measured in the fake server) taken out.
-   Target: p50 at most 1.2x the no-op's.
-2. ``serve --scan --api dra`` with a device class matching two loop devices; one of them is
-   created and destroyed for real through /dev/loop-control. From the kernel uevent (a monitor in
-   this process gets the same broadcast) to the fake API server accepting the slice write that
-   adds the device (add) or taints it NoSchedule (remove: its node is gone), p50/p99, with the
-   API server's own time for the publish's requests (list, replace/create) apart, and the spec
-   file's rewrite by the watcher (inotify) to show where the time goes.
-   Target: p99 under 100 ms, the API server's time excluded.
+   claim (the same RPC path doing nothing). Beside them, what a new claim must do besides: the
+   claim's GET with the driver's client (from this process; the fake server's own handling
+   apart) and a write of the prepared-claims file. p50/p99, and the ratio of the p50s, also with
+   those taken out. Target: p50 at most 1.2x the no-op's.
+2. ``serve --scan --api dra`` with a device class matching two loop devices, no grace period; one
+   of them is created and destroyed for real through /dev/loop-control. Add: from the kernel
+   uevent (a monitor in this process gets the same broadcast) to the fake API server accepting
+   the slice write that holds the device, with the spec file's rewrite by the watcher (inotify)
+   to show where the time goes. Remove: from the device node's deletion in /dev (the kernel
+   deletes it before sending the uevent; the driver acts on it) to the write that taints the
+   device. The API server's own time for the publish's requests (list, replace) is reported
+   apart and taken out. Target: p99 under 100 ms.
 
 Run as root (mknod, loop devices; numbers from 200 up, removed again at the end):
 
@@ -32,7 +34,6 @@ import shutil
 import statistics
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -81,7 +82,6 @@ class TimedApiServer(FakeApiServer):
     def __init__(self) -> None:
         super().__init__()
         self.log: list[tuple[float, float, str, str, Any]] = []  # (end, seconds, method, path, answer)
-        self.arrived = threading.Condition()
 
     def handle(self, method: str, url: str, body: dict[str, Any] | None) -> tuple[int, Any]:
         t0 = time.perf_counter()
