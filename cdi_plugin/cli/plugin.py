@@ -331,5 +331,10 @@ def serve(
             server.close()
 
 
+from cdi_plugin.cli.dra_objects import dra_objects  # noqa: E402  (a command of its own module)
+
+main.add_command(dra_objects)
+
+
 if __name__ == "__main__":
     main()

@@ -1,41 +1,78 @@
-"""Kubernetes objects a cluster needs to use the driver: a DeviceClass per kind, and RBAC.
+"""Kubernetes objects a cluster needs to use the driver: a DeviceClass per kind, the driver's
+RBAC, and an example ResourceClaimTemplate and pod per kind.
 
-Pure functions returning plain dicts (to be printed as YAML). A DeviceClass selects the devices
-of one CDI kind published by this driver; with ``extended_resource`` it also maps the kind's
-extended resource name (the device plugin's resource name) to DRA (KEP-5004), so a pod asking
-for ``<kind>: 1`` can be served through DRA. Where the device plugin serves the same kind on a
-node, the device plugin takes precedence for the extended resource there.
+Pure functions returning plain dicts (printed as YAML or JSON by ``cdi-plugin dra-objects``). A
+DeviceClass selects the devices of one CDI kind published by this driver; with
+``extended_resource`` it also maps the kind's extended resource name (the device plugin's resource
+name) to DRA (KEP-5004), so a pod asking for ``<kind>: 1`` can be served through DRA. Where the
+device plugin serves the same kind on a node, the device plugin takes precedence for the extended
+resource there.
 """
 
 from __future__ import annotations
 
 import json
+import posixpath
+import re
+from collections.abc import Sequence
 from typing import Any
 
 from cdi_plugin.cdi.names import parse_kind
-from cdi_plugin.dra.names import check_driver_name
+from cdi_plugin.dra.names import DraConfigError, check_driver_name, is_dns_label, is_dns_subdomain
+from cdi_plugin.dra.slices import ATTRIBUTE_VALUE_MAX
 
 Obj = dict[str, Any]
+
+PART_OF = {"app.kubernetes.io/part-of": "cdi-plugin"}
+#: The image of the example pods: small, with a shell and ``ls``, pinned.
+EXAMPLE_IMAGE = "docker.io/library/busybox:1.36.1"
 
 
 def device_class_name(kind: str) -> str:
     """``vendor/class`` to the DNS subdomain ``class.vendor`` (lower case, ``_`` to ``-``)."""
     parsed = parse_kind(kind)
-    return f"{parsed.class_}.{parsed.vendor}".lower().replace("_", "-")
+    name = f"{parsed.class_}.{parsed.vendor}".lower().replace("_", "-")
+    if not is_dns_subdomain(name):
+        raise DraConfigError(
+            f"kind {kind!r}: {name!r} is not a DNS subdomain, so it cannot name a DeviceClass"
+        )
+    return name
+
+
+def _label(kind: str) -> str:
+    """A DNS label for the names local to a pod and a claim: the class, lower case, ``-`` between words."""
+    label = re.sub(r"[^a-z0-9]+", "-", parse_kind(kind).class_.lower()).strip("-")[:63].rstrip("-")
+    return label if is_dns_label(label) else "device"
+
+
+def selector(driver: str, kind: str) -> str:
+    """The CEL expression selecting this driver's devices of ``kind`` by their attributes
+    (:func:`cdi_plugin.dra.slices.attributes`). Slices leave out a string longer than an attribute
+    value may be, so such a kind is selected by its vendor and class."""
+    parsed = parse_kind(kind)
+    attrs = f"device.attributes[{json.dumps(driver)}]"  # JSON strings are CEL string literals here
+    if len(kind) <= ATTRIBUTE_VALUE_MAX:
+        match = f"{attrs}.kind == {json.dumps(kind)}"
+    elif max(len(parsed.vendor), len(parsed.class_)) <= ATTRIBUTE_VALUE_MAX:
+        vendor, class_ = json.dumps(parsed.vendor), json.dumps(parsed.class_)
+        match = f'{attrs}.vendor == {vendor} && {attrs}["class"] == {class_}'
+    else:
+        raise DraConfigError(
+            f"kind {kind!r}: its vendor or class is longer than the {ATTRIBUTE_VALUE_MAX} characters "
+            "of an attribute value, so no selector can match it"
+        )
+    return f"device.driver == {json.dumps(driver)} && {match}"
 
 
 def device_class(driver: str, kind: str, *, extended_resource: bool = False) -> Obj:
     check_driver_name(driver)
-    parse_kind(kind)
-    quoted = json.dumps(driver)  # a CEL string literal: driver names and kinds need no escapes
-    selector = f"device.driver == {quoted} && device.attributes[{quoted}].kind == {json.dumps(kind)}"
-    spec: Obj = {"selectors": [{"cel": {"expression": selector}}]}
+    spec: Obj = {"selectors": [{"cel": {"expression": selector(driver, kind)}}]}
     if extended_resource:
         spec["extendedResourceName"] = kind
     return {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "DeviceClass",
-        "metadata": {"name": device_class_name(kind), "labels": {"app.kubernetes.io/part-of": "cdi-plugin"}},
+        "metadata": {"name": device_class_name(kind), "labels": dict(PART_OF)},
         "spec": spec,
     }
 
@@ -43,17 +80,21 @@ def device_class(driver: str, kind: str, *, extended_resource: bool = False) -> 
 def rbac(driver: str, namespace: str, service_account: str) -> list[Obj]:
     """ServiceAccount, ClusterRole and ClusterRoleBinding: slices read-write, claims and nodes read."""
     check_driver_name(driver)
+    if not is_dns_label(namespace):
+        raise DraConfigError(f"namespace {namespace!r}: not a DNS label")
+    if not is_dns_subdomain(service_account):
+        raise DraConfigError(f"service account {service_account!r}: not a DNS subdomain")
     name = f"{driver}-dra"
     return [
         {
             "apiVersion": "v1",
             "kind": "ServiceAccount",
-            "metadata": {"name": service_account, "namespace": namespace},
+            "metadata": {"name": service_account, "namespace": namespace, "labels": dict(PART_OF)},
         },
         {
             "apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "ClusterRole",
-            "metadata": {"name": name},
+            "metadata": {"name": name, "labels": dict(PART_OF)},
             "rules": [
                 {
                     "apiGroups": ["resource.k8s.io"],
@@ -67,8 +108,65 @@ def rbac(driver: str, namespace: str, service_account: str) -> list[Obj]:
         {
             "apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "ClusterRoleBinding",
-            "metadata": {"name": name},
+            "metadata": {"name": name, "labels": dict(PART_OF)},
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
             "subjects": [{"kind": "ServiceAccount", "name": service_account, "namespace": namespace}],
         },
     ]
+
+
+def claim_template(kind: str) -> Obj:
+    """A ResourceClaimTemplate asking for one device of the kind's DeviceClass, named after it."""
+    name = device_class_name(kind)
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": name, "labels": dict(PART_OF)},
+        "spec": {
+            "spec": {"devices": {"requests": [{"name": _label(kind), "exactly": {"deviceClassName": name}}]}}
+        },
+    }
+
+
+def example_pod_name(kind: str, *, qualified: bool = False) -> str:
+    """``<class>-dra-example``; ``qualified`` (for kinds of the same class): ``<class>-<vendor>-example``."""
+    if qualified:
+        return device_class_name(kind).replace(".", "-") + "-example"
+    return f"{_label(kind)}-dra-example"
+
+
+def example_pod(kind: str, paths: Sequence[str], *, name: str | None = None) -> Obj:
+    """A pod (named ``name``, else :func:`example_pod_name`) whose container gets one device of
+    ``kind`` through a claim from :func:`claim_template` and lists it: ``paths`` are the container
+    paths of the kind's device nodes; when devices of the kind have different ones, the directory
+    holding them all is listed."""
+    label = _label(kind)
+    name = name or example_pod_name(kind)
+    shown = sorted(set(paths))
+    if len(shown) > 1:
+        shown = [posixpath.commonpath(shown)]
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": {"app.kubernetes.io/name": name}},
+        "spec": {
+            "restartPolicy": "Never",
+            "automountServiceAccountToken": False,
+            "securityContext": {
+                "runAsNonRoot": True,
+                "runAsUser": 1000,
+                "runAsGroup": 1000,
+                "seccompProfile": {"type": "RuntimeDefault"},
+            },
+            "resourceClaims": [{"name": label, "resourceClaimTemplateName": device_class_name(kind)}],
+            "containers": [
+                {
+                    "name": "shell",
+                    "image": EXAMPLE_IMAGE,
+                    "command": ["ls", "-l", *(shown or ["/dev"])],
+                    "resources": {"claims": [{"name": label}]},
+                    "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
+                }
+            ],
+        },
+    }

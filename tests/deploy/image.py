@@ -12,6 +12,7 @@ import fcntl
 import hashlib
 import json
 import re
+import socket
 import subprocess
 import sys
 import tempfile
@@ -116,9 +117,9 @@ _NODE_NEUTRAL_POD = {
     "automountServiceAccountToken", "enableServiceLinks", "serviceAccountName",
 }  # fmt: skip
 _NODE_NEUTRAL_CONTAINER = {
-    "name", "image", "imagePullPolicy", "args", "env", "ports", "startupProbe", "livenessProbe",
-    "readinessProbe", "resources", "securityContext", "volumeMounts", "terminationMessagePath",
-    "terminationMessagePolicy",
+    "name", "image", "imagePullPolicy", "args", "ports", "startupProbe", "livenessProbe", "readinessProbe",
+    "resources", "securityContext", "volumeMounts", "terminationMessagePath", "terminationMessagePolicy",
+    "env",
 }  # fmt: skip
 #: the host's own directories a test may mount, and only read-only
 HOST_READ_ONLY = {"/dev", "/sys", "/run/udev"}
@@ -146,8 +147,6 @@ def run_options(pod: Mapping[str, Any], sources: Mapping[str, Path]) -> list[str
     assert not unknown, f"deploy/daemonset.yaml: no podman translation for {sorted(unknown)}"
     security = container["securityContext"]
     options = ["--user", f"{security['runAsUser']}:{security['runAsGroup']}"]
-    for variable in container.get("env", []):
-        options += ["--env", f"{variable['name']}={env_value(variable)}"]
     if security["privileged"]:
         options.append("--privileged")
     if not security["allowPrivilegeEscalation"]:
@@ -162,6 +161,10 @@ def run_options(pod: Mapping[str, Any], sources: Mapping[str, Path]) -> list[str
         options += ["--security-opt", f"label=type:{security['seLinuxOptions']['type']}"]
     if pod.get("hostNetwork"):
         options += ["--network", "host"]
+    for env in container.get("env", []):
+        # the node's name from the downward API: the host's, as the container shares its network
+        assert env.get("valueFrom") == {"fieldRef": {"fieldPath": "spec.nodeName"}}, env
+        options += ["--env", f"{env['name']}={socket.gethostname()}"]
     limits = container["resources"].get("limits", {})
     assert set(limits) <= {"memory"}, limits
     if "memory" in limits:
@@ -186,19 +189,6 @@ def run_options(pod: Mapping[str, Any], sources: Mapping[str, Path]) -> list[str
         flags = ["ro" if read_only else "rw", *_PROPAGATION[mount.get("mountPropagation")]]
         options += ["--volume", f"{source}:{target}:{','.join(flags)}"]
     return options
-
-
-#: The node's name, where the pod takes it from the downward API.
-NODE_NAME = "node-a"
-
-
-def env_value(variable: Mapping[str, Any]) -> str:
-    """A container's environment variable as the kubelet sets it on this stand-in node."""
-    if "value" in variable:
-        return str(variable["value"])
-    field = variable["valueFrom"]["fieldRef"]["fieldPath"]
-    assert field == "spec.nodeName", f"no stand-in for {field}"
-    return NODE_NAME
 
 
 def host_path(pod: Mapping[str, Any], name: str) -> str:

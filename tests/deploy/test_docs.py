@@ -4,14 +4,23 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 import tomllib
 from pathlib import Path
+from typing import Any
 
+import kubernetes_validate
 import pytest
+import yaml
 from prometheus_client import CollectorRegistry
 
 from cdi_plugin.cdi import schema
+from cdi_plugin.cli.dra_objects import DEFAULT_DRIVER, dra_objects
 from cdi_plugin.deviceplugin.settings import build
+from cdi_plugin.dra.kubelet import DEFAULT_PLUGINS_DIR, DEFAULT_REGISTRY_DIR
+from cdi_plugin.dra.names import device_names
+from cdi_plugin.dra.objects import device_class_name
+from cdi_plugin.dra.slices import TAINT_EFFECT, taint_key
 from cdi_plugin.metrics import PluginMetrics, ScanMetrics
 from cdi_plugin.store.configfile import parse_config
 from tests.docs_helpers import schema_properties
@@ -97,7 +106,7 @@ def test_config_snippets_in_the_runtime_guide_parse() -> None:
 
 
 DEPLOY_DOCS = ["architecture.md", "config.md", "deploy.md", "observability.md", "quickstart.md",
-               "runtimes.md", "troubleshooting.md", "device-plugin.md"]  # fmt: skip
+               "runtimes.md", "troubleshooting.md", "device-plugin.md", "dra.md"]  # fmt: skip
 
 
 def _slug(heading: str) -> str:
@@ -118,3 +127,72 @@ def test_links_and_repository_paths_exist(name: str) -> None:
         if anchor:
             headings = re.findall(r"^#+ (.+)$", file.read_text(), re.MULTILINE)
             assert anchor in {_slug(h) for h in headings}, f"{name}: {target}#{anchor}"
+
+
+DRA_MD = (DOCS / "dra.md").read_text()
+README = (ROOT / "README.md").read_text()
+KUBERNETES_SECTION = README[README.index("## Kubernetes\n") :].split("\n## ", 1)[0]
+
+
+def _documents(path: str) -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all((ROOT / path).read_text()) if d]
+
+
+@pytest.mark.parametrize("text", [DRA_MD, KUBERNETES_SECTION], ids=["dra.md", "README"])
+def test_shell_commands_name_real_files_and_options(text: str) -> None:
+    """Every deploy/ file a command names exists; every dra-objects command line parses."""
+    lines = [line for block in _blocks(text, "sh") for line in block.splitlines()]
+    assert lines
+    for line in lines:
+        for path in re.findall(r"\b(deploy/[\w./-]*\w)", line):
+            assert (ROOT / path).exists(), path
+        if "cdi-plugin dra-objects" in line:
+            args = shlex.split(line.split("cdi-plugin dra-objects", 1)[1].split("|")[0])
+            dra_objects.make_context("dra-objects", args)  # unknown options and bad values raise
+
+
+def test_the_dra_walkthrough_agrees_with_the_files_and_the_code() -> None:
+    claim_snippet, affinity = (yaml.safe_load(b) for b in _blocks(DRA_MD, "yaml"))
+    template, pod = _documents("deploy/examples/claim-fuse.yaml")
+    assert claim_snippet["spec"]["resourceClaims"] == pod["spec"]["resourceClaims"]
+    ((shown,), (container,)) = claim_snippet["spec"]["containers"], pod["spec"]["containers"]
+    assert shown == {k: container[k] for k in shown}
+    class_name = device_class_name("cdi-plugin.io/fuse")
+    assert template["spec"]["spec"]["devices"]["requests"][0]["exactly"]["deviceClassName"] == class_name
+    assert f"class `{class_name}`" in DRA_MD
+    assert f"(`{device_names(['cdi-plugin.io/fuse=fuse'])['cdi-plugin.io/fuse=fuse']}`," in DRA_MD
+    # the per-node DaemonSet's affinity is valid in the DaemonSet, for the label the commands set
+    daemonset = _documents("deploy/daemonset.yaml")[0]
+    daemonset["spec"]["template"]["spec"]["affinity"] = affinity["affinity"]
+    assert kubernetes_validate.validate(daemonset, "1.31", strict=True)
+    (term,) = affinity["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"
+    ]
+    ((expression,),) = [term["matchExpressions"]]
+    assert f"kubectl label node node-a {expression['key']}={expression['values'][0]}" in DRA_MD
+    assert f"nodeSelector: {{{expression['key']}: {expression['values'][0]}}}" in DRA_MD
+    # health, and the defaults of the driver's options
+    assert f"`{taint_key(DEFAULT_DRIVER)}`, effect `{TAINT_EFFECT}`" in DRA_MD
+    running = DRA_MD[DRA_MD.index("## Running the driver") :].split("\n## ", 1)[0]
+    rows = [
+        f"| `--driver-name NAME` | `{DEFAULT_DRIVER}` |",
+        f"| `{DEFAULT_PLUGINS_DIR}` |",
+        f"| `{DEFAULT_REGISTRY_DIR}` |",
+        "| `$NODE_NAME` |",
+        "| `--api device-plugin\\|dra\\|both` |",
+    ]
+    for row in rows:
+        assert row in running, row
+    (env,) = daemonset["spec"]["template"]["spec"]["containers"][0]["env"]
+    assert env["name"] == "NODE_NAME"
+
+
+def test_the_readme_walks_through_both_apis() -> None:
+    (limits,) = (yaml.safe_load(b) for b in _blocks(KUBERNETES_SECTION, "yaml"))
+    pod = _documents("deploy/examples/pod-fuse.yaml")[0]
+    assert limits["resources"] == pod["spec"]["containers"][0]["resources"]
+    for link in ["(docs/dra.md)", "(docs/device-plugin.md)", "(docs/deploy.md)", "lightkube"]:
+        assert link in KUBERNETES_SECTION, link
+    dependencies = README[README.index("## Dependencies") :].split("\n## ", 1)[0]
+    assert "**lightkube**" in dependencies
+    assert "(docs/dra.md)" in dependencies

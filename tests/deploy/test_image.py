@@ -24,10 +24,10 @@ import yaml
 
 from cdi_plugin import __version__
 from cdi_plugin.cdi.validate import validate_bytes
+from cdi_plugin.dra import api as dra_api
 from cdi_plugin.store.ownership import read_record
 from tests.deploy.image import (
     DEPLOY,
-    NODE_NAME,
     build_image,
     container_of,
     daemonset_pod,
@@ -36,7 +36,11 @@ from tests.deploy.image import (
 )
 from tests.deviceplugin.fake_kubelet import FakeKubelet
 from tests.deviceplugin.helpers import run
-from tests.dra.serving import free_port
+from tests.dra.conftest import DRIVER
+from tests.dra.fakeapiserver import FakeApiServer, running
+from tests.dra.fakekubelet import FakeKubelet as DraKubelet
+from tests.dra.serving import kubeconfig as kubeconfig_file
+from tests.dra.test_kubelet import claim_obj
 from tests.e2e.podman import PodmanEnv, podman_env
 from tests.metrics.scrape import get
 
@@ -76,7 +80,7 @@ def node(tmp_path: Path) -> Iterator[tuple[dict[str, Any], dict[str, Path]]]:
         for v in pod["volumes"]
         if v.get("hostPath", {}).get("path", "").startswith(KUBELET_DIR)
     }
-    assert "device-plugins" in kubelet
+    assert {"device-plugins", "kubelet-plugins", "kubelet-plugins-registry"} <= set(kubelet)
     sources |= kubelet
     try:
         yield pod, sources
@@ -125,32 +129,62 @@ def test_cdi_gen_scan_in_the_image_writes_valid_specs_of_the_hosts_devices(
                 assert (edit.file_mode, edit.gid) == (stat.S_IMODE(seen.st_mode), seen.st_gid), edit
 
 
-def _api_server_down(pod: dict[str, Any], work: Path) -> list[str]:
-    """``podman run`` options giving the container a kubeconfig naming an API server that does not
-    answer (nothing listens on its port), and the node's name if the pod does not set it."""
-    kubeconfig = work / "kubeconfig"
-    kubeconfig.write_text(json.dumps({
-        "apiVersion": "v1", "kind": "Config", "current-context": "node",
-        "clusters": [{"name": "node", "cluster": {"server": f"http://127.0.0.1:{free_port()}"}}],
-        "contexts": [{"name": "node", "context": {"cluster": "node", "user": "node"}}],
-        "users": [{"name": "node", "user": {"token": "t"}}],
-    }))  # fmt: skip
-    options = ["--volume", f"{kubeconfig}:/run/kubeconfig:ro", "--env", "KUBECONFIG=/run/kubeconfig"]
-    if not any(v["name"] == "NODE_NAME" for v in container_of(pod).get("env", [])):
-        options += ["--env", f"NODE_NAME={NODE_NAME}"]
-    return options
+def _kubeconfig(url: str, work: Path) -> list[str]:
+    """``podman run`` options giving the container a kubeconfig naming the API server at ``url``
+    (a pod would use its service account's token)."""
+    kubeconfig = kubeconfig_file(work / "kubeconfig", url)
+    return ["--volume", f"{kubeconfig}:/run/kubeconfig:ro", "--env", "KUBECONFIG=/run/kubeconfig"]
 
 
-async def _serve(image: PodmanEnv, pod: dict[str, Any], sources: dict[str, Path]) -> list[str]:
-    """The DaemonSet's command in the image against a fake kubelet: the example pod's request is
-    allocated, every kind written is registered, the probes answer, and SIGTERM stops it cleanly,
-    while the DRA side, whose API server is down, retries. Returns the log lines."""
+async def _dra(api: FakeApiServer, sources: dict[str, Path], node: str) -> None:
+    """The DRA side: registered through the mounted registry directory, the fuse device published
+    as a ResourceSlice of the node, a claim of it prepared with its CDI name."""
+    registry = sources["kubelet-plugins-registry"] / f"{DRIVER}-reg.sock"
+    for _ in range(600):
+        if registry.exists():
+            break
+        await asyncio.sleep(0.05)
+    kubelet = DraKubelet(registry.parent)
+    await kubelet.register(registry, DRIVER)
+    assert kubelet.endpoint == f"{KUBELET_DIR}plugins/{DRIVER}/dra.sock"  # the path inside and outside
+    kubelet.endpoint = str(sources["kubelet-plugins"] / DRIVER / "dra.sock")  # this host's stand-in
+
+    def fuse() -> str | None:
+        return next(
+            (d["name"] for s in list(api.slices.values()) if s["spec"]["nodeName"] == node
+             for d in s["spec"]["devices"] if d["attributes"]["kind"]["string"] == RESOURCE),
+            None,
+        )  # fmt: skip
+
+    for _ in range(600):
+        if fuse() is not None:
+            break
+        await asyncio.sleep(0.05)
+    device = fuse()
+    assert device is not None, api.slices
+    claim = dra_api.Claim("default", "fuse", "uid-fuse")
+    api.add_claim(claim_obj(claim, ("fuse", node, device)))
+    [(uid, prepared)] = (await kubelet.prepare(claim)).items()
+    assert uid == claim.uid
+    assert not isinstance(prepared, str), prepared
+    assert [d.cdi_device_ids for d in prepared] == [(f"{RESOURCE}=fuse",)]
+
+
+async def _serve(
+    image: PodmanEnv, pod: dict[str, Any], sources: dict[str, Path], api: FakeApiServer
+) -> list[str]:
+    """The DaemonSet's command in the image against a fake kubelet and a fake API server: the
+    example pod's request is allocated, every kind written is registered, the probes answer, the
+    DRA side registers and prepares a claim of the same device, and SIGTERM stops it cleanly.
+    Returns the log lines."""
     args = container_of(pod)["args"]
     args[args.index("--metrics-address") + 1] = "127.0.0.1:0"  # host network: any free port
     name = f"cdi-plugin-test-{os.getpid()}"
     plugins = sources["device-plugins"]
-    options = [*run_options(pod, sources), *_api_server_down(pod, sources["config"].parent)]
+    node = next(v for v in run_options(pod, sources) if v.startswith("NODE_NAME=")).partition("=")[2]
+    api.add_node(node)
     async with FakeKubelet(plugins) as kubelet:
+        options = [*run_options(pod, sources), *_kubeconfig(api.url, sources["config"].parent)]
         proc = await asyncio.create_subprocess_exec(
             *image.podman_args(), "run", "--rm", "--name", name, *options, TAG, *args,
             env=image.env, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
@@ -178,6 +212,8 @@ async def _serve(image: PodmanEnv, pod: dict[str, Any], sources: dict[str, Path]
                 await kubelet.wait_registered(kind, timeout=10)
             assert set(kubelet.clients) == kinds
 
+            await _dra(api, sources, node)
+
             for probe in ("livenessProbe", "readinessProbe"):
                 path = container_of(pod)[probe]["httpGet"]["path"]
                 assert (await asyncio.to_thread(get, base + path))[0] == 200, probe
@@ -200,9 +236,9 @@ def test_the_daemonsets_command_in_the_image_registers_with_the_kubelet(
     image: PodmanEnv, node: tuple[dict[str, Any], dict[str, Path]]
 ) -> None:
     pod, sources = node
-    lines = run(_serve(image, pod, sources), timeout=180)
+    with running(FakeApiServer()) as api:  # on the host's network, as the container
+        lines = run(_serve(image, pod, sources, api), timeout=180)
     messages = [json.loads(line)["msg"] for line in lines]  # --log-format json, as the DaemonSet asks
     assert all(messages)
     assert "--api=both" in container_of(pod)["args"]
-    assert any(m.startswith(f"DRA driver cdi-plugin.io on node {NODE_NAME}: ") for m in messages), messages
-    assert any(m.startswith(f"reading node {NODE_NAME}: ") and "retrying in" in m for m in messages), messages
+    assert f"registered with the kubelet as DRA driver {DRIVER}" in messages

@@ -1,5 +1,6 @@
 """deploy/: every manifest is valid against the Kubernetes 1.31 schema (offline, strict: unknown
-fields are errors), and the DaemonSet gives the plugin exactly what it needs from the node."""
+fields are errors; the DRA objects against 1.36), and the DaemonSet gives the plugin and the DRA
+driver exactly what they need from the node and the API."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ import yaml
 
 from cdi_plugin import __version__
 from cdi_plugin.deviceplugin.settings import DEFAULT_PLUGIN_DIR, build
+from cdi_plugin.dra.kubelet import DEFAULT_PLUGINS_DIR, DEFAULT_REGISTRY_DIR
+from cdi_plugin.dra.objects import device_class_name, rbac
 from cdi_plugin.generate.config import default_classes, parse_classes
 from cdi_plugin.metrics import HEALTHZ, READYZ, parse_address
 from cdi_plugin.store.configfile import parse_config
@@ -22,6 +25,8 @@ from tests.deviceplugin.fake_kubelet import is_extended_resource_name
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
 KUBERNETES = "1.31"
+#: resource.k8s.io/v1 is served from 1.34; DeviceClass's extendedResourceName is beta from 1.36.
+KUBERNETES_DRA = "1.36"
 MANIFESTS = sorted(p for p in DEPLOY.rglob("*.yaml") if p.name != "kustomization.yaml")
 #: What `serve --scan` needs from the node: mount path -> read-only.
 HOST_MOUNTS = {
@@ -31,6 +36,8 @@ HOST_MOUNTS = {
     "/etc/cdi": False,
     "/var/run/cdi": True,
     "/var/lib/kubelet/device-plugins": False,
+    "/var/lib/kubelet/plugins": False,
+    "/var/lib/kubelet/plugins_registry": False,
 }
 HOST_PATH_TYPES = {
     "",
@@ -80,15 +87,18 @@ def test_every_manifest_is_valid_kubernetes(path: Path) -> None:
     documents = _documents(path)
     assert documents
     for document in documents:
-        assert kubernetes_validate.validate(document, KUBERNETES, strict=True) == KUBERNETES
+        version = KUBERNETES_DRA if document["apiVersion"].startswith("resource.k8s.io/") else KUBERNETES
+        assert kubernetes_validate.validate(document, version, strict=True) == version
 
 
 def test_the_kustomize_base_lists_every_manifest_and_sets_the_image() -> None:
     kustomization = yaml.safe_load((DEPLOY / "kustomization.yaml").read_text())
     assert kustomization["kind"] == "Kustomization"
+    # the DeviceClasses (resource.k8s.io/v1, Kubernetes >= 1.34) are applied on their own
     assert sorted(kustomization["resources"]) == sorted(
-        p.name for p in DEPLOY.glob("*.yaml") if p.name != "kustomization.yaml"
+        [p.name for p in DEPLOY.glob("*.yaml") if p.name != "kustomization.yaml"] + ["dra/rbac.yaml"]
     )
+    assert {p.name for p in (DEPLOY / "dra").glob("*.yaml")} == {"rbac.yaml", "deviceclass-fuse.yaml"}
     namespace = kustomization["namespace"]
     for name in kustomization["resources"]:
         for document in _documents(DEPLOY / name):
@@ -98,10 +108,37 @@ def test_the_kustomize_base_lists_every_manifest_and_sets_the_image() -> None:
     assert _container()["image"] == f"{image['name']}:{__version__}"
 
 
-def test_no_rbac_and_no_api_token() -> None:
+def test_the_driver_runs_as_its_service_account_with_only_the_rbac_it_needs() -> None:
+    pod = _pod_spec()
+    account = _one("ServiceAccount")
+    namespace = yaml.safe_load((DEPLOY / "kustomization.yaml").read_text())["namespace"]
+    assert pod["serviceAccountName"] == account["metadata"]["name"]
+    assert pod["automountServiceAccountToken"] is True  # the driver's API credentials
+    assert account["metadata"]["namespace"] == namespace
+    binding, role = _one("ClusterRoleBinding"), _one("ClusterRole")
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": pod["serviceAccountName"],
+                                    "namespace": namespace}]  # fmt: skip
+    grants = {
+        (g, r): set(rule["verbs"])
+        for rule in role["rules"]
+        for g in rule["apiGroups"]
+        for r in rule["resources"]
+    }
+    slices = {"get", "list", "watch", "create", "update", "patch", "delete"}
+    assert grants == {
+        ("resource.k8s.io", "resourceslices"): slices,
+        ("resource.k8s.io", "resourceclaims"): {"get"},  # claims read-only
+        ("", "nodes"): {"get"},
+    }
     kinds = {d["kind"] for p in MANIFESTS for d in _documents(p)}
-    assert not kinds & {"ServiceAccount", "Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding"}
-    assert _pod_spec()["automountServiceAccountToken"] is False
+    assert not {"Role", "RoleBinding"} & kinds
+    assert rbac("cdi-plugin.io", namespace, account["metadata"]["name"]) == [account, role, binding]
+
+
+def test_the_driver_learns_its_node_from_the_downward_api() -> None:
+    (env,) = [e for e in _container()["env"] if e["name"] == "NODE_NAME"]
+    assert env["valueFrom"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
 
 
 def test_the_daemonset_runs_serve_scan_with_the_configmap() -> None:
@@ -164,6 +201,8 @@ def test_host_mounts_are_exactly_what_the_plugin_needs() -> None:
     assert {str(d) for d in DEFAULT_SPEC_DIRS} <= set(host)
     assert host[str(STATIC_DIR)] is False
     assert host[str(DEFAULT_PLUGIN_DIR)] is False
+    # the DRA driver's socket directory and the kubelet's plugin watcher's, read-write
+    assert host[str(DEFAULT_PLUGINS_DIR)] is host[str(DEFAULT_REGISTRY_DIR)] is False
     # with /dev the host's and read-only, nothing may be mounted into it
     assert not container["terminationMessagePath"].startswith("/dev/")
     assert any(m["mountPath"] == "/tmp" for m in container["volumeMounts"])
@@ -202,3 +241,17 @@ def test_the_example_pod_requests_a_default_kind() -> None:
             assert resource in kinds
             assert is_extended_resource_name(resource)
         assert re.search(r":[0-9][^:]*$", container["image"]), "the example's image is pinned"
+
+
+def test_the_dra_example_claims_a_default_kind_through_the_device_class_of_deploy() -> None:
+    (device_class,) = _documents(DEPLOY / "dra" / "deviceclass-fuse.yaml")
+    template, pod = _documents(DEPLOY / "examples" / "claim-fuse.yaml")
+    kind = device_class["spec"]["extendedResourceName"]
+    assert kind in {c.kind for c in default_classes() if c.enabled}
+    assert device_class["metadata"]["name"] == device_class_name(kind)
+    (request,) = template["spec"]["spec"]["devices"]["requests"]
+    assert request["exactly"]["deviceClassName"] == device_class["metadata"]["name"]
+    assert pod["spec"]["resourceClaims"][0]["resourceClaimTemplateName"] == template["metadata"]["name"]
+    # the device plugin's example asks for the same kind by its extended resource name
+    device_plugin_pod = _documents(DEPLOY / "examples" / "pod-fuse.yaml")[0]
+    assert set(device_plugin_pod["spec"]["containers"][0]["resources"]["limits"]) == {kind}

@@ -10,11 +10,12 @@ import pytest
 
 from cdi_plugin.dra.inventory import ServedDevice, UdevFacts
 from cdi_plugin.dra.names import DraConfigError
-from cdi_plugin.dra.objects import device_class, device_class_name, rbac
+from cdi_plugin.dra.objects import claim_template, device_class, device_class_name, example_pod, rbac
 from cdi_plugin.dra.slices import build_pool
 from cdi_plugin.errors import InvalidNameError
+from tests.dra.cel import selects
 from tests.dra.conftest import DRIVER, NODE
-from tests.dra.rules import is_subdomain
+from tests.dra.rules import is_label, is_subdomain
 
 KUBERNETES = "1.36"
 
@@ -40,11 +41,54 @@ def test_device_class_names_are_subdomains() -> None:
     assert is_subdomain(device_class_name("Acme.com/Net_Dev"))
 
 
+def test_a_kind_longer_than_an_attribute_value_is_selected_by_vendor_and_class() -> None:
+    """Slices leave out a string attribute longer than 64 characters (the kind's here), never cut it."""
+    kind = "devices.a-very-long-vendor-domain.example.com/" + "c" * 30
+    assert len(kind) > 64
+    expression = device_class(DRIVER, kind)["spec"]["selectors"][0]["cel"]["expression"]
+    other = "devices.other.example/" + "c" * 30
+    devices = [ServedDevice(cdi_name=f"{kind}=d0"), ServedDevice(cdi_name=f"{other}=d1")]
+    (published,) = build_pool(DRIVER, NODE, devices, taints=True).slices(1)
+    assert "kind" not in published["spec"]["devices"][0]["attributes"]
+    assert [selects(expression, d, DRIVER) for d in published["spec"]["devices"]] == [True, False]
+
+
 def test_bad_input_is_refused() -> None:
     with pytest.raises(DraConfigError, match="not a DNS subdomain"):
         device_class("Bad_Driver", "cdi-plugin.io/fuse")
     with pytest.raises(InvalidNameError):
         device_class(DRIVER, "no-slash")
+    with pytest.raises(DraConfigError, match="cannot name a DeviceClass"):
+        device_class_name("acme.com/net..dev")
+    with pytest.raises(DraConfigError, match="no selector can match it"):
+        device_class(DRIVER, "acme.com/" + "c" * 65)
+    with pytest.raises(DraConfigError, match="namespace 'Kube_System': not a DNS label"):
+        rbac(DRIVER, "Kube_System", "cdi-plugin")
+    with pytest.raises(DraConfigError, match="service account 'a/b': not a DNS subdomain"):
+        rbac(DRIVER, "kube-system", "a/b")
+
+
+@pytest.mark.parametrize(
+    ("kind", "paths", "shown"),
+    [
+        ("cdi-plugin.io/fuse", ["/dev/fuse"], ["/dev/fuse"]),
+        ("cdi-plugin.io/dri", ["/dev/dri/renderD128", "/dev/dri/renderD129"], ["/dev/dri"]),
+        ("Acme.com/Net_Dev", [], ["/dev"]),
+    ],
+)
+def test_examples(kind: str, paths: list[str], shown: list[str]) -> None:
+    template, pod = claim_template(kind), example_pod(kind, paths)
+    _valid(template)
+    _valid(pod)
+    (request,) = template["spec"]["spec"]["devices"]["requests"]
+    assert request["exactly"] == {"deviceClassName": device_class_name(kind)}
+    (claim,) = pod["spec"]["resourceClaims"]
+    assert claim["resourceClaimTemplateName"] == template["metadata"]["name"]
+    assert is_label(claim["name"])
+    assert is_label(request["name"])
+    (container,) = pod["spec"]["containers"]
+    assert container["resources"]["claims"] == [{"name": claim["name"]}]
+    assert container["command"] == ["ls", "-l", *shown]
 
 
 def test_rbac() -> None:

@@ -1,0 +1,234 @@
+"""``cdi-plugin dra-objects``: the Kubernetes objects DRA needs, printed as YAML or JSON.
+
+The kinds are chosen from the spec directories as ``cdi-plugin serve`` chooses them (its settings
+and the inventory's kind selection); the objects are built by :mod:`cdi_plugin.dra.objects`.
+Imports only click at start, so that ``cdi-plugin --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from cdi_plugin.cli.scanopts import fail
+
+PROGRAM = "cdi-plugin"
+PARTS = ("rbac", "classes", "examples")
+DEFAULT_DRIVER = "cdi-plugin.io"
+
+
+def _kinds(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> tuple[str, ...] | None:
+    from cdi_plugin.cli.plugin import _kinds as serve_kinds  # the same check as serve's --kind
+
+    return serve_kinds(ctx, param, value)
+
+
+def _dirs(ctx: click.Context, param: click.Parameter, value: tuple[Path, ...]) -> tuple[Path, ...] | None:
+    return tuple(p.absolute() for p in value) or None
+
+
+def _served_kinds(
+    spec_dirs: tuple[Path, ...] | None, kinds: tuple[str, ...] | None, config_file: Path | None
+) -> tuple[list[str], dict[str, list[str]]]:
+    """The kinds ``serve`` would serve with these settings, and their devices' container paths."""
+    from cdi_plugin.deviceplugin import settings
+    from cdi_plugin.globs import glob_match
+    from cdi_plugin.inventory.selection import KindSelection
+    from cdi_plugin.inventory.source import SpecSource
+    from cdi_plugin.store.configfile import load_config
+
+    section = None if config_file is None else load_config(config_file).get("plugin")
+    config = settings.build(section, str(config_file), spec_dirs=spec_dirs, kinds=kinds)
+    source = SpecSource(config.spec_dirs)
+    source.current()
+    dirs = ", ".join(str(d) for d in config.spec_dirs)
+    if source.reading is None:
+        fail(PROGRAM, f"{dirs}: the spec files kept changing while they were read; try again")
+    devices = source.reading.snapshot.devices.values()
+    present = sorted({str(d.kind) for d in devices})
+    for glob in kinds or ():
+        if not any(glob_match(glob, kind) for kind in present):
+            found = f"kinds there: {', '.join(present)}" if present else "no spec there"
+            fail(PROGRAM, f"--kind {glob}: no kind in {dirs} matches it ({found})")
+    served = sorted(KindSelection(config.matching_glob).select(present, source.reading))
+    if not served and present:
+        listed = ", ".join(present)
+        fail(PROGRAM, f"no kind to serve in {dirs}: cdi-gen wrote none of {listed} (name them with --kind)")
+    if not served:
+        fail(
+            PROGRAM, f"no kind found in {dirs}: run cdi-gen scan first, or name the directory with --spec-dir"
+        )
+    for kind in present:
+        if kind not in served:
+            why = (
+                "was changed since cdi-gen wrote it"
+                if kind in source.reading.recorded
+                else "is not cdi-gen's"
+            )
+            click.echo(
+                f"{PROGRAM}: note: left out kind {kind}: its spec {why} (name it with --kind {kind})",
+                err=True,
+            )
+    paths: dict[str, list[str]] = {kind: [] for kind in served}
+    for d in devices:
+        if str(d.kind) in paths:
+            edits = [d.device.container_edits, d.spec.container_edits]
+            paths[str(d.kind)] += [n.path for e in edits if e is not None for n in e.device_nodes or ()]
+    return served, paths
+
+
+@click.command("dra-objects", short_help="Print DeviceClasses, RBAC and example claims for DRA.")
+@click.option(
+    "--spec-dir",
+    "spec_dirs",
+    multiple=True,
+    type=click.Path(path_type=Path, file_okay=False),
+    callback=_dirs,
+    metavar="DIR",
+    help="CDI spec directory to read the kinds from, as serve's --spec-dir [default: the 'plugin' "
+    "section's specDirs, else $CDI_SPEC_DIRS, else /etc/cdi then /var/run/cdi].",
+)
+@click.option(
+    "--kind",
+    "kinds",
+    multiple=True,
+    callback=_kinds,
+    metavar="GLOB",
+    help="Also include the kinds matching GLOB, as serve's --kind (by default only the kinds cdi-gen "
+    "wrote); repeatable. A GLOB matching no kind in the spec directories is an error.",
+)
+@click.option(
+    "--config",
+    "config_file",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    metavar="FILE",
+    help="Configuration file whose 'plugin' section sets specDirs and kinds, as for serve.",
+)
+@click.option(
+    "--driver-name",
+    default=DEFAULT_DRIVER,
+    show_default=True,
+    metavar="NAME",
+    help="The DRA driver's name, as given to serve (a DNS subdomain of at most 63 characters).",
+)
+@click.option(
+    "--extended-resource",
+    is_flag=True,
+    help="Set each DeviceClass's extendedResourceName to the kind (the device plugin's resource "
+    "name; Kubernetes >= 1.36, DRAExtendedResource): a pod asking for <kind>: 1 in its limits is then "
+    "served through DRA where the device plugin does not serve the kind.",
+)
+@click.option(
+    "--namespace",
+    default="kube-system",
+    show_default=True,
+    metavar="NAME",
+    help="Namespace of the driver's ServiceAccount.",
+)
+@click.option(
+    "--service-account",
+    default="cdi-plugin",
+    show_default=True,
+    metavar="NAME",
+    help="The driver's ServiceAccount (the DaemonSet's serviceAccountName).",
+)
+@click.option(
+    "--examples",
+    is_flag=True,
+    help="Also print, per kind, a ResourceClaimTemplate asking for one device and a pod using it.",
+)
+@click.option(
+    "--only",
+    "parts",
+    multiple=True,
+    type=click.Choice(PARTS),
+    help="Print only these parts; repeatable [default: rbac and classes, with examples if --examples].",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON List instead of YAML documents.")
+def dra_objects(
+    *,
+    spec_dirs: tuple[Path, ...] | None,
+    kinds: tuple[str, ...] | None,
+    config_file: Path | None,
+    driver_name: str,
+    extended_resource: bool,
+    namespace: str,
+    service_account: str,
+    examples: bool,
+    parts: tuple[str, ...],
+    as_json: bool,
+) -> None:
+    """Print the Kubernetes objects the DRA driver needs (resource.k8s.io/v1, Kubernetes >= 1.34).
+
+    \b
+    * rbac: the driver's ServiceAccount, ClusterRole and ClusterRoleBinding: ResourceSlices
+      read-write (the driver writes only its own node's), ResourceClaims read-only, Nodes get;
+    * classes: a DeviceClass per kind served, named <class>.<vendor>, whose CEL selector picks
+      this driver's devices of that kind;
+    * examples (--examples): per kind a ResourceClaimTemplate for one device and a pod using it.
+
+    The kinds are those `cdi-plugin serve` would serve from the spec directories: the kinds
+    cdi-gen wrote, and those named with --kind. Apply the output with kubectl, e.g.
+
+    \b
+        cdi-plugin dra-objects | kubectl apply -f -
+
+    See docs/dra.md.
+    """
+    import json
+
+    from cdi_plugin.dra import objects
+    from cdi_plugin.dra.names import check_driver_name
+    from cdi_plugin.errors import CdiPluginError
+
+    chosen = set(parts) if parts else {"rbac", "classes"}
+    if examples:
+        chosen.add("examples")
+    out: list[dict[str, Any]] = []
+    try:
+        check_driver_name(driver_name)
+        if "rbac" in chosen:
+            out += objects.rbac(driver_name, namespace, service_account)
+        if chosen & {"classes", "examples"}:
+            served, paths = _served_kinds(spec_dirs, kinds, config_file)
+            out += _kind_objects(served, paths, driver_name, chosen, extended_resource=extended_resource)
+    except CdiPluginError as exc:
+        fail(PROGRAM, str(exc))
+    if as_json:
+        click.echo(json.dumps({"apiVersion": "v1", "kind": "List", "items": out}, indent=2))
+    else:
+        import yaml
+
+        click.echo(yaml.safe_dump_all(out, sort_keys=False, explicit_start=True, width=4096), nl=False)
+
+
+def _kind_objects(
+    served: list[str], paths: dict[str, list[str]], driver: str, chosen: set[str], *, extended_resource: bool
+) -> list[dict[str, Any]]:
+    from cdi_plugin.deviceplugin.resources import resource_name_problem
+    from cdi_plugin.dra import objects
+
+    names: dict[str, str] = {}
+    for kind in served:
+        name = objects.device_class_name(kind)
+        if name in names:
+            fail(PROGRAM, f"kinds {names[name]} and {kind} would both be DeviceClass {name}")
+        names[name] = kind
+        problem = resource_name_problem(kind) if extended_resource else None
+        if problem is not None:
+            fail(
+                PROGRAM, f"kind {kind}: not an extended resource name, so no extendedResourceName: {problem}"
+            )
+    out = []
+    if "classes" in chosen:
+        out += [objects.device_class(driver, k, extended_resource=extended_resource) for k in served]
+    if "examples" in chosen:
+        plain = [objects.example_pod_name(k) for k in served]
+        for kind, name in zip(served, plain, strict=True):
+            shared = plain.count(name) > 1  # kinds of the same class from different vendors
+            pod_name = objects.example_pod_name(kind, qualified=shared)
+            out += [objects.claim_template(kind), objects.example_pod(kind, paths[kind], name=pod_name)]
+    return out
