@@ -23,9 +23,12 @@ from cdi_plugin.cli.scanopts import (
     source_option,
     uevent_source_option,
 )
-from cdi_plugin.deviceplugin.settings import MAX_REPLICAS, STRATEGIES, parse_duration
+from cdi_plugin.deviceplugin.settings import APIS, MAX_REPLICAS, STRATEGIES, parse_duration
+from cdi_plugin.dra.names import DEFAULT_DRIVER, DEFAULT_PLUGINS_DIR, DEFAULT_REGISTRY_DIR
 
 PROGRAM = "cdi-plugin"
+#: Where the DaemonSet puts the node's name (the downward API's spec.nodeName).
+NODE_NAME_ENV = "NODE_NAME"
 
 
 def _kinds(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> tuple[str, ...] | None:
@@ -149,6 +152,53 @@ def main() -> None:
     "land in every container given the device, so a configuration (e.g. a ConfigMap) alone cannot "
     "add them [default: refused].",
 )
+@click.option(
+    "--api",
+    type=click.Choice(APIS),
+    default=None,
+    help="Which kubelet API serves the devices: the device plugin API, Dynamic Resource Allocation "
+    "(dra), or both at once while a node migrates [default: the 'plugin' section's api, else "
+    "device-plugin]. See docs/dra.md.",
+)
+@click.option(
+    "--driver-name",
+    default=None,
+    metavar="NAME",
+    help=f"With --api dra|both: the DRA driver's name, a DNS subdomain [default: {DEFAULT_DRIVER}].",
+)
+@click.option(
+    "--node-name",
+    envvar=NODE_NAME_ENV,
+    default=None,
+    metavar="NAME",
+    help=f"With --api dra|both: this node's name in the API server [default: ${NODE_NAME_ENV}].",
+)
+@click.option(
+    "--kubeconfig",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    metavar="FILE",
+    help="With --api dra|both: the API server's address and credentials [default: the pod's "
+    "service account, else $KUBECONFIG, else ~/.kube/config].",
+)
+@click.option(
+    "--kubelet-plugins-dir",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=None,
+    callback=_absolute,
+    metavar="DIR",
+    help=f"With --api dra|both: the kubelet's plugins directory; the DRA socket goes into "
+    f"DIR/<driver>/ [default: {DEFAULT_PLUGINS_DIR}].",
+)
+@click.option(
+    "--kubelet-registry-dir",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=None,
+    callback=_absolute,
+    metavar="DIR",
+    help=f"With --api dra|both: the kubelet's plugin watcher directory, where the registration "
+    f"socket goes [default: {DEFAULT_REGISTRY_DIR}].",
+)
 @log_format_option
 @metrics_address_option
 @click.option("-v", "--verbose", is_flag=True, help="Also log debug messages (every ListAndWatch update).")
@@ -166,6 +216,11 @@ def serve(
     source: str | None,
     uevent_source: str | None,
     allow_hooks_and_mounts: bool | None,
+    driver_name: str | None,
+    node_name: str | None,
+    kubeconfig: Path | None,
+    kubelet_plugins_dir: Path | None,
+    kubelet_registry_dir: Path | None,
     **flags: Any,
 ) -> None:
     """Serve CDI devices to the kubelet until SIGTERM, SIGINT or SIGHUP (exit status 0).
@@ -182,6 +237,12 @@ def serve(
     with the 'classes' of --config (the embedded default without): a device plugged in or removed
     reaches the kubelet within a fraction of a second. The scanner's options (--output-dir,
     --format, --cdi-version-max, --source, --uevent-source, --allow-hooks-and-mounts) need --scan.
+
+    With --api dra or both the same devices are also (or only) served as a DRA driver: published
+    as ResourceSlices of this node through the API server, prepared for the kubelet with their CDI
+    names. It needs the node's name (--node-name, $NODE_NAME) and refuses to start if the API
+    server does not know it; while the API server cannot be reached it retries, and the device
+    plugin side serves meanwhile.
     """
     import asyncio
     import logging
@@ -206,6 +267,13 @@ def serve(
     given = [name for name, value in scanner_options.items() if value is not None]
     if given and not scan:
         raise click.UsageError(f"{', '.join(given)} {'needs' if len(given) == 1 else 'need'} --scan")
+    dra_flags = {"--driver-name": driver_name, "--kubeconfig": kubeconfig,
+                 "--kubelet-plugins-dir": kubelet_plugins_dir,
+                 "--kubelet-registry-dir": kubelet_registry_dir}  # fmt: skip
+    given = [name for name, value in dra_flags.items() if value is not None]
+    if given and config.api == "device-plugin":
+        verb = "needs" if len(given) == 1 else "need"
+        raise click.UsageError(f"{', '.join(given)} {verb} --api dra or both")
     from cdi_plugin.metrics import PluginMetrics, ScanMetrics
 
     metrics = PluginMetrics(spec_dirs=config.spec_dirs)
@@ -227,6 +295,22 @@ def serve(
             )
         except CdiPluginError as exc:
             fail(PROGRAM, str(exc))
+    plugin = daemon.Daemon(config, metrics, endpoints=config.api != "dra")
+    jobs = [plugin.run] if watcher is None else [watcher.run, plugin.run]
+    if config.api != "device-plugin":
+        from cdi_plugin.cli.serve_dra import DraDriver, dra_options
+
+        try:
+            options = dra_options(
+                driver_name or DEFAULT_DRIVER,
+                node_name,
+                kubeconfig,
+                kubelet_plugins_dir or DEFAULT_PLUGINS_DIR,
+                kubelet_registry_dir or DEFAULT_REGISTRY_DIR,
+            )
+            jobs.append(DraDriver.connect(options, plugin.state.inventory).run)
+        except CdiPluginError as exc:
+            fail(PROGRAM, str(exc))
     from cdi_plugin.cli.service import run_until_stopped, start_metrics_server
 
     if watcher is not None:
@@ -237,11 +321,7 @@ def serve(
         else start_metrics_server(metrics_address, metrics.registry, metrics.probes, PROGRAM)
     )
     try:
-        if watcher is None:
-            asyncio.run(daemon.run(config, metrics=metrics))
-        else:
-            plugin = daemon.Daemon(config, metrics)
-            asyncio.run(run_until_stopped(watcher.run, plugin.run))
+        asyncio.run(run_until_stopped(*jobs))
     except OSError as exc:
         fail(PROGRAM, f"{exc.filename + ': ' if exc.filename else ''}{exc.strerror or exc}")
     except CdiPluginError as exc:  # the watcher's event source failed

@@ -44,8 +44,13 @@ def _spec_relevant(directory: Path, name: str) -> bool:
 
 
 class Daemon:
-    def __init__(self, settings: Settings, metrics: PluginMetrics | None = None) -> None:
+    def __init__(
+        self, settings: Settings, metrics: PluginMetrics | None = None, *, endpoints: bool = True
+    ) -> None:
+        """``endpoints=False`` keeps the inventory following the host without serving the device
+        plugin API (another consumer of :attr:`state`'s inventory, the DRA driver, serves it)."""
         self.settings = settings
+        self.serve_endpoints = endpoints
         self.metrics = metrics if metrics is not None else PluginMetrics(spec_dirs=settings.spec_dirs)
         self.source = SpecSource(settings.spec_dirs)
         self.state = DeviceState(
@@ -142,7 +147,7 @@ class Daemon:
             if self._node_watch.targets != before:
                 # a node may have gone between its first check and its directory being watched
                 self.state.recheck_health()
-            wanted = set(self.state.resources())
+            wanted = set(self.state.resources()) if self.serve_endpoints else set()
             self.metrics.serving(wanted)
             await self._close_endpoints(sorted(set(self.endpoints) - wanted))
             for resource in sorted(wanted - set(self.endpoints)):

@@ -21,6 +21,9 @@ from cdi_plugin.store import files
 
 Strategy = Literal["cri", "annotations", "both"]
 STRATEGIES: tuple[Strategy, ...] = ("cri", "annotations", "both")
+#: Which kubelet API serves the devices: the device plugin API, DRA, or both at once (migration).
+Api = Literal["device-plugin", "dra", "both"]
+APIS: tuple[Api, ...] = ("device-plugin", "dra", "both")
 
 DEFAULT_PLUGIN_DIR = Path("/var/lib/kubelet/device-plugins")
 KUBELET_SOCKET_NAME = "kubelet.sock"
@@ -65,6 +68,7 @@ class Settings:
     per_kind_replicas: tuple[tuple[str, int], ...] = ()
     cdi_strategy: Strategy = "both"
     grace_period: float = DEFAULT_GRACE_PERIOD
+    api: Api = "device-plugin"
     sysfs_root: Path = Path("/sys")
     #: Passed to gRPC; the kubelet's own requests are far smaller.
     max_message_bytes: int = field(default=4 * 1024 * 1024)
@@ -109,6 +113,8 @@ def from_config(section: Mapping[str, Any], source: str) -> dict[str, Any]:
         )
     if "cdiStrategy" in section:
         out["cdi_strategy"] = section["cdiStrategy"]
+    if "api" in section:
+        out["api"] = section["api"]
     if "gracePeriod" in section:
         try:
             out["grace_period"] = parse_duration(section["gracePeriod"])

@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Any, TypeVar, cast
 
 import httpx2
-from lightkube import ApiError, AsyncClient, KubeConfig
+import yaml
+from lightkube import ApiError, AsyncClient, ConfigError, KubeConfig
 from lightkube.resources.core_v1 import Node
 from lightkube.resources.resource_v1 import ResourceClaim, ResourceSlice
 
@@ -66,6 +67,12 @@ def _describe(exc: Exception) -> str:
     return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
 
+def _config_problem(exc: Exception) -> str:
+    if isinstance(exc, KeyError):
+        return f"{exc} missing"
+    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+
+
 def _slice(obj: Obj) -> ResourceSlice:
     return cast(ResourceSlice, ResourceSlice.from_dict(obj))
 
@@ -93,8 +100,18 @@ class KubeApi:
 
         An explicit ``kubeconfig`` overrides them and the environment altogether (proxies included).
         """
-        config = KubeConfig.from_file(kubeconfig) if kubeconfig is not None else None
-        client = AsyncClient(config, lazy=False, field_manager=FIELD_MANAGER, trust_env=kubeconfig is None)
+        try:
+            config = KubeConfig.from_file(kubeconfig) if kubeconfig is not None else KubeConfig.from_env()
+            client = AsyncClient(
+                config, lazy=False, field_manager=FIELD_MANAGER, trust_env=kubeconfig is None
+            )
+        except (ConfigError, OSError, ValueError, KeyError, AttributeError, TypeError, yaml.YAMLError) as exc:
+            where = (
+                f"--kubeconfig {kubeconfig}"
+                if kubeconfig is not None
+                else "Kubernetes credentials (no service account, $KUBECONFIG or ~/.kube/config)"
+            )
+            raise DraConfigError(f"{where}: {_config_problem(exc)}") from exc
         return cls(driver, node, client, **kwargs)
 
     async def close(self) -> None:

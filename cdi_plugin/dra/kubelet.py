@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -28,15 +28,13 @@ import grpc
 
 from cdi_plugin.aio.sockets import someone_listens
 from cdi_plugin.dra import api
-from cdi_plugin.dra.inventory import Inventory
-from cdi_plugin.dra.prepare import prepare_claim
+from cdi_plugin.dra.inventory import Inventory, ServedDevice
+from cdi_plugin.dra.names import DEFAULT_PLUGINS_DIR, DEFAULT_REGISTRY_DIR
+from cdi_plugin.dra.prepare import by_device_name, prepare_claim
 from cdi_plugin.errors import CdiPluginError
 from cdi_plugin.store.atomic import write_atomic
 
 log = logging.getLogger(__name__)
-
-DEFAULT_REGISTRY_DIR = Path("/var/lib/kubelet/plugins_registry")
-DEFAULT_PLUGINS_DIR = Path("/var/lib/kubelet/plugins")
 
 
 class ClaimReadError(CdiPluginError):
@@ -125,7 +123,8 @@ class PreparedClaims:
 
     def _save(self) -> None:
         data = {uid: [asdict(d) for d in devices] for uid, devices in sorted(self._claims.items())}
-        write_atomic(self.path, json.dumps(data, indent=1).encode(), mode=0o600)
+        # Not fsynced: after a power loss the kubelet prepares every claim again from the API server.
+        write_atomic(self.path, json.dumps(data, indent=1).encode(), mode=0o600, durable=False)
 
 
 class DraService:
@@ -140,6 +139,14 @@ class DraService:
         self.claims = claims
         self.prepared = prepared
         self._lock = asyncio.Lock()
+        self._served: tuple[Mapping[str, ServedDevice], Mapping[str, ServedDevice]] | None = None
+
+    def _by_name(self) -> Mapping[str, ServedDevice]:
+        """The served devices by their name in the pool, worked out again only when they changed."""
+        devices = self.inventory.devices()
+        if self._served is None or self._served[0] is not devices:
+            self._served = (devices, by_device_name(devices))
+        return self._served[1]
 
     async def _read(self, ref: api.Claim) -> Mapping[str, Any] | ClaimReadError | None:
         if self.prepared.get(ref.uid) is not None:
@@ -151,9 +158,10 @@ class DraService:
 
     async def prepare(self, refs: list[api.Claim]) -> dict[str, Result]:
         objects = await asyncio.gather(*(self._read(ref) for ref in refs))
+        await self.inventory.settled()
         out: dict[str, Result] = {}
         async with self._lock:
-            devices = self.inventory.devices()
+            served = self._by_name()
             for ref, obj in zip(refs, objects, strict=True):
                 done = self.prepared.get(ref.uid)
                 if done is not None:
@@ -166,8 +174,9 @@ class DraService:
                         obj,
                         driver=self.driver,
                         pool=self.pool,
-                        devices=devices,
+                        served=served,
                         in_use=self.prepared.in_use(),
+                        problem=self.inventory.problem,
                     )
                     if isinstance(result, str):
                         log.warning("prepare failed: %s", result)
@@ -193,9 +202,10 @@ class DraService:
 class Registrar:
     """The Registration service the kubelet's plugin watcher calls."""
 
-    def __init__(self, driver: str, endpoint: Path) -> None:
+    def __init__(self, driver: str, endpoint: Path, on_registered: Callable[[], None] | None = None) -> None:
         self.driver = driver
         self.endpoint = endpoint
+        self.on_registered = on_registered
         self.registered = asyncio.Event()
         self.error = ""
 
@@ -212,6 +222,8 @@ class Registrar:
             self.error = ""
             self.registered.set()
             log.info("registered with the kubelet as DRA driver %s", self.driver)
+            if self.on_registered is not None:
+                self.on_registered()
         else:
             self.error = request.error
             self.registered.clear()
@@ -254,10 +266,13 @@ class KubeletPlugin:
     plugin watcher registers the driver anew.
     """
 
-    def __init__(self, paths: Paths, service: DraService) -> None:
+    def __init__(
+        self, paths: Paths, service: DraService, on_registered: Callable[[], None] | None = None
+    ) -> None:
+        """``on_registered()`` is called each time the kubelet confirms the registration."""
         self.paths = paths
         self.service = service
-        self.registrar = Registrar(paths.driver, paths.dra_socket.absolute())
+        self.registrar = Registrar(paths.driver, paths.dra_socket.absolute(), on_registered)
         self._servers: list[tuple[Path, grpc.aio.Server, tuple[int, int] | None]] = []
 
     async def start(self) -> None:
@@ -284,8 +299,8 @@ class KubeletPlugin:
                 path.unlink(missing_ok=True)
 
     async def recover(self) -> bool:
-        """Start again when a socket is gone or replaced; True when it did."""
-        if all(_identity(path) == inode for path, _, inode in self._servers):
+        """Start again when a socket is gone or replaced, or a start failed; True when it did."""
+        if len(self._servers) == 2 and all(_identity(path) == inode for path, _, inode in self._servers):
             return False
         log.warning("a DRA plugin socket of %s disappeared; serving and registering again", self.paths.driver)
         await self.stop()

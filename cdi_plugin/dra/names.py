@@ -12,9 +12,15 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from pathlib import Path
 
 from cdi_plugin.cdi.names import SHORT_HASH_LEN, parse_qualified_name, short_hash
 from cdi_plugin.errors import CdiPluginError
+
+#: The driver's name unless told otherwise, and the kubelet's directories where it looks for plugins.
+DEFAULT_DRIVER = "cdi-plugin.io"
+DEFAULT_REGISTRY_DIR = Path("/var/lib/kubelet/plugins_registry")
+DEFAULT_PLUGINS_DIR = Path("/var/lib/kubelet/plugins")
 
 LABEL_MAX = 63
 SUBDOMAIN_MAX = 253

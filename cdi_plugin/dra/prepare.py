@@ -7,7 +7,7 @@ failed and why.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
@@ -48,13 +48,16 @@ def prepare_claim(
     *,
     driver: str,
     pool: str,
-    devices: Mapping[str, ServedDevice],
+    served: Mapping[str, ServedDevice],
     in_use: Mapping[tuple[str, str], str] = MappingProxyType({}),
+    problem: Callable[[str], str | None] = lambda cdi_name: None,
 ) -> tuple[PreparedDevice, ...] | str:
     """The prepared devices of ``claim``, or why it cannot be prepared.
 
     ``in_use`` maps (pool, device) to the UID of the claim it is prepared for, without admin
     access; such a device is refused to another claim unless this one has admin access.
+    ``served`` holds the devices served now by their name in the pool (:func:`by_device_name`);
+    ``problem(cdi_name)`` says why a device must not be handed out now (the inventory's last check).
     """
     where = f"claim {ref.namespace}/{ref.name}"
     if claim is None:
@@ -68,7 +71,6 @@ def prepare_claim(
     results = [r for r in (allocation.get("devices") or {}).get("results") or [] if r.get("driver") == driver]
     if not results:
         return f"{where}: no device allocated by driver {driver}"
-    served = by_device_name(devices)
     requests: dict[tuple[str, str], list[str]] = {}
     admin: dict[tuple[str, str], bool] = {}
     for result in results:
@@ -81,6 +83,9 @@ def prepare_claim(
             return f"{where}: {device}: not served by driver {driver} on this node (removed?)"
         if not found.healthy:
             return f"{where}: {device} ({found.cdi_name}): unhealthy: {found.reason or 'no reason given'}"
+        why = problem(found.cdi_name)
+        if why is not None:
+            return f"{where}: {device} ({found.cdi_name}): {why}"
         admin[key] = admin.get(key, True) and bool(result.get("adminAccess"))
         holder = in_use.get(key, ref.uid)
         if holder != ref.uid and not admin[key]:

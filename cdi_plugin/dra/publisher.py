@@ -1,10 +1,13 @@
 """Keeps the node's ResourceSlices following the inventory.
 
 Each state of the inventory becomes one publish of the whole pool (the inventory coalesces
-changes, and a publish that finds nothing to change sends nothing). A failed publish is logged
-and tried again with backoff, with the inventory's latest state; the kubelet side keeps serving
-meanwhile. Device taints are used until the API server shows it drops them (the DRADeviceTaints
-gate is off): from then on unhealthy devices are withdrawn instead.
+changes, and a publish that finds nothing to change sends nothing). The pool is also published
+again when :meth:`SlicePublisher.wake` is called (the kubelet registered the driver: a starting
+kubelet deletes its node's slices) and every ``resync`` seconds, which brings back slices someone
+else deleted. A failed publish is logged and tried again with backoff, with the inventory's
+latest state; the kubelet side keeps serving meanwhile. Device taints are used until the API
+server shows it drops them (the DRADeviceTaints gate is off): from then on unhealthy devices are
+withdrawn instead.
 """
 
 from __future__ import annotations
@@ -13,6 +16,8 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 
+from cdi_plugin.aio.pulse import Pulse
+from cdi_plugin.aio.run import run_until
 from cdi_plugin.dra.inventory import Inventory, ServedDevice
 from cdi_plugin.dra.kube import ApiServerError, Backoff, KubeApi
 from cdi_plugin.dra.slices import Plan, build_pool, taints_dropped
@@ -21,6 +26,8 @@ log = logging.getLogger(__name__)
 
 #: Between failed publishes (each already retried within itself).
 RETRY = Backoff(initial=1.0, maximum=30.0)
+#: Between publishes when nothing else asks for one (what the kubelet's helper library does).
+RESYNC = 30.0
 
 
 class SlicePublisher:
@@ -32,8 +39,11 @@ class SlicePublisher:
         backoff: Backoff = RETRY,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         on_publish: Callable[[Plan], None] | None = None,
+        resync: float = RESYNC,
     ) -> None:
         self.kube = kube
+        self.resync = resync
+        self._wake = Pulse()
         self.taints = taints
         self.backoff = backoff
         self.sleep = sleep
@@ -56,17 +66,30 @@ class SlicePublisher:
             self.on_publish(done)
         return done
 
+    def wake(self) -> None:
+        """Publish again now, whether or not the inventory changed."""
+        self._wake.fire()
+
     async def run(self, inventory: Inventory) -> None:
         """Publish every state of ``inventory`` until cancelled."""
-        async for devices in inventory.changes():
-            current, attempt = devices, 0
+
+        async def follow() -> None:
+            async for _ in inventory.changes():
+                self._wake.fire()
+
+        await run_until(asyncio.Event(), follow(), self._publish_on_wake(inventory))
+
+    async def _publish_on_wake(self, inventory: Inventory) -> None:
+        await self._wake.wait_after(0)  # the inventory's first state
+        while True:
+            seen, attempt = self._wake.count, 0
             while True:
                 try:
-                    await self.publish(current)
+                    await self.publish(inventory.devices())
                     break
                 except ApiServerError as exc:
                     delay = self.backoff.delay(attempt)
                     log.error("%s; trying again in %.0f s", exc, delay)
                     attempt += 1
                     await self.sleep(delay)
-                    current = inventory.devices()
+            await self._wake.wait_after(seen, self.resync)

@@ -23,10 +23,14 @@ from pathlib import Path
 from cdi_plugin.errors import SpecWriteError
 
 
-def write_atomic(path: Path, data: bytes, mode: int = 0o644) -> None:
-    """Replace ``path`` with ``data``; on any failure the old file is left as it was."""
-    StagedFile(path, data, mode).commit()
-    fsync_dir(path.parent)
+def write_atomic(path: Path, data: bytes, mode: int = 0o644, *, durable: bool = True) -> None:
+    """Replace ``path`` with ``data``; on any failure the old file is left as it was.
+
+    ``durable=False`` skips the fsyncs: the file is still never seen half-written, but a power
+    loss may take the new contents back (for state that is rebuilt after a reboot anyway)."""
+    StagedFile(path, data, mode, durable=durable).commit()
+    if durable:
+        fsync_dir(path.parent)
 
 
 def fsync_dir(directory: Path) -> None:
@@ -66,13 +70,14 @@ def remove_stale(directory: Path, names: Collection[str]) -> list[str]:
 
 
 class StagedFile:
-    """New contents for ``path``, written and fsynced to a temporary file beside it.
+    """New contents for ``path``, written (and fsynced unless not ``durable``) to a temporary file
+    beside it.
 
     :meth:`commit` renames it into place; :meth:`discard` removes it. Raises
     :class:`SpecWriteError` (and leaves nothing behind) when the data cannot be written.
     """
 
-    def __init__(self, path: Path, data: bytes, mode: int = 0o644) -> None:
+    def __init__(self, path: Path, data: bytes, mode: int = 0o644, *, durable: bool = True) -> None:
         self.path = path
         directory = path.parent
         try:
@@ -85,7 +90,8 @@ class StagedFile:
                 fh.write(data)
                 fh.flush()
                 os.fchmod(fh.fileno(), mode)
-                os.fsync(fh.fileno())
+                if durable:
+                    os.fsync(fh.fileno())
         except OSError as exc:
             self.discard()
             raise SpecWriteError(f"{path}: cannot write: {exc.strerror or exc}") from None

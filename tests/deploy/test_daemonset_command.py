@@ -8,9 +8,11 @@ import asyncio
 import json
 import os
 import re
+import shutil
 import signal
 import stat
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -19,11 +21,14 @@ import yaml
 
 from tests.deviceplugin.fake_kubelet import FakeKubelet
 from tests.deviceplugin.helpers import Layout, run
+from tests.dra.fakeapiserver import running
+from tests.dra.serving import DraNode, kubeconfig, published, sockets
 from tests.metrics.scrape import get
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
 VENV_BIN = Path(sys.executable).parent
+NODE_NAME = "node-a"
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -74,18 +79,24 @@ def test_the_daemonset_command_serves_what_the_example_pod_requests(tmp_path: Pa
     args = list(container["args"])
     args[args.index("--config") + 1] = str(config)
     args[args.index("--metrics-address") + 1] = "127.0.0.1:0"
+    kubelet_dir = Path(tempfile.mkdtemp(prefix="cdi-k-"))  # short: unix socket paths
+    dra = DraNode(layout.etc, layout.dev, kubelet_dir, tmp_path / "kubeconfig")
     node_paths = [
         "--spec-dir", str(layout.etc), "--spec-dir", str(layout.run), "--plugin-dir", str(layout.plugin_dir),
         "--sysfs-root", str(layout.sysfs), "--source", f"fixture:{fixture}",
+        "--kubelet-plugins-dir", str(dra.plugins), "--kubelet-registry-dir", str(dra.registry),
+        "--kubeconfig", str(dra.config),
     ]  # fmt: skip
+    dra.api.add_node(NODE_NAME)
     pod = yaml.safe_load((DEPLOY / "examples" / "pod-fuse.yaml").read_text())
     ((resource, count),) = pod["spec"]["containers"][0]["resources"]["limits"].items()
 
     async def scenario() -> None:
         async with FakeKubelet(layout.plugin_dir) as kubelet:
             proc = await asyncio.create_subprocess_exec(
-                str(VENV_BIN / "cdi-plugin"), *args, *node_paths, stderr=asyncio.subprocess.PIPE
-            )
+                str(VENV_BIN / "cdi-plugin"), *args, *node_paths, stderr=asyncio.subprocess.PIPE,
+                env={**os.environ, "NODE_NAME": NODE_NAME},  # the DaemonSet's, from the downward API
+            )  # fmt: skip
             assert proc.stderr is not None
             try:
                 first = json.loads(await asyncio.wait_for(proc.stderr.readline(), 15))
@@ -99,12 +110,26 @@ def test_the_daemonset_command_serves_what_the_example_pod_requests(tmp_path: Pa
                 assert (layout.etc / "cdi-plugin.io-fuse.json").is_file()
                 assert await asyncio.to_thread(get, base + "/healthz") == (200, "ok\n")
                 await _logged(proc.stderr, "registered with the kubelet")  # counted ready before it logs
-                assert await asyncio.to_thread(get, base + "/readyz") == (200, "ok (1 ready)\n")
+                assert await asyncio.to_thread(get, base + "/readyz") == (200, "ok (1 ready)
+")
+                # --api=both: the same device published to the API server for DRA
+                deadline = asyncio.get_running_loop().time() + 10
+                while "fuse-fuse" not in published(dra):
+                    assert proc.returncode is None
+                    assert asyncio.get_running_loop().time() < deadline, published(dra)
+                    await asyncio.sleep(0.05)
+                assert dra.registration_socket.exists()
                 proc.send_signal(signal.SIGTERM)
                 assert await asyncio.wait_for(proc.wait(), 10) == 0
+                assert sockets(kubelet_dir) == []
             finally:
                 if proc.returncode is None:
                     proc.kill()
                     await proc.wait()
 
-    run(scenario())
+    try:
+        with running(dra.api):
+            kubeconfig(dra.config, dra.api.url)
+            run(scenario(), timeout=40)
+    finally:
+        shutil.rmtree(kubelet_dir)

@@ -24,10 +24,23 @@ import yaml
 
 from cdi_plugin import __version__
 from cdi_plugin.cdi.validate import validate_bytes
+from cdi_plugin.dra import api as dra_api
 from cdi_plugin.store.ownership import read_record
-from tests.deploy.image import DEPLOY, build_image, container_of, daemonset_pod, host_path, run_options
+from tests.deploy.image import (
+    DEPLOY,
+    build_image,
+    container_of,
+    daemonset_pod,
+    host_path,
+    run_options,
+)
 from tests.deviceplugin.fake_kubelet import FakeKubelet
 from tests.deviceplugin.helpers import run
+from tests.dra.conftest import DRIVER
+from tests.dra.fakeapiserver import FakeApiServer, running
+from tests.dra.fakekubelet import FakeKubelet as DraKubelet
+from tests.dra.serving import kubeconfig as kubeconfig_file
+from tests.dra.test_kubelet import claim_obj
 from tests.e2e.podman import PodmanEnv, podman_env
 from tests.metrics.scrape import get
 
@@ -36,6 +49,7 @@ pytestmark = [pytest.mark.image, pytest.mark.podman, pytest.mark.root, pytest.ma
 __all__ = ["podman_env"]
 
 TAG = "localhost/cdi-plugin:test"
+KUBELET_DIR = "/var/lib/kubelet/"
 #: what the example pod asks for: one device of this resource
 EXAMPLE_POD = yaml.safe_load((DEPLOY / "examples" / "pod-fuse.yaml").read_text())
 ((RESOURCE, COUNT),) = EXAMPLE_POD["spec"]["containers"][0]["resources"]["limits"].items()
@@ -50,11 +64,10 @@ def image(podman_env: PodmanEnv, tmp_path_factory: pytest.TempPathFactory) -> Po
 
 @pytest.fixture
 def node(tmp_path: Path) -> Iterator[tuple[dict[str, Any], dict[str, Path]]]:
-    """The DaemonSet's pod, and stand-ins for the node's directories and the ConfigMap. The plugin
-    directory is short-named: a unix socket's path has at most 107 bytes."""
+    """The DaemonSet's pod, and stand-ins for the node's directories and the ConfigMap. The
+    kubelet's directories are short-named: a unix socket's path has at most 107 bytes."""
     pod = daemonset_pod()
-    names = ("etc-cdi", "var-run-cdi", "config", "kubelet-plugins", "kubelet-plugins-registry")
-    sources = {name: tmp_path / name for name in names}
+    sources = {name: tmp_path / name for name in ("etc-cdi", "var-run-cdi", "config")}
     if not Path(host_path(pod, "run-udev")).is_dir():  # DirectoryOrCreate, without creating it
         sources["run-udev"] = tmp_path / "run-udev"
     for directory in sources.values():
@@ -62,11 +75,18 @@ def node(tmp_path: Path) -> Iterator[tuple[dict[str, Any], dict[str, Path]]]:
     configmap = yaml.safe_load((DEPLOY / "configmap.yaml").read_text())
     for name, content in configmap["data"].items():
         (sources["config"] / name).write_text(content)
-    sources["device-plugins"] = Path(tempfile.mkdtemp(prefix="cdi-dp-"))
+    kubelet = {
+        v["name"]: Path(tempfile.mkdtemp(prefix="cdi-k-"))
+        for v in pod["volumes"]
+        if v.get("hostPath", {}).get("path", "").startswith(KUBELET_DIR)
+    }
+    assert {"device-plugins", "kubelet-plugins", "kubelet-plugins-registry"} <= set(kubelet)
+    sources |= kubelet
     try:
         yield pod, sources
     finally:
-        shutil.rmtree(sources["device-plugins"])
+        for directory in kubelet.values():
+            shutil.rmtree(directory)
 
 
 def test_the_image_holds_both_programs(image: PodmanEnv) -> None:
@@ -109,17 +129,64 @@ def test_cdi_gen_scan_in_the_image_writes_valid_specs_of_the_hosts_devices(
                 assert (edit.file_mode, edit.gid) == (stat.S_IMODE(seen.st_mode), seen.st_gid), edit
 
 
-async def _serve(image: PodmanEnv, pod: dict[str, Any], sources: dict[str, Path]) -> list[str]:
-    """The DaemonSet's command in the image against a fake kubelet: the example pod's request is
-    allocated, every kind written is registered, the probes answer, and SIGTERM stops it cleanly.
+def _kubeconfig(url: str, work: Path) -> list[str]:
+    """``podman run`` options giving the container a kubeconfig naming the API server at ``url``
+    (a pod would use its service account's token)."""
+    kubeconfig = kubeconfig_file(work / "kubeconfig", url)
+    return ["--volume", f"{kubeconfig}:/run/kubeconfig:ro", "--env", "KUBECONFIG=/run/kubeconfig"]
+
+
+async def _dra(api: FakeApiServer, sources: dict[str, Path], node: str) -> None:
+    """The DRA side: registered through the mounted registry directory, the fuse device published
+    as a ResourceSlice of the node, a claim of it prepared with its CDI name."""
+    registry = sources["kubelet-plugins-registry"] / f"{DRIVER}-reg.sock"
+    for _ in range(600):
+        if registry.exists():
+            break
+        await asyncio.sleep(0.05)
+    kubelet = DraKubelet(registry.parent)
+    await kubelet.register(registry, DRIVER)
+    assert kubelet.endpoint == f"{KUBELET_DIR}plugins/{DRIVER}/dra.sock"  # the path inside and outside
+    kubelet.endpoint = str(sources["kubelet-plugins"] / DRIVER / "dra.sock")  # this host's stand-in
+
+    def fuse() -> str | None:
+        return next(
+            (d["name"] for s in list(api.slices.values()) if s["spec"]["nodeName"] == node
+             for d in s["spec"]["devices"] if d["attributes"]["kind"]["string"] == RESOURCE),
+            None,
+        )  # fmt: skip
+
+    for _ in range(600):
+        if fuse() is not None:
+            break
+        await asyncio.sleep(0.05)
+    device = fuse()
+    assert device is not None, api.slices
+    claim = dra_api.Claim("default", "fuse", "uid-fuse")
+    api.add_claim(claim_obj(claim, ("fuse", node, device)))
+    [(uid, prepared)] = (await kubelet.prepare(claim)).items()
+    assert uid == claim.uid
+    assert not isinstance(prepared, str), prepared
+    assert [d.cdi_device_ids for d in prepared] == [(f"{RESOURCE}=fuse",)]
+
+
+async def _serve(
+    image: PodmanEnv, pod: dict[str, Any], sources: dict[str, Path], api: FakeApiServer
+) -> list[str]:
+    """The DaemonSet's command in the image against a fake kubelet and a fake API server: the
+    example pod's request is allocated, every kind written is registered, the probes answer, the
+    DRA side registers and prepares a claim of the same device, and SIGTERM stops it cleanly.
     Returns the log lines."""
     args = container_of(pod)["args"]
     args[args.index("--metrics-address") + 1] = "127.0.0.1:0"  # host network: any free port
     name = f"cdi-plugin-test-{os.getpid()}"
     plugins = sources["device-plugins"]
+    node = next(v for v in run_options(pod, sources) if v.startswith("NODE_NAME=")).partition("=")[2]
+    api.add_node(node)
     async with FakeKubelet(plugins) as kubelet:
+        options = [*run_options(pod, sources), *_kubeconfig(api.url, sources["config"].parent)]
         proc = await asyncio.create_subprocess_exec(
-            *image.podman_args(), "run", "--rm", "--name", name, *run_options(pod, sources), TAG, *args,
+            *image.podman_args(), "run", "--rm", "--name", name, *options, TAG, *args,
             env=image.env, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
         )  # fmt: skip
         assert proc.stderr is not None
@@ -145,6 +212,8 @@ async def _serve(image: PodmanEnv, pod: dict[str, Any], sources: dict[str, Path]
                 await kubelet.wait_registered(kind, timeout=10)
             assert set(kubelet.clients) == kinds
 
+            await _dra(api, sources, node)
+
             for probe in ("livenessProbe", "readinessProbe"):
                 path = container_of(pod)[probe]["httpGet"]["path"]
                 assert (await asyncio.to_thread(get, base + path))[0] == 200, probe
@@ -157,7 +226,9 @@ async def _serve(image: PodmanEnv, pod: dict[str, Any], sources: dict[str, Path]
             if proc.returncode is None:
                 await asyncio.to_thread(image.podman, "rm", "--force", name)
                 await proc.wait()
-    assert [p.name for p in plugins.iterdir()] == [], "sockets left in the plugin directory"
+    for volume, directory in sources.items():
+        if directory.name.startswith("cdi-k-"):
+            assert not [p for p in directory.rglob("*") if p.is_socket()], f"sockets left in {volume}"
     return [first.decode(), *rest.decode().splitlines()]
 
 
@@ -165,5 +236,9 @@ def test_the_daemonsets_command_in_the_image_registers_with_the_kubelet(
     image: PodmanEnv, node: tuple[dict[str, Any], dict[str, Path]]
 ) -> None:
     pod, sources = node
-    lines = run(_serve(image, pod, sources), timeout=180)
-    assert all(json.loads(line)["msg"] for line in lines)  # --log-format json, as the DaemonSet asks
+    with running(FakeApiServer()) as api:  # on the host's network, as the container
+        lines = run(_serve(image, pod, sources, api), timeout=180)
+    messages = [json.loads(line)["msg"] for line in lines]  # --log-format json, as the DaemonSet asks
+    assert all(messages)
+    assert "--api=both" in container_of(pod)["args"]
+    assert f"registered with the kubelet as DRA driver {DRIVER}" in messages

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import socket
 import threading
 import uuid
 from collections.abc import Iterator
@@ -193,6 +194,14 @@ class FakeApiServer:
 
 def _handler(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"  # connections kept open, as a client of a real server sees them
+
+        def setup(self) -> None:
+            super().setup()
+            # Headers and body go out in two writes: without this, Nagle's algorithm holds the body
+            # until the client's delayed ACK (40 ms). Real API servers (Go) set it too.
+            self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
         def _serve(self) -> None:
             length = int(self.headers.get("Content-Length") or 0)
             body = json.loads(self.rfile.read(length)) if length else None
@@ -216,8 +225,9 @@ def _handler(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
 
 
 @contextmanager
-def running(api: FakeApiServer) -> Iterator[FakeApiServer]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(api))
+def running(api: FakeApiServer, port: int = 0) -> Iterator[FakeApiServer]:
+    """Serve ``api`` on 127.0.0.1:``port`` (0: any free port) while inside."""
+    server = ThreadingHTTPServer(("127.0.0.1", port), _handler(api))
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     api.url = f"http://127.0.0.1:{server.server_address[1]}"

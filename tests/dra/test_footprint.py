@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import tempfile
+from pathlib import Path
 
 
 def test_the_device_plugin_does_not_load_the_kubernetes_client() -> None:
@@ -13,3 +15,27 @@ def test_the_device_plugin_does_not_load_the_kubernetes_client() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
     assert out.stdout.strip() == "[]"
+
+
+def test_serve_with_the_device_plugin_api_only_does_not_load_it(tmp_path: Path) -> None:
+    """``cdi-plugin serve`` run in a fresh interpreter for 3 s, then stopped by SIGTERM."""
+    plugins = Path(tempfile.mkdtemp(prefix="dp-"))  # short: unix socket paths
+    args = ["serve", "--spec-dir", str(tmp_path / "cdi"), "--plugin-dir", str(plugins)]
+    code = (
+        "import signal, sys, threading\n"
+        "from cdi_plugin.cli.plugin import main\n"
+        "threading.Timer(3, lambda: signal.raise_signal(signal.SIGTERM)).start()\n"
+        "try:\n"
+        f"    main({args!r})\n"
+        "except SystemExit as exit:\n"
+        "    assert exit.code == 0, exit.code\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('lightkube', 'httpx2')))\n"
+    )
+    try:
+        out = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+        )
+    finally:
+        plugins.rmdir()
+    assert out.stdout.strip() == "[]", out.stderr
+    assert "starting: spec dirs" in out.stderr  # it did serve

@@ -106,3 +106,35 @@ async def test_with_device_taints_unhealthy_devices_stay_tainted(
         None,
         [{"key": f"{DRIVER}/unhealthy", "effect": "NoSchedule", "timeAdded": "2026-01-01T00:00:00Z"}],
     ]
+
+
+async def test_slices_deleted_by_someone_else_come_back_on_wake_and_on_resync(
+    kube: KubeApi, server: FakeApiServer, spec_dir: Path, host_nodes: Path
+) -> None:
+    make_node(host_nodes / "fuse")
+    write_spec(spec_dir, "cdi-plugin.io/fuse", {"fuse": str(host_nodes / "fuse")})
+    published: asyncio.Queue[Plan] = asyncio.Queue()
+    publisher = SlicePublisher(kube, on_publish=published.put_nowait, resync=3600)
+    task = asyncio.create_task(publisher.run(spec_inventory([spec_dir])))
+    try:
+        await asyncio.wait_for(published.get(), 30)
+        server.slices.clear()  # a starting kubelet deletes its node's slices, then registers the driver
+        publisher.wake()
+        assert (await asyncio.wait_for(published.get(), 30)).create
+        assert _names(server) == {"fuse-fuse"}
+
+        publisher.resync = 0.1
+        publisher.wake()  # the wait with the new period begins after this publish
+        server.slices.clear()  # no wake this time
+
+        async def recreated() -> Plan:
+            while (done := await published.get()).empty:
+                pass
+            return done
+
+        assert (await asyncio.wait_for(recreated(), 30)).create
+        assert _names(server) == {"fuse-fuse"}
+    finally:
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task

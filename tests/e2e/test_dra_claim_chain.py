@@ -15,7 +15,7 @@ import yaml
 from click.testing import CliRunner
 
 from cdi_plugin.cli import plugin
-from cdi_plugin.dra.prepare import Claim, prepare_claim
+from cdi_plugin.dra.prepare import Claim, by_device_name, prepare_claim
 from cdi_plugin.dra.slices import build_pool
 from cdi_plugin.inventory import NumaLocator, SpecInventory, SpecSource
 from tests.dra.cel import selects
@@ -60,7 +60,7 @@ def test_a_claim_from_the_printed_objects_gets_the_hosts_fuse_into_a_container(
             {"request": request["name"], "driver": DRIVER, "pool": NODE, "device": picked},
         ]}}},
     }  # fmt: skip
-    prepared = prepare_claim(ref, claim, driver=DRIVER, pool=NODE, devices=devices)
+    prepared = prepare_claim(ref, claim, driver=DRIVER, pool=NODE, served=by_device_name(devices))
     assert not isinstance(prepared, str), prepared
     ((answer,),) = [prepared]
     assert answer.cdi_device_ids == ("cdi-plugin.io/fuse=fuse",)
