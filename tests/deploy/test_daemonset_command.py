@@ -110,8 +110,7 @@ def test_the_daemonset_command_serves_what_the_example_pod_requests(tmp_path: Pa
                 assert (layout.etc / "cdi-plugin.io-fuse.json").is_file()
                 assert await asyncio.to_thread(get, base + "/healthz") == (200, "ok\n")
                 await _logged(proc.stderr, "registered with the kubelet")  # counted ready before it logs
-                assert await asyncio.to_thread(get, base + "/readyz") == (200, "ok (1 ready)
-")
+                assert await asyncio.to_thread(get, base + "/readyz") == (200, "ok (1 ready)\n")
                 # --api=both: the same device published to the API server for DRA
                 deadline = asyncio.get_running_loop().time() + 10
                 while "fuse-fuse" not in published(dra):
