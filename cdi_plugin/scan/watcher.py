@@ -28,7 +28,7 @@ import dataclasses
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -39,6 +39,7 @@ from cdi_plugin.aio.coalesce import Coalescer
 from cdi_plugin.aio.dirwatch import FILES, DirWatch
 from cdi_plugin.aio.pulse import Pulse
 from cdi_plugin.aio.run import run_until
+from cdi_plugin.cdi.model import Spec
 from cdi_plugin.discovery.model import DeviceSource
 from cdi_plugin.discovery.query import DEV
 from cdi_plugin.discovery.sources import make_source
@@ -52,6 +53,7 @@ from cdi_plugin.scan.probe import PROBE_TIMEOUT, check_delivery
 from cdi_plugin.scan.targets import targets_for
 from cdi_plugin.scan.uevents import Uevents
 from cdi_plugin.store.dirlock import LockTimeoutError
+from cdi_plugin.store.writer import Applied
 from cdi_plugin.wording import plural
 
 if TYPE_CHECKING:  # prometheus_client is loaded only where metrics are served
@@ -70,6 +72,9 @@ FILE_SETTLE_QUIET = 0.05
 FILE_SETTLE_MAX = 0.25
 
 Key = frozenset[str]
+#: Called on the event loop after every write that changed files: what the store did, and each
+#: file written (the spec it holds) or removed (None).
+OnApplied = Callable[[Applied, Mapping[Path, Spec | None]], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,14 +100,20 @@ class Watcher:
     """Construct (loads the configuration: raises ``ConfigError``), then ``await run(stop)``.
 
     ``source`` replaces the device source that ``options.source`` names (tests, benchmarks); what
-    is watched still follows ``options.source``.
+    is watched still follows ``options.source``. ``on_applied`` follows every write (see
+    :data:`OnApplied`).
     """
 
     def __init__(
-        self, options: WatchOptions, source: DeviceSource | None = None, metrics: ScanMetrics | None = None
+        self,
+        options: WatchOptions,
+        source: DeviceSource | None = None,
+        metrics: ScanMetrics | None = None,
+        on_applied: OnApplied | None = None,
     ) -> None:
         self.options = options
         self.metrics = metrics
+        self.on_applied = on_applied
         self.config = ConfigFollower(
             options.scan.config,
             plugin_section_used=options.plugin_section_used,
@@ -325,6 +336,7 @@ class Watcher:
             else:
                 self._succeeded()
                 self.written.record(scan.result(), scope, events, seconds * 1000, initial)
+                self._applied(scan.result())
             if self.metrics is not None:
                 self._count(seconds, scan.result() if exc is None else None, exc)
             self.batches.fire()
@@ -337,6 +349,13 @@ class Watcher:
             finish()
             raise
         finish()
+
+    def _applied(self, report: ScanReport) -> None:
+        applied = report.applied
+        if self.on_applied is None or applied is None or not applied.done:
+            return
+        specs = {f.path: f.spec.spec if f.spec is not None else None for f in report.files}
+        self.on_applied(applied, {path: specs.get(path) for path, _ in applied.done})
 
     def _count(self, seconds: float, report: ScanReport | None, exc: BaseException | None) -> None:
         assert self.metrics is not None

@@ -8,11 +8,14 @@ import logging
 import os
 import re
 import shutil
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
 
+from cdi_plugin.cdi.model import Spec
 from cdi_plugin.scan.watcher import Watcher
+from cdi_plugin.store.writer import Applied
 from tests.deviceplugin.helpers import run
 from tests.generate.hosts import WORKSTATION
 from tests.scan.helpers import snapshot
@@ -237,3 +240,32 @@ def test_glob_only_classes_follow_device_nodes_in_their_directories(tmp_path: Pa
             )
 
     run(scenario(), timeout=30)
+
+
+def test_on_applied_follows_every_write_with_the_specs_written_and_removed(
+    setup: tuple[Path, Path, Path],
+) -> None:
+    config, host, out = setup
+    calls: list[tuple[tuple[tuple[Path, str], ...], dict[Path, str | None]]] = []
+
+    def on_applied(applied: Applied, specs: Mapping[Path, Spec | None]) -> None:
+        calls.append((applied.done, {p: None if s is None else s.kind for p, s in specs.items()}))
+
+    async def scenario() -> None:
+        watcher = Watcher(watch_options(out, config, source=f"fixture:{host}"), on_applied=on_applied)
+        async with running(watcher):
+            assert calls == [
+                (
+                    tuple((out / name, "create") for name in sorted((FUSE, KVM, TUN))),
+                    {
+                        out / FUSE: "cdi-plugin.io/fuse",
+                        out / KVM: "cdi-plugin.io/kvm",
+                        out / TUN: "cdi-plugin.io/tun",
+                    },
+                )
+            ]
+            write_host(host, without("tun"))
+            await eventually(lambda: len(calls) == 2, "the removal applied")
+            assert calls[1] == (((out / TUN, "remove"),), {out / TUN: None})
+
+    run(scenario())
