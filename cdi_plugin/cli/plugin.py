@@ -208,7 +208,8 @@ def serve(
         raise click.UsageError(f"{', '.join(given)} {'needs' if len(given) == 1 else 'need'} --scan")
     from cdi_plugin.metrics import PluginMetrics, ScanMetrics
 
-    metrics = PluginMetrics(spec_dirs=config.spec_dirs)
+    metrics = PluginMetrics(spec_dirs=config.spec_dirs, export=metrics_address is not None)
+    plugin = daemon.Daemon(config, metrics)
     watcher = None
     if scan:
         from cdi_plugin.cli.serve_scan import make_watcher
@@ -223,7 +224,8 @@ def serve(
                 source=source,
                 uevent_source=uevent_source,
                 allow_hooks_and_mounts=bool(allow_hooks_and_mounts),
-                metrics=ScanMetrics(metrics.registry),
+                metrics=None if metrics.registry is None else ScanMetrics(metrics.registry),
+                inventory=plugin.state.inventory,
             )
         except CdiPluginError as exc:
             fail(PROGRAM, str(exc))
@@ -233,14 +235,13 @@ def serve(
         metrics.probes.track("rescans", lambda: watcher.stalled_since)
     server = (
         None
-        if metrics_address is None
+        if metrics_address is None or metrics.registry is None
         else start_metrics_server(metrics_address, metrics.registry, metrics.probes, PROGRAM)
     )
     try:
         if watcher is None:
-            asyncio.run(daemon.run(config, metrics=metrics))
+            asyncio.run(daemon.run(config, metrics=metrics, plugin=plugin))
         else:
-            plugin = daemon.Daemon(config, metrics)
             asyncio.run(run_until_stopped(watcher.run, plugin.run))
     except OSError as exc:
         fail(PROGRAM, f"{exc.filename + ': ' if exc.filename else ''}{exc.strerror or exc}")
