@@ -74,6 +74,7 @@ class Daemon:
         ):
             self._plugin_watch, self._node_watch = plugin_dir, nodes
             self.state.inventory.watch_with(specs)
+            self.state.inventory.watch_nodes_with(nodes)
             await self.state.refresh()
             if not self.state.resources():
                 log.info(

@@ -54,7 +54,8 @@ def _no_glob(kind: str) -> str | None:
 
 
 class SpecWatch(Protocol):
-    """The spec directories' watch, as :meth:`SpecInventory.settled` consults it."""
+    """A directory watch (of the spec directories, or of the host nodes' ones) as the inventory
+    consults it."""
 
     @property
     def pulse(self) -> Pulse:
@@ -100,6 +101,8 @@ class SpecInventory:
         self._handed = self._handed_done = 0  # :meth:`accept` calls, and those a reading applied
         self._handing: asyncio.Task[None] | None = None
         self._nodes: dict[str, tuple[ResolvedDevice, tuple[HostNode, ...]]] = {}
+        self._node_watch: SpecWatch | None = None
+        self._nodes_checked = -1  # the node watch's pulse count when the nodes were last stat'ed
 
     # -- reading ----------------------------------------------------------------------------------
 
@@ -140,11 +143,18 @@ class SpecInventory:
 
     def problem(self, cdi_name: str) -> str | None:
         """Why ``cdi_name`` must not be handed out, or None: it must be served from the applied
-        reading (await :meth:`settled` first) and every host node it names must be present (a
-        ``stat`` each: the node may be gone before its directory's event was handled)."""
+        reading (await :meth:`settled` first) and every host node it names must be present. The
+        health known is trusted while the watch of the nodes' directories (:meth:`watch_nodes_with`)
+        has nothing pending; otherwise each node is stat'ed: it may be gone before its
+        directory's event was handled."""
         nodes = self.health.nodes(cdi_name)
         if nodes is None:
             return "does not resolve in the CDI spec directories (removed, broken or conflicting)"
+        watch = self._node_watch
+        if watch is not None and watch.pulse.count == self._nodes_checked and not watch.unread():
+            device = self._devices.get(cdi_name)
+            if device is not None and device.healthy:
+                return None
         health = check(nodes)
         if not health.healthy:
             self._update(restat=True)
@@ -185,13 +195,16 @@ class SpecInventory:
         return self.source.moved()
 
     async def settled(self) -> None:
-        """Return once every change made to the spec directories before the call is applied."""
-        watch = self._watch
-        if watch is not None:
-            # An event the watch read in this loop iteration is handled in the next one.
-            await asyncio.sleep(0)
+        """Return once every change made to the spec directories before the call is applied.
+
+        Nothing pending, it returns without yielding to the event loop. An event the loop has
+        read from the watch's descriptor is handled by the watch in the next loop turn; a caller
+        that is itself answering a request (Allocate) runs turns after the one in which the
+        request arrived, so an event of a change made before the request was sent has been
+        handled by then, and one the kernel still holds is seen as unread."""
         if not self.pending():
             return
+        watch = self._watch
         reader = self._reader
         # No event since the reading under way began: it covers every change made so far.
         covering = (
@@ -256,8 +269,16 @@ class SpecInventory:
         if reading is not None and reading is not self._reading:
             self._reconcile(reading)
 
+    def watch_nodes_with(self, watch: SpecWatch) -> None:
+        """The watch of the directories holding the served host nodes, which calls
+        :meth:`recheck_health` (after its events) from now on."""
+        self._node_watch = watch
+        self._nodes_checked = -1
+
     def recheck_health(self) -> None:
         """Stat every host device node again (a watched directory changed)."""
+        if self._node_watch is not None:
+            self._nodes_checked = self._node_watch.pulse.count
         self._update(restat=True)
 
     def expire(self) -> None:
