@@ -37,7 +37,7 @@ def list_response(view: ResourceView) -> api.ListAndWatchResponse:
     )
 
 
-class DevicePluginService(api.DevicePluginServicer):
+class DevicePluginService:
     def __init__(self, resource: str, state: DeviceState, strategy: Strategy) -> None:
         self.resource = resource
         self.state = state

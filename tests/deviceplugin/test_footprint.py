@@ -21,15 +21,17 @@ def test_the_plugin_never_imports_the_scanner_or_the_human_output_stack() -> Non
 _SERVE = """
 import atexit, sys
 atexit.register(lambda: print("loaded:", *sorted(
-    m for m in ("prometheus_client", "lightkube") if m in sys.modules), file=sys.stderr, flush=True))
+    m for m in ("prometheus_client", "lightkube", "cdi_plugin.deviceplugin._proto.api_pb2_grpc")
+    if m in sys.modules), file=sys.stderr, flush=True))
 from cdi_plugin.cli.plugin import main
 main(["serve", "--spec-dir", sys.argv[1], "--plugin-dir", sys.argv[2], *sys.argv[3:]])
 """
 
 
 def _serve_loads(tmp_path: Path, *flags: str) -> list[str]:
-    """What a real ``cdi-plugin serve`` process loaded of the libraries it may do without, once it
-    ran (read the spec directory, listening for changes) and stopped on SIGTERM."""
+    """What a real ``cdi-plugin serve`` process loaded of the modules it may do without (the
+    generated gRPC stubs included), once it ran (read the spec directory, listening for changes)
+    and stopped on SIGTERM."""
     specs, plugins = tmp_path / "cdi", tmp_path / "plugins"
     specs.mkdir()
     plugins.mkdir()
@@ -54,7 +56,7 @@ def _serve_loads(tmp_path: Path, *flags: str) -> list[str]:
     return loaded.split()[1:]
 
 
-def test_serve_without_a_metrics_address_loads_neither_prometheus_client_nor_lightkube(
+def test_serve_without_a_metrics_address_loads_no_prometheus_client_lightkube_or_grpc_stubs(
     tmp_path: Path,
 ) -> None:
     assert _serve_loads(tmp_path) == []
