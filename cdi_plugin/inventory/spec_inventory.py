@@ -99,7 +99,7 @@ class SpecInventory:
         self._reading_handed = 0
         self._noted_at = (0, 0)  # (the watch's pulse count, the source's notes) at the last reading
         self._handed = self._handed_done = 0  # :meth:`accept` calls, and those a reading applied
-        self._handing: asyncio.Task[None] | None = None
+        self._handing: set[asyncio.Future[None]] = set()
         self._nodes: dict[str, tuple[ResolvedDevice, tuple[HostNode, ...]]] = {}
         self._node_watch: SpecWatch | None = None
         self._nodes_checked = -1  # the node watch's pulse count when the nodes were last stat'ed
@@ -182,8 +182,9 @@ class SpecInventory:
         then find them unchanged. Call on the event loop."""
         self.source.give(written)
         self._handed += 1
-        if self._handing is None or self._handing.done():
-            self._handing = asyncio.ensure_future(self.refresh())
+        task = asyncio.ensure_future(self.refresh())  # readings asked for meanwhile are coalesced
+        self._handing.add(task)
+        task.add_done_callback(self._handing.discard)
 
     def pending(self) -> bool:
         """True when the spec directories may have changed since the applied reading began (O(1))."""

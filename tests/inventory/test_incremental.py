@@ -3,6 +3,7 @@ and specs handed over by their writer (``serve --scan``) are served without read
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 from pathlib import Path
@@ -208,3 +209,20 @@ def test_serve_scan_feeds_the_inventory_without_its_directory_watch(layout: Layo
             assert (layout.etc / "cdi-plugin.io-binder.json").is_file()
 
     run(scenario(), timeout=30)
+
+
+def test_specs_handed_over_while_a_reading_runs_are_applied_too(layout: Layout) -> None:
+    a, b = make_node(layout.dev / "a"), make_node(layout.dev / "b")
+    write_spec(layout.etc, spec_of(KIND, {"a": [a]}))
+    inventory, _ = _watched(layout)
+
+    async def scenario() -> None:
+        first = spec_of(KIND, {"a": [a], "b": [b]})
+        inventory.accept({write_spec(layout.etc, first): first})
+        await asyncio.sleep(0)  # the first reading is under way
+        other = spec_of("cdi-plugin.io/other", {"o": [b]})
+        inventory.accept({write_spec(layout.etc, other): other})
+        await eventually(lambda: "cdi-plugin.io/other=o" in inventory.devices(), "the second hand-over")
+        assert not inventory.pending()
+
+    run(scenario())
