@@ -232,7 +232,7 @@ def main() -> int:
         print(line("GetDevicePluginOptions (no-op)", after_noop))
         print(line("Allocate (waits for the reading)", after_alloc))
     if args.profile:
-        print(f"  the handlers in-process, {args.devices} devices (log lines to stderr):")
+        print(f"  the handlers in-process, {args.devices} devices (log lines dropped: no handler):")
         asyncio.run(profile_handlers(args.devices))
     return 1 if missed else 0
 
