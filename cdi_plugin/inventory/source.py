@@ -40,7 +40,7 @@ from cdi_plugin.cdi.model import Spec
 from cdi_plugin.errors import SpecLoadError
 from cdi_plugin.store.files import SPEC_SUFFIXES, read_spec_bytes
 from cdi_plugin.store.ownership import RECORD_NAME, OwnedFile, digest, read_record
-from cdi_plugin.store.registry import Snapshot, SpecRegistry, Stat
+from cdi_plugin.store.registry import Snapshot, SpecRegistry, Stat, file_stat
 
 FileStamp = tuple[str, Stat | None]  # name, (inode, size, mtime, ctime)
 Stamp = tuple[FileStamp, ...]
@@ -90,17 +90,10 @@ def _stamps(dirs: Sequence[Path]) -> tuple[Stamp, ...]:
 
 def _named_stamps(dirs: Sequence[Path], names: Sequence[Iterable[str]]) -> tuple[Stamp, ...]:
     """The stamps of the named entries only (None: gone)."""
-    out = []
-    for directory, batch in zip(dirs, names, strict=True):
-        stamp: list[FileStamp] = []
-        for name in sorted(batch):
-            try:
-                st = os.stat(directory / name)
-                stamp.append((name, (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)))
-            except OSError:
-                stamp.append((name, None))
-        out.append(tuple(stamp))
-    return tuple(out)
+    return tuple(
+        tuple((name, file_stat(directory / name)) for name in sorted(batch))
+        for directory, batch in zip(dirs, names, strict=True)
+    )
 
 
 def _record_stat(stamp: Stamp) -> Stat | None:

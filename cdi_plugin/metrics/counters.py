@@ -2,7 +2,8 @@
 
 prometheus_client is imported only where metrics are exported: a :class:`PluginMetrics` made with
 ``export=False`` (``cdi-plugin serve`` without ``--metrics-address``) keeps only its
-:class:`Probes` and counts nothing, and the process never loads the library (about 4 MiB).
+:class:`Probes` and counts nothing, and the process never loads the library (2.8 MiB of
+resident memory with the metrics).
 """
 
 from __future__ import annotations

@@ -127,7 +127,8 @@ def resolve(files: Iterable[SpecFile]) -> tuple[dict[str, ResolvedDevice], list[
 Stat = tuple[int, int, int, int]  # inode, size, mtime, ctime (ns): a file changed when it differs
 
 
-def _stat_key(path: Path | str) -> Stat | None:
+def file_stat(path: Path | str) -> Stat | None:
+    """The stat that tells whether a file changed (None: it cannot be stat'ed)."""
     try:
         st = os.stat(path)
     except OSError:
@@ -136,7 +137,7 @@ def _stat_key(path: Path | str) -> Stat | None:
 
 
 def _listing(directory: Path) -> dict[str, Stat | None]:
-    return {p.name: _stat_key(p) for p in list_spec_files(directory)}
+    return {p.name: file_stat(p) for p in list_spec_files(directory)}
 
 
 class SpecRegistry:
@@ -192,7 +193,7 @@ class SpecRegistry:
         for priority, batch in enumerate(names):
             files = self._files[priority]
             for name in batch:
-                stat = _stat_key(self.dirs[priority] / name) if name.endswith(_SUFFIXES) else None
+                stat = file_stat(self.dirs[priority] / name) if name.endswith(_SUFFIXES) else None
                 cached = files.get(name)
                 if stat is None:
                     if cached is not None:

@@ -80,7 +80,7 @@ def disk_reads(monkeypatch: pytest.MonkeyPatch) -> list[Callable[[], None]]:
         (source_module, "read_spec_bytes"),
         (source_module, "_named_stamps"),
         (registry_module, "list_spec_files"),
-        (registry_module, "_stat_key"),
+        (registry_module, "file_stat"),
         (registry_module, "load_spec_file"),
         (ownership_module, "read_record"),
         (ownership_module, "read_spec_bytes"),
