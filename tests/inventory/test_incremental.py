@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from cdi_plugin.aio.dirwatch import FILES, DirWatch
 from cdi_plugin.aio.pulse import Pulse
 from cdi_plugin.cli.serve_scan import make_watcher
 from cdi_plugin.inventory import NumaLocator, SpecInventory, SpecSource
@@ -224,5 +225,27 @@ def test_specs_handed_over_while_a_reading_runs_are_applied_too(layout: Layout) 
         inventory.accept({write_spec(layout.etc, other): other})
         await eventually(lambda: "cdi-plugin.io/other=o" in inventory.devices(), "the second hand-over")
         assert not inventory.pending()
+
+    run(scenario())
+
+
+@pytest.mark.usefixtures("foreign")
+def test_the_real_inotify_watch_names_the_files_that_changed(
+    layout: Layout, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    a, b = make_node(layout.dev / "a"), make_node(layout.dev / "b")
+    write_spec(layout.etc, spec_of(KIND, {"a": [a]}))
+    inventory = SpecInventory(SpecSource([layout.etc, layout.run]), NumaLocator(layout.sysfs), grace_period=5)
+
+    async def scenario() -> None:
+        dirs = inventory.source.dirs
+        async with DirWatch(dirs, name="spec dirs", events=FILES, relevant=inventory.note) as watch:
+            inventory.watch_with(watch)
+            await inventory.refresh()
+            disk = Disk(monkeypatch)
+            path = write_spec(layout.etc, spec_of(KIND, {"a": [a], "b": [b]}))
+            await inventory.settled()  # the events may still be in the kernel: read, then applied
+            assert sorted(inventory.devices()) == [f"{KIND}=a", f"{KIND}=b"]
+            assert (disk.listed, disk.parsed) == ([], [path.name])
 
     run(scenario())
