@@ -2,6 +2,8 @@
 
 Prints, in one run:
 
+* the baseline: the floor of any Python device plugin, a process that imports asyncio and grpcio
+  and serves one gRPC method on a unix socket (VmRSS once serving), beside every figure below;
 * ``cdi-plugin serve`` serving 1000 devices to a fake kubelet, without and with
   ``--metrics-address``: VmRSS once registered, and VmRSS and VmHWM (the peak) after a workload of
   Allocate calls, spec rewrites (the 1000-device spec rewritten as cdi-gen does) and, with
@@ -12,7 +14,8 @@ Prints, in one run:
   watches as it watches the host) and serving them: once registered, and after Allocates and
   rewrites of the fixture that add and remove a device (rescan, spec rewrite, ListAndWatch);
 * where the memory goes: VmRSS of a fresh interpreter after each import ``serve`` (then
-  ``--scan``) needs, in order, and the Python heap the 1000-device inventory holds (tracemalloc).
+  ``--metrics-address``, then ``--scan``) needs, in order, and the Python heap the 1000-device
+  inventory holds (tracemalloc).
 
 Run as root (device nodes are made with mknod in a temporary directory):
 
@@ -206,13 +209,49 @@ async def serve_scan(devices: int, calls: int, rewrites: int) -> tuple[int, int,
     return registered, after, peak
 
 
-#: What ``cdi-plugin serve`` imports, in order (the DRA driver, lightkube and the JSON Schema
-#: validator are not among them), then what ``--scan`` adds.
+#: What ``cdi-plugin serve`` imports, in order (the DRA driver, lightkube, prometheus_client, the
+#: generated gRPC stubs and the JSON Schema validator are not among them), then what
+#: ``--metrics-address`` adds, then ``--scan``.
 SERVE_IMPORTS = (
-    "asyncio", "click", "grpc", "cdi_plugin.deviceplugin.api", "prometheus_client", "asyncinotify",
+    "asyncio", "click", "grpc", "cdi_plugin.deviceplugin.api", "asyncinotify",
     "cdi_plugin.cdi.codec", "cdi_plugin.deviceplugin.daemon", "cdi_plugin.cli.service",
 )  # fmt: skip
+METRICS_IMPORTS = ("prometheus_client",)
 SCAN_IMPORTS = ("yaml", "jsonschema_rs", "pyudev", "cdi_plugin.cli.serve_scan")
+
+#: The floor: Python, asyncio and grpcio serving one method on a unix socket, nothing else.
+_FLOOR = """
+import asyncio, sys, grpc
+async def ping(request, context):
+    return b""
+async def main():
+    server = grpc.aio.server()
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler("floor.Floor", {
+        "Ping": grpc.unary_unary_rpc_method_handler(ping)}),))
+    server.add_insecure_port("unix://" + sys.argv[1])
+    await server.start()
+    async with grpc.aio.insecure_channel("unix://" + sys.argv[1]) as channel:
+        await channel.unary_unary("/floor.Floor/Ping")(b"", timeout=10)
+    print("serving", flush=True)
+    await asyncio.sleep(3600)
+asyncio.run(main())
+"""
+
+
+def floor() -> int:
+    """VmRSS in KiB of the floor process once it served one call."""
+    with tempfile.TemporaryDirectory(prefix="cdi-bench-mem-") as raw:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", _FLOOR, f"{raw}/floor.sock"], stdout=subprocess.PIPE, text=True
+        )
+        try:
+            assert proc.stdout is not None
+            assert proc.stdout.readline().strip() == "serving"
+            return status_kib(proc.pid, "VmRSS")
+        finally:
+            proc.terminate()
+            proc.wait(20)
+
 
 _STEPS = """
 import importlib, sys
@@ -247,14 +286,16 @@ with tempfile.TemporaryDirectory() as raw:
 
 
 def where_it_goes(devices: int) -> None:
-    imports = [*SERVE_IMPORTS, *SCAN_IMPORTS]
+    imports = [*SERVE_IMPORTS, *METRICS_IMPORTS, *SCAN_IMPORTS]
     out = subprocess.run(
         [sys.executable, "-c", _STEPS, *imports], capture_output=True, text=True, check=True
     ).stdout.split()
     steps = list(zip(out[::2], map(int, out[1::2]), strict=True))
     print("where the memory goes: VmRSS of a fresh interpreter after each import, in order")
     for (_, before), (name, after) in itertools.pairwise(steps):
-        scan = " (--scan)" if name in SCAN_IMPORTS else ""
+        scan = (
+            " (--scan)" if name in SCAN_IMPORTS else " (--metrics-address)" if name in METRICS_IMPORTS else ""
+        )
         print(f"  {name + scan:44} {mib(after)}  +{(after - before) / 1024:4.1f} MiB")
     now, peak = map(
         int,
@@ -275,12 +316,14 @@ def main() -> int:
     parser.add_argument("--rewrites", type=int, default=20)
     args = parser.parse_args()
     print(f"python {sys.version.split()[0]}, {time.strftime('%Y-%m-%d')}")
+    base = floor()
+    print(f"baseline: python + asyncio + grpcio serving one method on a unix socket: {mib(base)}")
     print(f"cdi-plugin serve, {args.devices} devices, {args.calls} Allocates, {args.rewrites} spec rewrites:")
-    print(f"  {'':28} {'registered':>12} {'after':>12} {'peak (HWM)':>12}")
+    print(f"  {'':28} {'registered':>12} {'after':>12} {'peak (HWM)':>12} {'baseline':>12}")
     for with_metrics in (False, True):
         registered, after, peak = asyncio.run(plugin(args.devices, args.calls, args.rewrites, with_metrics))
         label = "with --metrics-address" if with_metrics else "without metrics endpoint"
-        print(f"  {label:28} {mib(registered):>12} {mib(after):>12} {mib(peak):>12}")
+        print(f"  {label:28} {mib(registered):>12} {mib(after):>12} {mib(peak):>12} {mib(base):>12}")
     print("cdi-gen scan, one process each (peak RSS):")
     with tempfile.TemporaryDirectory(prefix="cdi-bench-mem-") as raw:
         fixture = Path(raw) / "binders.json"
@@ -297,7 +340,7 @@ def main() -> int:
             print(f"  {label:40} {mib(peak)}   (exit {code})")
     registered, after, peak = asyncio.run(serve_scan(args.devices, args.calls, args.rewrites))
     print(f"cdi-plugin serve --scan, generating and serving {args.devices} devices, metrics endpoint on:")
-    print(f"  {'':28} {mib(registered):>12} {mib(after):>12} {mib(peak):>12}")
+    print(f"  {'':28} {mib(registered):>12} {mib(after):>12} {mib(peak):>12} {mib(base):>12}")
     where_it_goes(args.devices)
     return 0
 

@@ -276,7 +276,8 @@ def serve(
         raise click.UsageError(f"{', '.join(given)} {verb} --api dra or both")
     from cdi_plugin.metrics import PluginMetrics, ScanMetrics
 
-    metrics = PluginMetrics(spec_dirs=config.spec_dirs)
+    metrics = PluginMetrics(spec_dirs=config.spec_dirs, export=metrics_address is not None)
+    plugin = daemon.Daemon(config, metrics, endpoints=config.api != "dra")
     watcher = None
     if scan:
         from cdi_plugin.cli.serve_scan import make_watcher
@@ -291,11 +292,11 @@ def serve(
                 source=source,
                 uevent_source=uevent_source,
                 allow_hooks_and_mounts=bool(allow_hooks_and_mounts),
-                metrics=ScanMetrics(metrics.registry),
+                metrics=None if metrics.registry is None else ScanMetrics(metrics.registry),
+                inventory=plugin.state.inventory,
             )
         except CdiPluginError as exc:
             fail(PROGRAM, str(exc))
-    plugin = daemon.Daemon(config, metrics, endpoints=config.api != "dra")
     jobs = [plugin.run] if watcher is None else [watcher.run, plugin.run]
     if config.api != "device-plugin":
         from cdi_plugin.cli.serve_dra import DraDriver, dra_options
@@ -317,7 +318,7 @@ def serve(
         metrics.probes.track("rescans", lambda: watcher.stalled_since)
     server = (
         None
-        if metrics_address is None
+        if metrics_address is None or metrics.registry is None
         else start_metrics_server(metrics_address, metrics.registry, metrics.probes, PROGRAM)
     )
     try:

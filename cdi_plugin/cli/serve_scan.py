@@ -1,10 +1,13 @@
 """``cdi-plugin serve --scan``: the watcher of ``cdi-gen watch`` and the device plugin in one process.
 
 This is the usual DaemonSet shape: one container per node both generates the specs and serves
-them. The two halves still meet only through spec files: the watcher writes into one of the
-plugin's spec directories (the first one by default) and the plugin follows that directory as it
-follows any other. Both run in one event loop (the watcher's scans in a worker thread) and stop
-together on SIGTERM, SIGINT or SIGHUP, or when one of them fails.
+them. The watcher writes into one of the plugin's spec directories (the first one by default),
+atomically, so that runtimes find the names, and then hands each spec it wrote to the plugin's
+inventory (:meth:`~cdi_plugin.inventory.SpecInventory.accept`): the plugin serves it at once,
+without waiting for its own inotify event, and without reading, parsing, validating or hashing
+the file again; that event then finds the file unchanged. The plugin follows the directory as it
+follows any other for every other change. Both run in one event loop (the watcher's scans in a
+worker thread) and stop together on SIGTERM, SIGINT or SIGHUP, or when one of them fails.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from pathlib import Path
 from cdi_plugin.deviceplugin.settings import Settings
 from cdi_plugin.discovery.udev import MonitorSource
 from cdi_plugin.errors import ConfigError
+from cdi_plugin.inventory import SpecInventory
 from cdi_plugin.metrics import ScanMetrics
 from cdi_plugin.scan import DEFAULT_MAX_VERSION, ScanOptions
 from cdi_plugin.scan.watcher import Watcher, WatchOptions
@@ -31,9 +35,11 @@ def make_watcher(
     uevent_source: str | None = None,
     allow_hooks_and_mounts: bool = False,
     metrics: ScanMetrics | None = None,
+    inventory: SpecInventory | None = None,
 ) -> Watcher:
-    """The watcher for ``serve --scan``; raises ``ConfigError`` (a bad configuration, or an output
-    directory the plugin does not read) or ``DiscoveryError``."""
+    """The watcher for ``serve --scan``, handing what it writes to ``inventory``; raises
+    ``ConfigError`` (a bad configuration, or an output directory the plugin does not read) or
+    ``DiscoveryError``."""
     out = Path(os.path.abspath(output_dir if output_dir is not None else settings.spec_dirs[0]))
     served = [Path(os.path.abspath(d)) for d in settings.spec_dirs]
     if out not in served:
@@ -59,4 +65,5 @@ def make_watcher(
         uevent_source=events,
         plugin_section_used=config_file is not None,
     )
-    return Watcher(options, metrics=metrics)
+    on_applied = None if inventory is None else (lambda _applied, written: inventory.accept(written))
+    return Watcher(options, metrics=metrics, on_applied=on_applied)

@@ -1,7 +1,9 @@
 """The kubelet device plugin API v1beta1: the only module that imports the generated code in ``_proto``.
 
 Everything else (the plugin and the tests' fake kubelet) uses the names re-exported here, plus a
-few builders that turn plain values into messages.
+few builders that turn plain values into messages. The generated stubs and servicer base classes
+(``_pb2_grpc``, about 0.6 MiB) are loaded only when one is asked for: the plugin serves from the
+descriptor and registers through :func:`register`, so it never loads them.
 
 Services are added to a server from the proto's descriptor by :func:`cdi_plugin.grpcutil.add_service`:
 a request that is not a valid message is answered INVALID_ARGUMENT before any handler runs.
@@ -10,12 +12,20 @@ a request that is not a valid message is answered INVALID_ARGUMENT before any ha
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import grpc
 
 from cdi_plugin.deviceplugin._proto import api_pb2 as _pb
-from cdi_plugin.deviceplugin._proto import api_pb2_grpc as _grpc
 from cdi_plugin.grpcutil import Malformed, add_service
+
+if TYPE_CHECKING:
+    from cdi_plugin.deviceplugin._proto.api_pb2_grpc import (
+        DevicePluginServicer,
+        DevicePluginStub,
+        RegistrationServicer,
+        RegistrationStub,
+    )
 
 __all__ = [
     "HEALTHY",
@@ -49,6 +59,7 @@ __all__ = [
     "allocate_response",
     "device",
     "preferred_response",
+    "register",
 ]
 
 #: The API version this plugin speaks and registers with.
@@ -75,15 +86,30 @@ ContainerAllocateRequest = _pb.ContainerAllocateRequest
 ContainerAllocateResponse = _pb.ContainerAllocateResponse
 CDIDevice = _pb.CDIDevice
 
-DevicePluginServicer = _grpc.DevicePluginServicer
-RegistrationServicer = _grpc.RegistrationServicer
-DevicePluginStub = _grpc.DevicePluginStub
-RegistrationStub = _grpc.RegistrationStub
+_GENERATED = ("DevicePluginServicer", "DevicePluginStub", "RegistrationServicer", "RegistrationStub")
 
 
-def add_device_plugin_servicer(servicer: DevicePluginServicer, server: grpc.aio.Server) -> None:
-    """Serve ``/v1beta1.DevicePlugin/*`` from ``servicer`` (async methods) on ``server``."""
+def __getattr__(name: str) -> Any:
+    if name in _GENERATED:
+        from cdi_plugin.deviceplugin._proto import api_pb2_grpc
+
+        return getattr(api_pb2_grpc, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def add_device_plugin_servicer(servicer: object, server: grpc.aio.Server) -> None:
+    """Serve ``/v1beta1.DevicePlugin/*`` from ``servicer`` (one async method per RPC) on ``server``."""
     add_service(_pb, "DevicePlugin", servicer, server)
+
+
+async def register(channel: grpc.aio.Channel, request: _pb.RegisterRequest, timeout: float) -> None:
+    """``/v1beta1.Registration/Register`` on the kubelet's ``channel``."""
+    call = channel.unary_unary(
+        "/v1beta1.Registration/Register",
+        request_serializer=_pb.RegisterRequest.SerializeToString,
+        response_deserializer=_pb.Empty.FromString,
+    )
+    await call(request, timeout=timeout)
 
 
 def add_registration_servicer(servicer: RegistrationServicer, server: grpc.aio.Server) -> None:

@@ -2,8 +2,9 @@
 
 Tasks, all on one event loop:
 
-* spec dirs changed (inotify, debounced) -> :meth:`DeviceState.settled` re-reads the changed
-  files in a worker thread (Allocate does not wait for the debounce: it asks for the reading);
+* spec dirs changed (inotify, debounced) -> :meth:`DeviceState.settled` re-reads the files the
+  events named in a worker thread (Allocate does not wait for the debounce: it asks for the
+  reading);
 * a directory holding an advertised host device node changed -> health re-checked;
 * a device's grace period ran out -> it is dropped;
 * the state changed -> the set of endpoints (one per resource) and of watched node directories
@@ -28,8 +29,6 @@ from cdi_plugin.deviceplugin.settings import Settings
 from cdi_plugin.deviceplugin.state import DeviceState
 from cdi_plugin.inventory import NumaLocator, SpecSource
 from cdi_plugin.metrics import PluginMetrics
-from cdi_plugin.store.files import SPEC_SUFFIXES
-from cdi_plugin.store.ownership import RECORD_NAME
 
 log = logging.getLogger(__name__)
 
@@ -37,10 +36,6 @@ log = logging.getLogger(__name__)
 DEBOUNCE_QUIET = 0.01
 DEBOUNCE_MAX = 0.05
 ENDPOINT_RESTART_DELAY = 1.0
-
-
-def _spec_relevant(directory: Path, name: str) -> bool:
-    return name.endswith(tuple(SPEC_SUFFIXES)) or name == RECORD_NAME
 
 
 class Daemon:
@@ -76,12 +71,15 @@ class Daemon:
             s.grace_period,
         )
         async with (
-            DirWatch(s.spec_dirs, name="spec dirs", events=FILES, relevant=_spec_relevant) as specs,
+            DirWatch(
+                s.spec_dirs, name="spec dirs", events=FILES, relevant=self.state.inventory.note
+            ) as specs,
             DirWatch([], name="device nodes", relevant=self._node_relevant) as nodes,
             DirWatch({s.plugin_dir, s.kubelet_socket.parent}, name="plugin dir") as plugin_dir,
         ):
             self._plugin_watch, self._node_watch = plugin_dir, nodes
             self.state.inventory.watch_with(specs)
+            self.state.inventory.watch_nodes_with(nodes)
             await self.state.refresh()
             if not self.state.resources():
                 log.info(
@@ -189,9 +187,12 @@ class Daemon:
 
 
 async def run(
-    settings: Settings, stop: asyncio.Event | None = None, metrics: PluginMetrics | None = None
+    settings: Settings,
+    stop: asyncio.Event | None = None,
+    metrics: PluginMetrics | None = None,
+    plugin: Daemon | None = None,
 ) -> None:
     """Serve until ``stop`` is set or SIGTERM/SIGINT/SIGHUP arrives (handled only on the main thread)."""
     stop = stop or asyncio.Event()
     with stop_on_signals(stop):
-        await Daemon(settings, metrics).run(stop)
+        await (plugin or Daemon(settings, metrics)).run(stop)

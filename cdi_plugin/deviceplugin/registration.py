@@ -38,7 +38,7 @@ async def register(
     )
     async with grpc.aio.insecure_channel(f"unix://{kubelet_socket}") as channel:
         try:
-            await api.RegistrationStub(channel).Register(request, timeout=timeout)
+            await api.register(channel, request, timeout)
         except grpc.aio.AioRpcError as exc:
             details = exc.details() or exc.code().name
             if exc.code() == grpc.StatusCode.UNAVAILABLE:

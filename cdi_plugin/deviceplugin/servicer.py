@@ -14,11 +14,14 @@ from cdi_plugin.deviceplugin import api
 from cdi_plugin.deviceplugin.allocate import AllocationError, ContainerAllocation, Lookup, allocate
 from cdi_plugin.deviceplugin.preferred import Candidate, preferred
 from cdi_plugin.deviceplugin.settings import Strategy
-from cdi_plugin.deviceplugin.state import DeviceState, ResourceView
+from cdi_plugin.deviceplugin.state import Board, DeviceState, ResourceView
 
 log = logging.getLogger(__name__)
 
 Context = grpc.aio.ServicerContext[Any, Any]
+
+#: A prebuilt answer to Allocate of one device: the response, what it holds, the device's CDI name.
+_Prebuilt = tuple[api.AllocateResponse, list[ContainerAllocation], str]
 
 OPTIONS = api.DevicePluginOptions(pre_start_required=False, get_preferred_allocation_available=True)
 
@@ -34,13 +37,16 @@ def list_response(view: ResourceView) -> api.ListAndWatchResponse:
     )
 
 
-class DevicePluginService(api.DevicePluginServicer):
+class DevicePluginService:
     def __init__(self, resource: str, state: DeviceState, strategy: Strategy) -> None:
         self.resource = resource
         self.state = state
         self.strategy = strategy
         self._extra = {"resource": resource}
         self._closing = asyncio.Event()
+        self._answers: dict[str, _Prebuilt] = {}
+        self._board: Board | None = None
+        self._version = -1
 
     async def GetDevicePluginOptions(self, request: api.Empty, context: Context) -> api.DevicePluginOptions:
         return OPTIONS
@@ -100,25 +106,26 @@ class DevicePluginService(api.DevicePluginServicer):
     async def Allocate(self, request: api.AllocateRequest, context: Context) -> api.AllocateResponse:
         started = time.perf_counter()
         await self.state.settled()
-
-        def lookup(device_id: str) -> Lookup | None:
-            status = self.state.status(self.resource, device_id)
-            return None if status is None else Lookup(status.qualified_name, status.healthy, status.reason)
-
-        requests = [list(c.devices_ids) for c in request.container_requests]
-        try:
-            answers = allocate(
-                self.resource,
-                requests,
-                lookup,
-                self.state.problem,
-                self.strategy,
-            )
-        except AllocationError as exc:
-            self.state.metrics.allocation(self.resource, exc.code, time.perf_counter() - started)
-            log.warning("%s: Allocate refused: %s", self.resource, exc.message, extra=self._extra)
-            await context.abort(_STATUS[exc.code], exc.message)
-        response = api.allocate_response((a.cdi_devices, a.annotations) for a in answers)
+        containers = request.container_requests
+        # The usual request, one container and one device, is answered with a prebuilt response.
+        ids = containers[0].devices_ids if len(containers) == 1 else None
+        key = ids[0] if ids is not None and len(ids) == 1 else None
+        found = self._prebuilt(key) if key is not None else None
+        if key is not None and found is not None and self.state.problem(found[2]) is None:
+            response, answers, _ = found
+            requests = [[key]]
+        else:
+            requests = [list(c.devices_ids) for c in containers]
+            try:
+                answers = allocate(self.resource, requests, self._lookup, self.state.problem, self.strategy)
+            except AllocationError as exc:
+                self.state.metrics.allocation(self.resource, exc.code, time.perf_counter() - started)
+                log.warning("%s: Allocate refused: %s", self.resource, exc.message, extra=self._extra)
+                await context.abort(_STATUS[exc.code], exc.message)
+            response = api.allocate_response((a.cdi_devices, a.annotations) for a in answers)
+            status = self.state.status(self.resource, key) if key is not None else None
+            if key is not None and status is not None:
+                self._answers[key] = (response, answers, status.qualified_name)
         # Counted and logged once the answer is on its way: a log line is a write to stderr.
         asyncio.get_running_loop().call_soon(self._allocated, requests, answers, started)
         return response
@@ -135,6 +142,19 @@ class DevicePluginService(api.DevicePluginServicer):
                 ",".join(answer.cdi_devices or answer.annotations.values()),
                 extra=self._extra,
             )
+
+    def _lookup(self, device_id: str) -> Lookup | None:
+        status = self.state.status(self.resource, device_id)
+        return None if status is None else Lookup(status.qualified_name, status.healthy, status.reason)
+
+    def _prebuilt(self, device_id: str) -> _Prebuilt | None:
+        """The answer built before for a request of this one device, while the resource's devices
+        (their IDs, names and health) have not changed since."""
+        board = self.state.board(self.resource)
+        if board is not self._board or (board is not None and board.version != self._version):
+            self._board, self._version = board, board.version if board is not None else -1
+            self._answers.clear()
+        return self._answers.get(device_id)
 
     async def PreStartContainer(
         self, request: api.PreStartContainerRequest, context: Context

@@ -107,11 +107,6 @@ def check(nodes: Iterable[HostNode], stat_fn: StatFn = os.stat) -> Health:
     return Health(True, "", tuple(rdevs))
 
 
-def watch_dirs(nodes: Iterable[HostNode]) -> set[Path]:
-    """The directories whose entries decide these nodes' health (their parents)."""
-    return {Path(n.path).parent for n in nodes if os.path.isabs(n.path)}
-
-
 class HealthTracker:
     """The health of the tracked devices, each distinct group of host nodes stat'ed once."""
 
@@ -128,9 +123,9 @@ class HealthTracker:
         if nodes == self._nodes:
             return False
         self._nodes = dict(nodes)
-        groups = set(nodes.values())
-        self.node_paths = frozenset(os.path.normpath(n.path) for group in groups for n in group)
-        self.node_dirs = frozenset(d for group in groups for d in watch_dirs(group))
+        paths = {os.path.normpath(n.path) for group in set(nodes.values()) for n in group}
+        self.node_paths = frozenset(paths)
+        self.node_dirs = frozenset(map(Path, {os.path.dirname(p) for p in paths if os.path.isabs(p)}))
         return True
 
     def nodes(self, name: str) -> tuple[HostNode, ...] | None:

@@ -8,7 +8,7 @@ go at once: a reading of the spec directories never catches cdi-gen's own rewrit
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Set
 
 from cdi_plugin.inventory.source import Reading
 
@@ -21,11 +21,18 @@ class KindSelection:
         self._matching_glob = matching_glob
         self._logged: dict[str, str] = {}
         self._owned_before: set[str] = set()
+        self._seen: frozenset[str] = frozenset()
+        self._served: set[str] = set()
 
-    def select(self, kinds: Iterable[str], reading: Reading) -> set[str]:
-        """The kinds among ``kinds`` (those present in the reading) to serve."""
-        served: set[str] = set()
-        for kind in sorted(set(kinds)):
+    def select(self, kinds: Set[str], reading: Reading) -> set[str]:
+        """The kinds among ``kinds`` (those present in the reading) to serve. Only kinds new since
+        the last call, or that a record names, are judged again: the others' decision depends
+        only on ``--kind``, which does not change."""
+        again = (kinds - self._seen) | (
+            (reading.owned | reading.recorded | self._owned_before | self._served) & kinds
+        )
+        served = (self._served & kinds) - again
+        for kind in sorted(again):
             glob = self._matching_glob(kind)
             if kind in reading.owned:
                 why = f"serving kind {kind}: its spec was written by cdi-gen"
@@ -44,4 +51,6 @@ class KindSelection:
                 self._logged[kind] = why
                 log.info("%s", why)
         self._owned_before = served & set(reading.owned)
-        return served
+        self._seen = frozenset(kinds)
+        self._served = served
+        return set(served)

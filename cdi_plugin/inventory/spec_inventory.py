@@ -14,8 +14,14 @@ after every change, before anything else runs) or asynchronously (:meth:`changes
 :meth:`settled` is what a caller that must not act on a stale inventory (Allocate) awaits: it
 returns at once unless a change may be pending, judged without listing anything: an event of the
 spec directories' watch (:meth:`watch_with`) that no reading has covered, or one the kernel holds
-that the watch has not read yet; without a watch, a directory whose stat moved. Then it waits for
-a reading begun after the call to be applied.
+that the watch has not read yet, or files handed over by :meth:`accept` not applied yet; without
+a watch, a directory whose stat moved. Then it waits for a reading begun after the call to be
+applied.
+
+With a watch, readings look only at the files its events named (:meth:`note`), and a writer in
+this process (``serve --scan``) hands over the specs it has just written (:meth:`accept`): they are
+applied at once, without waiting for the watch, and without reading, parsing, validating or
+hashing them again.
 """
 
 from __future__ import annotations
@@ -28,16 +34,19 @@ from types import MappingProxyType
 from typing import Protocol
 
 from cdi_plugin.aio.pulse import Pulse
+from cdi_plugin.cdi.model import Spec
 from cdi_plugin.inventory.grace import GracePeriod
-from cdi_plugin.inventory.health import HealthTracker, check, host_nodes
+from cdi_plugin.inventory.health import HealthTracker, HostNode, check, host_nodes
 from cdi_plugin.inventory.numa import NumaLocator
 from cdi_plugin.inventory.problems import ProblemLog
 from cdi_plugin.inventory.record import NO_FACTS, ServedDevice, UdevFacts
 from cdi_plugin.inventory.selection import KindSelection
 from cdi_plugin.inventory.source import Reading, SpecSource
-from cdi_plugin.store.registry import Snapshot
+from cdi_plugin.store.registry import ResolvedDevice, Snapshot
 
 Devices = Mapping[str, ServedDevice]
+#: Event loop turns a reading waits for the watch to read the events the kernel holds.
+_DRAIN_TURNS = 8
 
 
 def _no_glob(kind: str) -> str | None:
@@ -45,7 +54,8 @@ def _no_glob(kind: str) -> str | None:
 
 
 class SpecWatch(Protocol):
-    """The spec directories' watch, as :meth:`SpecInventory.settled` consults it."""
+    """A directory watch (of the spec directories, or of the host nodes' ones) as the inventory
+    consults it."""
 
     @property
     def pulse(self) -> Pulse:
@@ -86,6 +96,13 @@ class SpecInventory:
         self._asked = self._done = 0  # refreshes asked for, and covered by a finished reading
         self._reader: asyncio.Future[None] | None = None
         self._reading_from = -1  # the watch's pulse count when the reading under way began
+        self._reading_handed = 0
+        self._noted_at = (0, 0)  # (the watch's pulse count, the source's notes) at the last reading
+        self._handed = self._handed_done = 0  # :meth:`accept` calls, and those a reading applied
+        self._handing: set[asyncio.Future[None]] = set()
+        self._nodes: dict[str, tuple[ResolvedDevice, tuple[HostNode, ...]]] = {}
+        self._node_watch: SpecWatch | None = None
+        self._nodes_checked = -1  # the node watch's pulse count when the nodes were last stat'ed
 
     # -- reading ----------------------------------------------------------------------------------
 
@@ -126,11 +143,18 @@ class SpecInventory:
 
     def problem(self, cdi_name: str) -> str | None:
         """Why ``cdi_name`` must not be handed out, or None: it must be served from the applied
-        reading (await :meth:`settled` first) and every host node it names must be present (a
-        ``stat`` each: the node may be gone before its directory's event was handled)."""
+        reading (await :meth:`settled` first) and every host node it names must be present. The
+        health known is trusted while the watch of the nodes' directories (:meth:`watch_nodes_with`)
+        has nothing pending; otherwise each node is stat'ed: it may be gone before its
+        directory's event was handled."""
         nodes = self.health.nodes(cdi_name)
         if nodes is None:
             return "does not resolve in the CDI spec directories (removed, broken or conflicting)"
+        watch = self._node_watch
+        if watch is not None and watch.pulse.count == self._nodes_checked and not watch.unread():
+            device = self._devices.get(cdi_name)
+            if device is not None and device.healthy:
+                return None
         health = check(nodes)
         if not health.healthy:
             self._update(restat=True)
@@ -140,27 +164,56 @@ class SpecInventory:
     # -- updating ---------------------------------------------------------------------------------
 
     def watch_with(self, watch: SpecWatch) -> None:
-        """Judge pending changes by this watch of the spec directories from now on."""
+        """Judge pending changes by this watch of the spec directories from now on; it calls
+        :meth:`note` for every entry it reports (an event it fires for without doing so, such as
+        a queue overflow, makes the next reading list the directories again)."""
         self._watch = watch
+        self._noted_at = (watch.pulse.count, self.source.noted)
+        self.source.watched = True
+
+    def note(self, directory: Path, name: str) -> bool:
+        """The watch saw entry ``name`` of ``directory`` change; False when readings ignore it."""
+        return self.source.note(directory, name)
+
+    def accept(self, written: Mapping[Path, Spec | None]) -> None:
+        """Files this process has just written into a spec directory (atomically, recorded as
+        cdi-gen's): path -> the spec written, or None for a file removed. They are applied in a
+        reading begun now, which takes the specs as given; the watch's events for the same files
+        then find them unchanged. Call on the event loop."""
+        self.source.give(written)
+        self._handed += 1
+        task = asyncio.ensure_future(self.refresh())  # readings asked for meanwhile are coalesced
+        self._handing.add(task)
+        task.add_done_callback(self._handing.discard)
 
     def pending(self) -> bool:
         """True when the spec directories may have changed since the applied reading began (O(1))."""
+        if self._handed != self._handed_done:
+            return True
         watch = self._watch
         if watch is not None:
             return watch.pulse.count != self._covered or watch.unread()
         return self.source.moved()
 
     async def settled(self) -> None:
-        """Return once every change made to the spec directories before the call is applied."""
-        watch = self._watch
-        if watch is not None:
-            # An event the watch read in this loop iteration is handled in the next one.
-            await asyncio.sleep(0)
+        """Return once every change made to the spec directories before the call is applied.
+
+        Nothing pending, it returns without yielding to the event loop. An event the loop has
+        read from the watch's descriptor is handled by the watch in the next loop turn; a caller
+        that is itself answering a request (Allocate) runs turns after the one in which the
+        request arrived, so an event of a change made before the request was sent has been
+        handled by then, and one the kernel still holds is seen as unread."""
         if not self.pending():
             return
+        watch = self._watch
         reader = self._reader
         # No event since the reading under way began: it covers every change made so far.
-        covering = watch is not None and self._reading_from == watch.pulse.count and not watch.unread()
+        covering = (
+            watch is not None
+            and self._reading_from == watch.pulse.count
+            and not watch.unread()
+            and self._reading_handed == self._handed
+        )
         if reader is not None and covering:
             await asyncio.shield(reader)
         else:
@@ -178,12 +231,28 @@ class SpecInventory:
 
     async def _read(self) -> None:
         covers = self._asked
-        count = self._reading_from = self._watch.pulse.count if self._watch is not None else -1
+        watch = self._watch
+        if watch is not None:
+            # Let the watch handle what the kernel holds (its events name the files): the loop
+            # reads the descriptor in one turn, the watch handles what was read in the next.
+            for _ in range(_DRAIN_TURNS):
+                if not watch.unread():
+                    break
+                await asyncio.sleep(0)
+            await asyncio.sleep(0)
+        count = self._reading_from = watch.pulse.count if watch is not None else -1
+        handed = self._reading_handed = self._handed
+        if watch is not None:
+            noted = self.source.noted
+            if count - self._noted_at[0] != noted - self._noted_at[1] or watch.unread():
+                self.source.note_all()  # an event that named no file, or not read yet: look at everything
+            self._noted_at = (count, noted)
         unsettled = self.source.unsettled
         try:
             await asyncio.to_thread(self.source.current)
             if self.source.unsettled == unsettled:  # else the directories kept changing: still pending
                 self._covered = count
+                self._handed_done = max(self._handed_done, handed)
             self._apply()
         finally:
             self._done = max(self._done, covers)
@@ -201,8 +270,16 @@ class SpecInventory:
         if reading is not None and reading is not self._reading:
             self._reconcile(reading)
 
+    def watch_nodes_with(self, watch: SpecWatch) -> None:
+        """The watch of the directories holding the served host nodes, which calls
+        :meth:`recheck_health` (after its events) from now on."""
+        self._node_watch = watch
+        self._nodes_checked = -1
+
     def recheck_health(self) -> None:
         """Stat every host device node again (a watched directory changed)."""
+        if self._node_watch is not None:
+            self._nodes_checked = self._node_watch.pulse.count
         self._update(restat=True)
 
     def expire(self) -> None:
@@ -215,12 +292,18 @@ class SpecInventory:
         self._reading = reading
         snapshot = reading.snapshot
         self._problems.update(snapshot)
-        served = self.selection.select((str(e.kind) for e in snapshot.devices.values()), reading)
-        nodes = {
-            name: host_nodes(entry.spec, entry.device)
-            for name, entry in snapshot.devices.items()
-            if str(entry.kind) in served
-        }
+        served = self.selection.select(snapshot.kinds.keys(), reading)
+        known = self._nodes
+        fresh: dict[str, tuple[ResolvedDevice, tuple[HostNode, ...]]] = {}
+        for kind in served:
+            for name in snapshot.kinds[kind]:
+                entry = snapshot.devices[name]
+                cached = known.get(name)
+                if cached is None or cached[0] is not entry:
+                    cached = (entry, host_nodes(entry.spec, entry.device))
+                fresh[name] = cached
+        self._nodes = fresh
+        nodes = {name: found[1] for name, found in fresh.items()}
         self._update(restat=False, nodes_changed=self.health.track(nodes))
 
     def _update(self, *, restat: bool, nodes_changed: bool = False) -> None:

@@ -5,12 +5,13 @@ from __future__ import annotations
 import ipaddress
 import logging
 from collections.abc import Callable, Iterable
-from typing import Any
-
-from prometheus_client import CollectorRegistry, make_wsgi_app
+from typing import TYPE_CHECKING, Any
 
 from cdi_plugin.httpserver import BoundedHttpServer
 from cdi_plugin.metrics.probes import Probes
+
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +59,8 @@ def _text(start_response: Callable[..., Any], status: str, body: str) -> list[by
 
 def make_app(registry: CollectorRegistry, probes: Probes) -> Callable[..., Iterable[bytes]]:
     """The WSGI application: /metrics, /healthz, /readyz."""
+    from prometheus_client import make_wsgi_app
+
     exposition = make_wsgi_app(registry)
 
     def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:

@@ -10,7 +10,8 @@ Resolution follows the CDI library's cache exactly:
   files and the name does not resolve at all, not even from a higher-priority file.
 
 :class:`SpecRegistry` keeps the parsed files between refreshes and re-reads only files whose
-size, mtime or inode changed, so resolving is cheap for the device plugin.
+inode, size, mtime or ctime changed; told which files changed (the device plugin's inotify watch
+knows), it looks at nothing else and resolves again only the names those files define.
 """
 
 from __future__ import annotations
@@ -74,6 +75,8 @@ class Snapshot:
     files: tuple[SpecFile, ...]
     devices: Mapping[str, ResolvedDevice] = field(default_factory=dict)
     conflicts: tuple[NameConflict, ...] = ()
+    #: The names resolved, by kind (``vendor/class``).
+    kinds: Mapping[str, frozenset[str]] = field(default_factory=dict)
 
     def resolve(self, qualified_name: str) -> ResolvedDevice | None:
         return self.devices.get(qualified_name)
@@ -104,12 +107,8 @@ def resolve(files: Iterable[SpecFile]) -> tuple[dict[str, ResolvedDevice], list[
     devices: dict[str, ResolvedDevice] = {}
     clashes: dict[str, set[tuple[int, Path]]] = {}
     for f in files:
-        if f.spec is None:
-            continue
-        kind = parse_kind(f.spec.kind)
-        for dev in f.spec.devices:
-            name = f"{kind}={dev.name}"
-            entry = ResolvedDevice(name, kind, dev, f.spec, f.path, f.priority)
+        for entry in _entries(f):
+            name = entry.qualified_name
             old = devices.get(name)
             if old is None or f.priority > old.priority:
                 devices[name] = entry
@@ -125,7 +124,11 @@ def resolve(files: Iterable[SpecFile]) -> tuple[dict[str, ResolvedDevice], list[
     return devices, conflicts
 
 
-def _stat_key(path: Path) -> tuple[int, int, int, int] | None:
+Stat = tuple[int, int, int, int]  # inode, size, mtime, ctime (ns): a file changed when it differs
+
+
+def file_stat(path: Path | str) -> Stat | None:
+    """The stat that tells whether a file changed (None: it cannot be stat'ed)."""
     try:
         st = os.stat(path)
     except OSError:
@@ -133,30 +136,175 @@ def _stat_key(path: Path) -> tuple[int, int, int, int] | None:
     return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
+def _listing(directory: Path) -> dict[str, Stat | None]:
+    return {p.name: file_stat(p) for p in list_spec_files(directory)}
+
+
 class SpecRegistry:
-    """Reads spec directories, caching parsed files until they change on disk."""
+    """Reads spec directories, caching parsed files until they change on disk.
+
+    :meth:`refresh` looks at every file (listing the directories, unless the caller has already
+    listed them); :meth:`update` only at the files it is told changed, so its cost grows with the
+    change, not with the number of files. Either resolves again only the names the changed files
+    define (before or after the change).
+    """
 
     def __init__(self, dirs: Sequence[Path]) -> None:
         self.dirs = tuple(Path(d) for d in dirs)
-        self._cache: dict[tuple[Path, int], tuple[tuple[int, int, int, int] | None, SpecFile]] = {}
+        #: Per directory: file name -> (its stat when read, the file).
+        self._files: list[dict[str, tuple[Stat | None, SpecFile]]] = [{} for _ in self.dirs]
+        self._order: list[tuple[SpecFile, ...]] = [() for _ in self.dirs]
+        self._defs: dict[str, list[ResolvedDevice]] = {}  # every definition of a name
+        self._devices: dict[str, ResolvedDevice] = {}
+        self._conflicts: dict[str, tuple[NameConflict, ...]] = {}
+        self._kinds: dict[str, set[str]] = {}
+        self._kind_view: dict[str, frozenset[str]] = {}
+        self._snapshot: Snapshot | None = None
 
-    def refresh(self) -> Snapshot:
-        files: list[SpecFile] = []
-        seen: set[tuple[Path, int]] = set()
-        for priority, directory in enumerate(self.dirs):
-            for path in list_spec_files(directory):
-                key = (path, priority)
-                seen.add(key)
-                stamp = _stat_key(path)
-                cached = self._cache.get(key)
-                if cached is None or stamp is None or cached[0] != stamp:
-                    cached = (stamp, load_spec_file(path, priority))
-                    self._cache[key] = cached
-                files.append(cached[1])
-        for key in set(self._cache) - seen:
-            del self._cache[key]
-        devices, conflicts = resolve(files)
-        return Snapshot(self.dirs, tuple(files), MappingProxyType(devices), tuple(conflicts))
+    def stat_of(self, priority: int, name: str) -> Stat | None:
+        """The stat a cached file was read at (None: not cached, or unreadable then)."""
+        cached = self._files[priority].get(name)
+        return None if cached is None else cached[0]
+
+    def refresh(
+        self,
+        listing: Sequence[Mapping[str, Stat | None]] | None = None,
+        given: Mapping[tuple[int, str], Spec | None] | None = None,
+    ) -> Snapshot:
+        """Every file of every directory; ``listing`` gives each directory's spec files and their
+        stats when the caller has just taken them (``given``: as in :meth:`update`)."""
+        lists = [_listing(d) for d in self.dirs] if listing is None else listing
+        changed: list[tuple[int, str, Stat | None]] = []
+        for priority, (files, now) in enumerate(zip(self._files, lists, strict=True)):
+            changed.extend((priority, name, None) for name in files.keys() - now.keys())
+            for name, stat in now.items():
+                cached = files.get(name)
+                if cached is None or stat is None or cached[0] != stat:
+                    changed.append((priority, name, stat if stat is not None else _MISSING_STAT))
+        return self._apply(changed, given or {})
+
+    def update(
+        self, names: Sequence[Iterable[str]], given: Mapping[tuple[int, str], Spec | None] | None = None
+    ) -> Snapshot:
+        """Only the files named, per directory (each is stat'ed; one gone is dropped). A file in
+        ``given`` (priority, name) is taken as that spec, unread, when its stat changed: its
+        writer has just written it (None: removed)."""
+        changed: list[tuple[int, str, Stat | None]] = []
+        for priority, batch in enumerate(names):
+            files = self._files[priority]
+            for name in batch:
+                stat = file_stat(self.dirs[priority] / name) if name.endswith(_SUFFIXES) else None
+                cached = files.get(name)
+                if stat is None:
+                    if cached is not None:
+                        changed.append((priority, name, None))
+                elif cached is None or cached[0] != stat:
+                    changed.append((priority, name, stat))
+        return self._apply(changed, given or {})
+
+    def _apply(
+        self, changed: list[tuple[int, str, Stat | None]], given: Mapping[tuple[int, str], Spec | None]
+    ) -> Snapshot:
+        if self._snapshot is not None and not changed:
+            return self._snapshot
+        touched: set[str] = set()
+        reorder: set[int] = set()
+        for priority, name, stat in changed:
+            files = self._files[priority]
+            old = files.pop(name, None)
+            if old is not None:
+                touched.update(self._forget(old[1]))
+            if stat is None:
+                reorder.add(priority)
+                continue
+            path = self.dirs[priority] / name
+            spec = given.get((priority, name))
+            if spec is not None and stat is not _MISSING_STAT:
+                loaded = SpecFile(path, priority, spec)
+            else:
+                loaded = load_spec_file(path, priority)
+            files[name] = (None if stat is _MISSING_STAT else stat, loaded)
+            touched.update(self._define(loaded))
+            reorder.add(priority)
+        for priority in reorder:
+            files = self._files[priority]
+            self._order[priority] = tuple(files[n][1] for n in sorted(files))
+        if touched or self._snapshot is None:
+            self._resolve(touched)
+        self._snapshot = Snapshot(
+            self.dirs,
+            tuple(f for files in self._order for f in files),
+            MappingProxyType(dict(self._devices)),
+            tuple(c for name in sorted(self._conflicts) for c in self._conflicts[name]),
+            MappingProxyType(dict(self._kind_view)),
+        )
+        return self._snapshot
+
+    def _forget(self, old: SpecFile) -> list[str]:
+        if old.spec is None:
+            return []
+        kind = parse_kind(old.spec.kind)
+        names = [f"{kind}={dev.name}" for dev in old.spec.devices]
+        for name in set(names):
+            defs = self._defs[name]
+            defs[:] = [d for d in defs if d.path != old.path or d.priority != old.priority]
+        return names
+
+    def _define(self, loaded: SpecFile) -> list[str]:
+        entries = _entries(loaded)
+        for entry in entries:
+            self._defs.setdefault(entry.qualified_name, []).append(entry)
+        return [e.qualified_name for e in entries]
+
+    def _resolve(self, names: Iterable[str]) -> None:
+        """Resolve these names again from their definitions (the CDI cache's rules)."""
+        kinds: set[str] = set()
+        for name in names:
+            defs = self._defs.get(name) or []
+            before = self._devices.pop(name, None)
+            self._conflicts.pop(name, None)
+            if before is not None:
+                kinds.add(str(before.kind))
+                self._kinds[str(before.kind)].discard(name)
+            if not defs:
+                self._defs.pop(name, None)
+                continue
+            by_priority: dict[int, list[ResolvedDevice]] = {}
+            for d in defs:
+                by_priority.setdefault(d.priority, []).append(d)
+            clashes = {p: ds for p, ds in by_priority.items() if len(ds) > 1}
+            if clashes:
+                self._conflicts[name] = tuple(
+                    NameConflict(name, p, tuple(sorted({d.path for d in ds})))
+                    for p, ds in sorted(clashes.items())
+                )
+                continue
+            winner = by_priority[max(by_priority)][0]
+            self._devices[name] = winner
+            kind = str(winner.kind)
+            kinds.add(kind)
+            self._kinds.setdefault(kind, set()).add(name)
+        for kind in kinds:
+            members = self._kinds.get(kind)
+            if members:
+                self._kind_view[kind] = frozenset(members)
+            else:
+                self._kinds.pop(kind, None)
+                self._kind_view.pop(kind, None)
+
+
+#: The stat of a listed file that could not be stat'ed: read it (and fail as a runtime would).
+_MISSING_STAT: Stat = (-1, -1, -1, -1)
+_SUFFIXES = (".json", ".yaml")
+
+
+def _entries(f: SpecFile) -> list[ResolvedDevice]:
+    if f.spec is None:
+        return []
+    kind = parse_kind(f.spec.kind)
+    return [
+        ResolvedDevice(f"{kind}={dev.name}", kind, dev, f.spec, f.path, f.priority) for dev in f.spec.devices
+    ]
 
 
 def load_registry(dirs: Sequence[Path]) -> Snapshot:

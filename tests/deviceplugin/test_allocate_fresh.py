@@ -14,11 +14,13 @@ import grpc
 import pytest
 
 from cdi_plugin.aio.dirwatch import FILES, DirWatch
+from cdi_plugin.aio.pulse import Pulse
 from cdi_plugin.cdi import codec
 from cdi_plugin.deviceplugin import api
 from cdi_plugin.deviceplugin.servicer import DevicePluginService
 from cdi_plugin.deviceplugin.state import DeviceState
-from cdi_plugin.inventory import NumaLocator, SpecSource
+from cdi_plugin.inventory import NumaLocator, SpecSource, spec_inventory
+from cdi_plugin.inventory.health import check
 from tests.deviceplugin.helpers import Layout, make_node, spec_of, write_spec
 from tests.deviceplugin.test_servicer import Aborted, FakeContext
 
@@ -120,3 +122,71 @@ async def test_allocate_waits_for_a_pending_inotify_event(layout: Layout) -> Non
             await service.Allocate(_request("a"), FakeContext())
         assert info.value.code == grpc.StatusCode.FAILED_PRECONDITION
         assert info.value.details == f"device 'a' of {KIND} is Unhealthy: its CDI spec entry is gone"
+
+
+class QuietWatch:
+    """A directory watch that reports only what a test tells it (no inotify)."""
+
+    def __init__(self) -> None:
+        self.pulse = Pulse()
+
+    def unread(self) -> bool:
+        return False
+
+
+async def test_one_device_is_answered_from_a_prebuilt_response_until_the_resource_changes(
+    layout: Layout,
+) -> None:
+    a, b = make_node(layout.dev / "a"), make_node(layout.dev / "b")
+    write_spec(layout.etc, spec_of(KIND, {"a": [a], "b": [b]}))
+    state = _state(layout)
+    service = DevicePluginService(KIND, state, "both")
+    first = await service.Allocate(_request("a"), FakeContext())
+    assert await service.Allocate(_request("a"), FakeContext()) is first
+    assert await service.Allocate(_request("a", "b"), FakeContext()) is not first
+    assert [d.name for d in first.container_responses[0].cdi_devices] == [f"{KIND}=a"]
+
+    b.unlink()
+    state.recheck_health()  # the resource changed: every prebuilt answer is dropped
+    again = await service.Allocate(_request("a"), FakeContext())
+    assert again is not first
+    assert again == first
+    with pytest.raises(Aborted) as info:
+        await service.Allocate(_request("b"), FakeContext())
+    assert info.value.code == grpc.StatusCode.FAILED_PRECONDITION
+
+
+async def test_allocate_does_no_io_while_the_watches_have_nothing_pending(
+    layout: Layout, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    a = make_node(layout.dev / "a")
+    write_spec(layout.etc, spec_of(KIND, {"a": [a]}))
+    state = _state(layout)
+    service = DevicePluginService(KIND, state, "both")
+    nodes = QuietWatch()
+    state.inventory.watch_with(QuietWatch())
+    state.inventory.watch_nodes_with(nodes)
+    state.recheck_health()  # what the daemon does after the node watch's events
+    stats: list[str] = []
+    real_stat = os.stat
+
+    def counted_stat(path: Any, *args: Any, **kwargs: Any) -> os.stat_result:
+        stats.append(str(path))
+        return real_stat(path, *args, **kwargs)
+
+    def counted_check(nodes: Any) -> Any:
+        stats.extend(n.path for n in nodes)
+        return check(nodes)
+
+    monkeypatch.setattr(os, "stat", counted_stat)
+    monkeypatch.setattr(spec_inventory, "check", counted_check)
+    for _ in range(3):
+        await service.Allocate(_request("a"), FakeContext())
+    assert stats == []
+
+    a.unlink()
+    nodes.pulse.fire()  # an event not handled yet: Allocate stats the node itself
+    with pytest.raises(Aborted) as info:
+        await service.Allocate(_request("a"), FakeContext())
+    assert info.value.details == f"device 'a' of {KIND} is Unhealthy: host device node {a} is missing"
+    assert str(a) in stats

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
+from pathlib import Path
 
 
 def test_the_plugin_never_imports_the_scanner_or_the_human_output_stack() -> None:
@@ -14,3 +16,51 @@ def test_the_plugin_never_imports_the_scanner_or_the_human_output_stack() -> Non
     )
     loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert loaded.stdout.split() == ["click"]
+
+
+_SERVE = """
+import atexit, sys
+atexit.register(lambda: print("loaded:", *sorted(
+    m for m in ("prometheus_client", "lightkube", "cdi_plugin.deviceplugin._proto.api_pb2_grpc")
+    if m in sys.modules), file=sys.stderr, flush=True))
+from cdi_plugin.cli.plugin import main
+main(["serve", "--spec-dir", sys.argv[1], "--plugin-dir", sys.argv[2], *sys.argv[3:]])
+"""
+
+
+def _serve_loads(tmp_path: Path, *flags: str) -> list[str]:
+    """What a real ``cdi-plugin serve`` process loaded of the modules it may do without (the
+    generated gRPC stubs included), once it ran (read the spec directory, listening for changes)
+    and stopped on SIGTERM."""
+    specs, plugins = tmp_path / "cdi", tmp_path / "plugins"
+    specs.mkdir()
+    plugins.mkdir()
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _SERVE, str(specs), str(plugins), *flags],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stderr is not None
+    try:
+        for line in proc.stderr:
+            if "nothing to serve yet" in line:
+                break
+        proc.send_signal(signal.SIGTERM)
+        rest = proc.communicate(timeout=30)[1]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, rest
+    [loaded] = [line for line in rest.splitlines() if line.startswith("loaded:")]
+    return loaded.split()[1:]
+
+
+def test_serve_without_a_metrics_address_loads_no_prometheus_client_lightkube_or_grpc_stubs(
+    tmp_path: Path,
+) -> None:
+    assert _serve_loads(tmp_path) == []
+
+
+def test_serve_with_a_metrics_address_loads_prometheus_client(tmp_path: Path) -> None:
+    assert _serve_loads(tmp_path, "--metrics-address", "127.0.0.1:0") == ["prometheus_client"]

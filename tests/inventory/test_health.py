@@ -9,7 +9,7 @@ from typing import NamedTuple
 import pytest
 
 from cdi_plugin.cdi.model import ContainerEdits, Device, DeviceNode, Spec
-from cdi_plugin.inventory.health import HostNode, Rdev, check, host_nodes, watch_dirs
+from cdi_plugin.inventory.health import HealthTracker, HostNode, Rdev, check, host_nodes
 from cdi_plugin.inventory.numa import NumaLocator
 from tests.deviceplugin.helpers import make_node
 
@@ -78,7 +78,10 @@ def test_host_nodes_use_host_path_and_include_spec_level_nodes() -> None:
     )
     nodes = host_nodes(spec, device)
     assert nodes == (HostNode("/host/a", "c", 1, 2), HostNode("/dev/shared"), HostNode("/dev/a"))
-    assert watch_dirs(nodes) == {Path("/host"), Path("/dev")}
+    tracker = HealthTracker()
+    assert tracker.track({"v.io/cl=d": nodes})
+    assert tracker.node_dirs == {Path("/host"), Path("/dev")}
+    assert tracker.node_paths == {"/host/a", "/dev/shared", "/dev/a"}
 
 
 def _sysfs_device(

@@ -38,8 +38,8 @@ def test_kinds_are_served_when_cdi_gen_wrote_them_or_a_glob_names_them(
     caplog.set_level(logging.INFO, "cdi_plugin")
     selection = KindSelection(lambda kind: "vendor.*/*" if kind.startswith("vendor.") else None)
     reading = _reading({OURS}, {OURS, EDITED})
-    assert selection.select([OURS, THEIRS, EDITED, "other.io/x"], reading) == {OURS, THEIRS}
-    assert selection.select([OURS, THEIRS, EDITED, "other.io/x"], reading) == {OURS, THEIRS}
+    assert selection.select({OURS, THEIRS, EDITED, "other.io/x"}, reading) == {OURS, THEIRS}
+    assert selection.select({OURS, THEIRS, EDITED, "other.io/x"}, reading) == {OURS, THEIRS}
     messages = [r.getMessage() for r in caplog.records]
     assert messages == [
         f"serving kind {OURS}: its spec was written by cdi-gen",
@@ -49,7 +49,7 @@ def test_kinds_are_served_when_cdi_gen_wrote_them_or_a_glob_names_them(
         f"serving kind {THEIRS}: it matches --kind vendor.*/*",
     ]
     # the record no longer owns the file: let go at once, and said so
-    assert selection.select([OURS], _reading(set(), {OURS})) == set()
+    assert selection.select({OURS}, _reading(set(), {OURS})) == set()
     assert caplog.records[-1].getMessage().startswith(f"not serving kind {OURS}: its spec file was changed")
 
 

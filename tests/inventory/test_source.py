@@ -78,8 +78,9 @@ def disk_reads(monkeypatch: pytest.MonkeyPatch) -> list[Callable[[], None]]:
         (source_module, "_stamps"),
         (source_module, "read_record"),
         (source_module, "read_spec_bytes"),
+        (source_module, "_named_stamps"),
         (registry_module, "list_spec_files"),
-        (registry_module, "_stat_key"),
+        (registry_module, "file_stat"),
         (registry_module, "load_spec_file"),
         (ownership_module, "read_record"),
         (ownership_module, "read_spec_bytes"),
@@ -106,11 +107,24 @@ def _kinds(snapshot: registry_module.Snapshot) -> set[str]:
     return {str(e.kind) for e in snapshot.devices.values()}
 
 
-def _accesses(tmp_path: Path, disk_reads: list[Callable[[], None]]) -> int:
-    out, _ = _staged(tmp_path / "count")
+def _source(out: Path, steps: list[Step], watched: bool) -> SpecSource:
+    """A source of ``out`` before the steps; watched: it has read ``out`` and every entry the steps
+    touch is noted as changed (as its inotify watch tells it)."""
+    source = SpecSource([out])
+    if watched:
+        source.current()
+        source.watched = True
+        for _, args in steps:
+            assert source.note(out, Path(args[-1]).name)
+    return source
+
+
+def _accesses(tmp_path: Path, disk_reads: list[Callable[[], None]], watched: bool) -> int:
+    out, steps = _staged(tmp_path / "count")
+    source = _source(out, steps, watched)
     seen = [0]
     disk_reads.append(lambda: seen.__setitem__(0, seen[0] + 1))
-    SpecSource([out]).current()
+    source.current()
     disk_reads.clear()
     return seen[0]
 
@@ -132,19 +146,20 @@ def test_the_writer_takes_the_expected_steps(tmp_path: Path) -> None:
 SPANS = [range(i, i + 1) for i in range(STEPS)] + [range(i, i + 2) for i in range(STEPS - 1)]
 
 
+@pytest.mark.parametrize("watched", [False, True], ids=["listed", "watched"])
 @pytest.mark.parametrize("span", [*SPANS, range(STEPS)], ids=lambda r: f"steps{r.start}-{r.stop - 1}")
 def test_a_reading_never_meets_a_file_its_record_does_not_own(
-    tmp_path: Path, disk_reads: list[Callable[[], None]], span: range
+    tmp_path: Path, disk_reads: list[Callable[[], None]], span: range, watched: bool
 ) -> None:
-    accesses = _accesses(tmp_path, disk_reads)
-    assert accesses > 10
+    accesses = _accesses(tmp_path, disk_reads, watched)
+    assert accesses > 5
     states = set()
     for at in range(accesses + 1):  # the last one: the steps come after the reading
         out, steps = _staged(tmp_path / f"{at}")
+        source = _source(out, steps, watched)
         for take, args in steps[: span.start]:
             take(*args)
         disk_reads[:] = [_interrupt(steps, span, at)]
-        source = SpecSource([out])
         snapshot = source.current()
         disk_reads.clear()
         reading = source.reading
@@ -170,7 +185,7 @@ def test_the_same_interleavings_catch_a_reader_that_reads_the_record_without_che
     tmp_path: Path, disk_reads: list[Callable[[], None]]
 ) -> None:
     caught = []
-    for at in range(_accesses(tmp_path, disk_reads)):
+    for at in range(_accesses(tmp_path, disk_reads, False)):
         out, steps = _staged(tmp_path / f"{at}")
         disk_reads[:] = [_interrupt(steps, range(2), at)]  # the record, then fuse's new contents
         snapshot = SpecRegistry([out]).refresh()
