@@ -52,7 +52,7 @@ def _served_kinds(
         if not any(glob_match(glob, kind) for kind in present):
             found = f"kinds there: {', '.join(present)}" if present else "no spec there"
             fail(PROGRAM, f"--kind {glob}: no kind in {dirs} matches it ({found})")
-    served = sorted(KindSelection(config.matching_glob).select(present, source.reading))
+    served = sorted(KindSelection(config.matching_glob).select(set(present), source.reading))
     if not served and present:
         listed = ", ".join(present)
         fail(PROGRAM, f"no kind to serve in {dirs}: cdi-gen wrote none of {listed} (name them with --kind)")
