@@ -172,6 +172,19 @@ class UdevSource:
             return None
         return device
 
+    def lookup_number(self, block: bool, major: int, minor: int) -> DiscoveredDevice | None:
+        """The device that owns device number ``major:minor`` (a block device when ``block``), with
+        its ancestors, as :meth:`discover` reports it; None when no device has that number (its
+        node vanished)."""
+        kind = "block" if block else "char"
+        try:
+            dev = pyudev.Devices.from_device_number(_udev(), kind, os.makedev(major, minor))
+        except pyudev.DeviceNotFoundError:
+            return None
+        except OSError as exc:
+            raise DiscoveryError(f"udev: cannot read {kind} device {major}:{minor}: {exc}") from exc
+        return self._device(_Reader(_udev()._libudev, frozenset()), dev, Query(), [])
+
     def _device(
         self, reader: _Reader, dev: Any, query: Query, warnings: list[str]
     ) -> DiscoveredDevice | None:
