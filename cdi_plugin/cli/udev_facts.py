@@ -60,7 +60,7 @@ def _ids(subsystem: str, props: Mapping[str, str]) -> tuple[str | None, str | No
         v, _, rest = props["PRODUCT"].partition("/")
         return _hex_id(v), _hex_id(rest.partition("/")[0])
     if subsystem == "hid" and "HID_ID" in props:  # bus:vendor:product, 8 hex digits each
-        _, v, m = (props["HID_ID"].split(":") + ["", ""])[:3]
+        _, v, m = [*props["HID_ID"].split(":"), "", ""][:3]
         return _hex_id(v.lstrip("0") or "0"), _hex_id(m.lstrip("0") or "0")
     return None, None
 
