@@ -77,9 +77,10 @@ def _serial(props: Mapping[str, str]) -> str | None:
 
 
 def facts_of(device: DiscoveredDevice) -> UdevFacts:
-    chain = [(device.subsystem, device.sys_name, device.properties), *(
-        (a.subsystem, a.sys_name, a.properties) for a in device.ancestors
-    )]  # fmt: skip
+    """What a DeviceClass can select on, by the rules above (the NUMA node comes from sysfs in the
+    inventory)."""
+    chain = [(device.subsystem, device.sys_name, device.properties)]
+    chain += [(a.subsystem, a.sys_name, a.properties) for a in device.ancestors]
     bus = next((c for c in chain if c[0] in BUSES), None)
     driver = device.driver or next((a.driver for a in device.ancestors if a.driver), None)
     vendor, model = _ids(device.subsystem, device.properties)

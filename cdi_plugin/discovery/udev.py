@@ -111,6 +111,16 @@ def _udev() -> Any:
         raise DiscoveryError(f"udev: cannot load libudev: {exc}") from exc
 
 
+@functools.cache
+def _lookup_udev() -> Any:
+    """The libudev context of :meth:`UdevSource.lookup_number`: libudev objects are not
+    thread-safe, and lookups run on the event loop's thread while scans may run in a worker."""
+    try:
+        return pyudev.Context()
+    except (ImportError, OSError) as exc:
+        raise DiscoveryError(f"udev: cannot load libudev: {exc}") from exc
+
+
 class UdevSource:
     """The live host as udev sees it (pyudev over libudev).
 
@@ -177,13 +187,14 @@ class UdevSource:
         its ancestors, as :meth:`discover` reports it; None when no device has that number (its
         node vanished)."""
         kind = "block" if block else "char"
+        context = _lookup_udev()
         try:
-            dev = pyudev.Devices.from_device_number(_udev(), kind, os.makedev(major, minor))
+            dev = pyudev.Devices.from_device_number(context, kind, os.makedev(major, minor))
         except pyudev.DeviceNotFoundError:
             return None
         except OSError as exc:
             raise DiscoveryError(f"udev: cannot read {kind} device {major}:{minor}: {exc}") from exc
-        return self._device(_Reader(_udev()._libudev, frozenset()), dev, Query(), [])
+        return self._device(_Reader(context._libudev, frozenset()), dev, Query(), [])
 
     def _device(
         self, reader: _Reader, dev: Any, query: Query, warnings: list[str]
