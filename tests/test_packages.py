@@ -124,7 +124,9 @@ def test_a_light_name_leaves_its_packages_heavy_library_unloaded(code: str, heav
 
 
 def test_a_heavy_name_loads_its_library_when_used() -> None:
-    assert "prometheus_client" in _loaded("from cdi_plugin.metrics import PluginMetrics")
+    make = "from cdi_plugin.metrics import PluginMetrics\nPluginMetrics(export={})"
+    assert "prometheus_client" in _loaded(make.format(True))
+    assert "prometheus_client" not in _loaded(make.format(False))  # metrics kept, not exported
     assert "asyncinotify" in _loaded("from cdi_plugin.aio import DirWatch")
 
 

@@ -17,7 +17,8 @@ Endpoints (GET only, as the kubelet's probes and Prometheus ask; other methods 4
   serves is registered with the kubelet; a node with nothing to serve is ready), 503 and what it
   waits for otherwise.
 
-Public names, each imported from its module on first use (prometheus_client only then):
+Public names, each imported from its module on first use (prometheus_client only once metrics
+are exported):
 
 * the metrics of each half (:mod:`.counters`): ``PluginMetrics``, ``ScanMetrics`` and the label
   values ``AllocationResult``, ``RegistrationResult``, ``ValidationSubject``;
