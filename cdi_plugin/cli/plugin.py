@@ -300,6 +300,9 @@ def serve(
     jobs = [plugin.run] if watcher is None else [watcher.run, plugin.run]
     if config.api != "device-plugin":
         from cdi_plugin.cli.serve_dra import DraDriver, dra_options
+        from cdi_plugin.cli.udev_facts import udev_facts
+
+        plugin.state.inventory.facts = udev_facts()
 
         try:
             options = dra_options(

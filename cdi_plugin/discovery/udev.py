@@ -111,6 +111,16 @@ def _udev() -> Any:
         raise DiscoveryError(f"udev: cannot load libudev: {exc}") from exc
 
 
+@functools.cache
+def _lookup_udev() -> Any:
+    """The libudev context of :meth:`UdevSource.lookup_number`: libudev objects are not
+    thread-safe, and lookups run on the event loop's thread while scans may run in a worker."""
+    try:
+        return pyudev.Context()
+    except (ImportError, OSError) as exc:
+        raise DiscoveryError(f"udev: cannot load libudev: {exc}") from exc
+
+
 class UdevSource:
     """The live host as udev sees it (pyudev over libudev).
 
@@ -171,6 +181,20 @@ class UdevSource:
         if device is None or (query.subsystems and device.subsystem not in query.subsystems):
             return None
         return device
+
+    def lookup_number(self, block: bool, major: int, minor: int) -> DiscoveredDevice | None:
+        """The device that owns device number ``major:minor`` (a block device when ``block``), with
+        its ancestors, as :meth:`discover` reports it; None when no device has that number (its
+        node vanished)."""
+        kind = "block" if block else "char"
+        context = _lookup_udev()
+        try:
+            dev = pyudev.Devices.from_device_number(context, kind, os.makedev(major, minor))
+        except pyudev.DeviceNotFoundError:
+            return None
+        except OSError as exc:
+            raise DiscoveryError(f"udev: cannot read {kind} device {major}:{minor}: {exc}") from exc
+        return self._device(_Reader(context._libudev, frozenset()), dev, Query(), [])
 
     def _device(
         self, reader: _Reader, dev: Any, query: Query, warnings: list[str]

@@ -35,8 +35,15 @@ def taint_key(driver: str) -> str:
     return f"{driver}/unhealthy"
 
 
+def fits(value: str) -> bool:
+    """Whether ``value`` is a string attribute the API server accepts: at most 64 bytes (it counts
+    the bytes of the UTF-8 text, not characters)."""
+    return len(value.encode("utf-8", "surrogatepass")) <= ATTRIBUTE_VALUE_MAX
+
+
 def attributes(device: ServedDevice) -> Obj:
-    """The attributes of one device; a string longer than the API allows is left out, never cut."""
+    """The attributes of one device; a string longer than the API allows is left out, never cut
+    (a cut serial or ID would select another device)."""
     vendor, _, class_ = device.kind.partition("/")
     udev = device.udev
     strings = {
@@ -50,11 +57,7 @@ def attributes(device: ServedDevice) -> Obj:
         "serial": udev.serial,
         PCI_BUS_ID: udev.pci_address,
     }
-    out: Obj = {
-        key: {"string": value}
-        for key, value in strings.items()
-        if value is not None and len(value) <= ATTRIBUTE_VALUE_MAX
-    }
+    out: Obj = {key: {"string": value} for key, value in strings.items() if value is not None and fits(value)}
     if device.numa_node is not None:
         out["numaNode"] = {"int": device.numa_node}
     return out

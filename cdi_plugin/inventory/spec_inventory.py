@@ -36,7 +36,7 @@ from typing import Protocol
 from cdi_plugin.aio.pulse import Pulse
 from cdi_plugin.cdi.model import Spec
 from cdi_plugin.inventory.grace import GracePeriod
-from cdi_plugin.inventory.health import HealthTracker, HostNode, check, host_nodes
+from cdi_plugin.inventory.health import HealthTracker, HostNode, Rdev, check, host_nodes
 from cdi_plugin.inventory.numa import NumaLocator
 from cdi_plugin.inventory.problems import ProblemLog
 from cdi_plugin.inventory.record import NO_FACTS, ServedDevice, UdevFacts
@@ -73,12 +73,14 @@ class SpecInventory:
         *,
         grace_period: float,
         matching_glob: Callable[[str], str | None] = _no_glob,
-        facts: Callable[[str], UdevFacts | None] | None = None,
+        facts: Callable[[Rdev], UdevFacts | None] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         """``matching_glob(kind)`` names the ``--kind`` glob serving a kind cdi-gen did not write;
-        ``facts(cdi_name)`` gives the udev facts of a device where they are known (spec files do
-        not carry them)."""
+        ``facts(rdev)`` gives the udev facts of the device owning a host node's device number, or
+        None (spec files do not carry them); a device's facts are those of its first host node
+        that has some, looked up again when its device numbers change or after it was Unhealthy.
+        It may be set later (as :attr:`facts`), before the first reading."""
         self.source = source
         self.numa = numa
         self.clock = clock
@@ -86,7 +88,8 @@ class SpecInventory:
         self.selection = KindSelection(matching_glob)
         self.health = HealthTracker()
         self.changed = Pulse()
-        self._facts = facts
+        self.facts = facts
+        self._udev: dict[str, tuple[tuple[Rdev, ...], UdevFacts]] = {}  # name -> (its rdevs, facts)
         self._followers: list[Callable[[], None]] = []
         self._problems = ProblemLog()
         self._reading: Reading | None = None
@@ -316,12 +319,16 @@ class SpecInventory:
             before = self._devices.get(name)
             if h.healthy:
                 numa = self.numa.numa_nodes(h.rdevs)
+                udev = self._udev_facts(name, h.rdevs)
             else:
                 numa = before.numa_nodes if before is not None else ()
-            udev = (self._facts(name) if self._facts is not None else None) or NO_FACTS
+                udev = before.udev if before is not None else NO_FACTS
+                self._udev.pop(name, None)
             fresh[name] = ServedDevice(
                 cdi_name=name, healthy=h.healthy, reason=h.reason, numa_nodes=numa, udev=udev
             )
+        for name in self._udev.keys() - health.keys():
+            del self._udev[name]
         snapshot = self._reading.snapshot if self._reading is not None else None
         devices = self.grace.carry(
             self._devices,
@@ -336,3 +343,13 @@ class SpecInventory:
         for listener in self._followers:
             listener()
         self.changed.fire()
+
+    def _udev_facts(self, name: str, rdevs: tuple[Rdev, ...]) -> UdevFacts:
+        if self.facts is None:
+            return NO_FACTS
+        cached = self._udev.get(name)
+        if cached is not None and cached[0] == rdevs:
+            return cached[1]
+        found = next((f for r in rdevs if (f := self.facts(r)) is not None), NO_FACTS)
+        self._udev[name] = (rdevs, found)
+        return found

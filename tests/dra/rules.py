@@ -95,8 +95,8 @@ def _device_problems(where: str, device: dict[str, Any]) -> list[str]:
             problems.append(f"{at}: int {v!r} is not an int64")
         if kind == "bool" and not isinstance(v, bool):
             problems.append(f"{at}: bool {v!r}")
-        if kind in ("string", "version") and not (isinstance(v, str) and len(v) <= 64):
-            problems.append(f"{at}: {kind} {v!r} longer than 64 characters or not a string")
+        if kind in ("string", "version") and not (isinstance(v, str) and len(v.encode()) <= 64):
+            problems.append(f"{at}: {kind} {v!r} longer than 64 bytes or not a string")
         if kind == "version" and not SEMVER.fullmatch(str(v)):
             problems.append(f"{at}: {v!r} is not semver 2.0.0")
     taints = device.get("taints") or []

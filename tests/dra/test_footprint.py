@@ -18,7 +18,8 @@ def test_the_device_plugin_does_not_load_the_kubernetes_client() -> None:
 
 
 def test_serve_with_the_device_plugin_api_only_does_not_load_it(tmp_path: Path) -> None:
-    """``cdi-plugin serve`` run in a fresh interpreter for 3 s, then stopped by SIGTERM."""
+    """``cdi-plugin serve`` run in a fresh interpreter for 3 s, then stopped by SIGTERM; nor pyudev,
+    which only the DRA driver's udev facts need."""
     plugins = Path(tempfile.mkdtemp(prefix="dp-"))  # short: unix socket paths
     args = ["serve", "--spec-dir", str(tmp_path / "cdi"), "--plugin-dir", str(plugins)]
     code = (
@@ -29,7 +30,7 @@ def test_serve_with_the_device_plugin_api_only_does_not_load_it(tmp_path: Path) 
         f"    main({args!r})\n"
         "except SystemExit as exit:\n"
         "    assert exit.code == 0, exit.code\n"
-        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('lightkube', 'httpx2')))\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('lightkube', 'httpx2', 'pyudev')))\n"
     )
     try:
         out = subprocess.run(

@@ -11,6 +11,7 @@ import pytest
 from cdi_plugin.dra.inventory import ServedDevice, UdevFacts
 from cdi_plugin.dra.slices import PCI_BUS_ID, Plan, build_pool, plan, slice_name, taint_key
 from cdi_plugin.inventory import SpecInventory
+from cdi_plugin.inventory.health import Rdev
 from tests.deviceplugin.helpers import make_node
 from tests.dra.conftest import DRIVER, NODE, write_spec
 from tests.dra.rules import pool_problems, slice_problems
@@ -48,7 +49,7 @@ def test_attributes_from_the_inventory(spec_dir: Path, host_nodes: Path) -> None
         subsystem="drm", driver="amdgpu", vendor_id="0x1002", model_id="0x73bf",
         serial="s" * 65, pci_address="0000:3b:00.0",
     )  # fmt: skip
-    inv = spec_inventory([spec_dir], {"cdi-plugin.io/gpu=card0": facts}, sysfs=sysfs)
+    inv = spec_inventory([spec_dir], {Rdev(False, 226, 0): facts}, sysfs=sysfs)
     [obj] = _valid(build_pool(DRIVER, NODE, inv.devices(), taints=True).slices(0))
     [device] = obj["spec"]["devices"]
     assert device["name"] == "gpu-card0"

@@ -20,7 +20,7 @@ from cdi_plugin.inventory import (
     UdevFacts,
 )
 from cdi_plugin.inventory.grace import GracePeriod
-from cdi_plugin.inventory.health import HealthTracker, HostNode
+from cdi_plugin.inventory.health import HealthTracker, HostNode, Rdev
 from cdi_plugin.inventory.selection import KindSelection
 from cdi_plugin.store.registry import Snapshot
 from tests.deviceplugin.helpers import Layout, make_node, spec_of, write_spec
@@ -109,7 +109,7 @@ def test_the_inventory_holds_the_served_devices_with_health_numa_and_facts(tmp_p
     write_spec(layout.etc, spec_of(OURS, {"a": [a], "b": [layout.dev / "gone"]}))
     write_spec(layout.etc, spec_of(THEIRS, {"g": [a]}), owned=False)
     facts = UdevFacts(subsystem="misc", driver="fuse")
-    inventory = _inventory(layout, facts={f"{OURS}=a": facts}.get)
+    inventory = _inventory(layout, facts={Rdev(False, 226, 0): facts}.get)
     inventory.sync()
     assert dict(inventory.devices()) == {
         f"{OURS}=a": ServedDevice(cdi_name=f"{OURS}=a", numa_nodes=(1,), udev=facts),
