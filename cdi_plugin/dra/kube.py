@@ -9,6 +9,8 @@ Every slice this module lists, replaces or deletes is one whose ``spec.nodeName`
 selectors) and checks again what comes back. Updates carry the stored ``resourceVersion``
 (optimistic concurrency). Conflicts (409), throttling (429), server errors (5xx) and transport
 errors are retried with exponential backoff; a conflict re-reads the slices and plans again.
+ResourceClaims are read one at a time, or listed and watched in every namespace (the driver
+keeps those allocated on its node: :mod:`cdi_plugin.dra.claims`).
 """
 
 from __future__ import annotations

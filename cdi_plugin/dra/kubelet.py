@@ -13,9 +13,10 @@ through a :class:`ClaimReader` (outside the lock), then, one call at a time, ans
 with its devices' CDI names or a one-line error. Prepared claims are kept in
 ``<plugins>/<driver>/prepared.json``: a device prepared for one claim is refused to another
 until Unprepare, which only names the claim, releases it, also after the driver restarted (the
-kubelet does not prepare its claims again then). A prepare's write of the file happens beside
-the reply (in order, in a thread): losing it to a crash only loses that check for the claim,
-while an unprepare's write is done before the reply (a lost one would refuse the device later).
+kubelet does not prepare its claims again then). A prepare's write of the file happens after
+the reply (a few ms later, by a thread writing the snapshots in order): losing it to a crash only
+loses that check for the claim, while an unprepare's write is done before the reply (a lost one
+would refuse the device later). The answer itself needs no state: it follows from the claim.
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -43,7 +43,7 @@ from cdi_plugin.store.atomic import write_atomic
 log = logging.getLogger(__name__)
 
 
-#: How long a prepare's write of the state file waits, so that it does not delay the reply.
+#: How long after a prepare the state file is written (after the reply; a burst is one write).
 WRITE_DELAY = 0.005
 
 
@@ -97,7 +97,7 @@ class PreparedClaims:
         self._claims: dict[str, tuple[api.PreparedDevice, ...]] = {}
         self._writer = ThreadPoolExecutor(1, thread_name_prefix="prepared-claims")
         self._written: Future[None] | None = None
-        self._version = 0
+        self._timer: asyncio.TimerHandle | None = None
         try:
             raw = json.loads(path.read_bytes())
             self._claims = {
@@ -140,32 +140,34 @@ class PreparedClaims:
         """Keep a prepared claim; written to the file soon after (:meth:`flush` waits for it)."""
         self._claims[uid] = devices
         self._holders.update({(d.pool_name, d.device_name): uid for d in devices if not d.admin_access})
-        self._save(WRITE_DELAY)
+        if self._timer is None:  # else the write already waiting takes this change too
+            try:
+                self._timer = asyncio.get_running_loop().call_later(WRITE_DELAY, self._save)
+            except RuntimeError:  # no event loop: at once
+                self._save()
 
     async def drop(self, uid: str) -> None:
         """Forget a claim; returns once the file no longer holds it."""
         if self._claims.pop(uid, None) is not None:
             self._holders = self._index()
-            await asyncio.wrap_future(self._save(0.0))
+            await asyncio.wrap_future(self._save())
 
     def flush(self) -> None:
         """Wait until the file holds every change so far."""
+        if self._timer is not None:
+            self._save()
         if self._written is not None:
             self._written.result()
 
-    def _save(self, delay: float) -> Future[None]:
-        # Written by one thread, snapshot after snapshot; a snapshot that a newer one follows is
-        # skipped (a burst of prepares is one write).
-        self._version += 1
-        self._written = self._writer.submit(self._write, self._version, dict(self._claims), delay)
+    def _save(self) -> Future[None]:
+        """Have the writer's thread write the claims as they are now (after the writes before)."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._written = self._writer.submit(self._write, dict(self._claims))
         return self._written
 
-    def _write(
-        self, version: int, claims: Mapping[str, tuple[api.PreparedDevice, ...]], delay: float
-    ) -> None:
-        time.sleep(delay)  # the reply goes out meanwhile, without this thread taking the GIL
-        if version != self._version:
-            return
+    def _write(self, claims: Mapping[str, tuple[api.PreparedDevice, ...]]) -> None:
         data = {uid: [_as_json(d) for d in devices] for uid, devices in sorted(claims.items())}
         try:
             # Not fsynced: after a power loss the kubelet prepares every claim again.
