@@ -40,6 +40,8 @@ log = logging.getLogger(__name__)
 RETRYABLE = frozenset({409, 429, 500, 502, 503, 504})
 #: The API server ends a watch after this long (seconds); it is taken up again from where it was.
 WATCH_TIMEOUT = 300
+#: ResourceClaims asked for per page when listing them.
+LIST_CHUNK = 500
 FIELD_MANAGER = "cdi-plugin"
 T = TypeVar("T")
 
@@ -179,8 +181,12 @@ class KubeApi:
         """Every ResourceClaim of every namespace, and the list's resourceVersion."""
 
         async def once() -> tuple[list[Mapping[str, Any]], str]:
-            found = self.client.list(ResourceClaim, namespace=ALL_NS)
-            items: list[Mapping[str, Any]] = [c.to_dict() async for c in found]
+            found = self.client.list(ResourceClaim, namespace=ALL_NS, chunk_size=LIST_CHUNK)
+            items: list[Mapping[str, Any]] = []
+            async for claim in found:
+                items.append(claim.to_dict())
+                if len(items) % 100 == 0:
+                    await asyncio.sleep(0)  # decoding a large cluster's claims: let the sockets be served
             return items, found.resourceVersion
 
         return await self._retry("listing ResourceClaims", once)

@@ -3,14 +3,15 @@ real one is.
 
 Serves nodes (get), ResourceClaims (get; list and watch in all namespaces) and ResourceSlices
 (list with field selectors, get, create, replace, delete) of ``resource.k8s.io/v1``. Like the
-real server it: streams watch events after the ``resourceVersion`` asked for, and answers one
-older than the oldest event it kept (``compact``) with an ERROR event 410 Expired; ends watches
-after ``timeoutSeconds`` (or all at once: ``break_watches``); refuses field
-selectors other than ``spec.nodeName``/``spec.driver``/``metadata.name``; answers a replace
-whose ``metadata.resourceVersion`` is missing or stale with 409 Conflict; refuses changes to
-immutable fields and every slice that breaks the validation rules (422 Invalid); answers
-Status objects. With ``drop_taints`` it drops device taints as a server with the gate off does;
-``fail`` queues errors (409/429/500...) for the next matching requests.
+real server it: lists claims page by page (``limit``, ``continue``); streams watch events after
+the ``resourceVersion`` asked for, answers a version older than it keeps (``compact``) with an
+ERROR event 410 Expired, and ends watches after ``timeoutSeconds`` (or all at once:
+``break_watches``); refuses field selectors other than ``spec.nodeName``/``spec.driver``/
+``metadata.name``; answers a replace whose ``metadata.resourceVersion`` is missing or stale with
+409 Conflict; refuses changes to immutable fields and every slice that breaks the validation
+rules (422 Invalid); answers Status objects. With ``drop_taints`` it drops device taints as a
+server with the gate off does; ``fail`` queues errors (409/429/500...) for the next matching
+requests.
 """
 
 from __future__ import annotations
@@ -82,6 +83,7 @@ class FakeApiServer:
         self.oldest = 0  # events before this resourceVersion are forgotten (410 Expired)
         self.watch_generation = 0  # bumped to end every open watch
         self.watches = 0  # watch requests served
+        self._pages: dict[str, tuple[str, int, list[dict[str, Any]]]] = {}  # continue token -> rest
         self.nodes: dict[str, dict[str, Any]] = {}
         self.claims: dict[tuple[str, str], dict[str, Any]] = {}
         self.slices: dict[str, dict[str, Any]] = {}
@@ -151,15 +153,34 @@ class FakeApiServer:
         if query.get("fieldSelector") or query.get("labelSelector"):
             raise ApiStatus(400, "selectors are not supported by this fake for resourceclaims")
         if query.get("watch", [""])[0] != "true":
-            items = sorted(self.claims.values(), key=lambda c: int(c["metadata"]["resourceVersion"]))
-            return 200, {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimList",
-                         "metadata": {"resourceVersion": str(next(self._rv))}, "items": items}  # fmt: skip
+            return 200, self._claim_page(query)
         since = query.get("resourceVersion", [""])[0]
         if not since.isdigit():  # a watch without a version starts with every claim; not used here
             raise ApiStatus(400, f"resourceVersion {since!r}: this fake watches from a given version only")
         timeout = float(query.get("timeoutSeconds", ["1800"])[0])
         self.watches += 1
         return 200, Watch(int(since), time.monotonic() + timeout, self.watch_generation)
+
+    def _claim_page(self, query: dict[str, list[str]]) -> dict[str, Any]:
+        """A page of the claims (``limit``), the next one named by ``continue``, as the real server."""
+        token = query.get("continue", [""])[0]
+        if token:
+            version, start, snapshot = self._pages.pop(token)
+        else:
+            version, start = str(next(self._rv)), 0
+            snapshot = sorted(self.claims.values(), key=lambda c: int(c["metadata"]["resourceVersion"]))
+        limit = int(query.get("limit", ["0"])[0]) or len(snapshot)
+        meta: dict[str, Any] = {"resourceVersion": version}
+        if start + limit < len(snapshot):
+            meta["continue"] = token = str(uuid.uuid4())
+            self._pages[token] = (version, start + limit, snapshot)
+        items = snapshot[start : start + limit]
+        return {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaimList",
+            "metadata": meta,
+            "items": items,
+        }
 
     def stream(self, watch: Watch) -> Iterator[dict[str, Any]]:
         """The events of ``watch`` as the server sends them, one line each, until it ends."""

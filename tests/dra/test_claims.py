@@ -13,7 +13,7 @@ import pytest_asyncio
 
 from cdi_plugin.dra import api
 from cdi_plugin.dra.claims import ClaimCache
-from cdi_plugin.dra.kube import Backoff, KubeApi
+from cdi_plugin.dra.kube import LIST_CHUNK, Backoff, KubeApi
 from cdi_plugin.dra.kubelet import DraService, KubeletPlugin, Paths, PreparedClaims
 from tests.dra.conftest import DRIVER, NODE
 from tests.dra.fakeapiserver import ALL_CLAIMS, CLAIMS, FakeApiServer, running
@@ -216,3 +216,19 @@ async def test_an_expired_watch_lists_again(server: FakeApiServer, cache: ClaimC
     await until(lambda: lists(server) == 2 and cache.synced, "the claims listed again")
     assert cached(cache, kept)()
     assert not cached(cache, gone)()
+
+
+async def test_a_large_cluster_is_listed_page_by_page(server: FakeApiServer, kube: KubeApi) -> None:
+    refs = [api.Claim(f"ns{i % 7}", f"c{i}", f"uid-{i}") for i in range(LIST_CHUNK * 2 + 1)]
+    for i, ref in enumerate(refs):
+        server.add_claim(claim_obj(ref, ("r", NODE if i % 2 else "node-b", "fuse-fuse0")))
+    cache = ClaimCache(DRIVER, NODE, kube)
+    task = asyncio.create_task(cache.run())
+    try:
+        await until(lambda: cache.synced, "the list")
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    assert lists(server) == 3  # three pages
+    assert [r.uid for r in refs if cached(cache, r)()] == [r.uid for i, r in enumerate(refs) if i % 2]
