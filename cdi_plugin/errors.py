@@ -23,6 +23,7 @@ CdiPluginError
  ├── ClaimReadError        (dra.kubelet) a ResourceClaim could not be read
  ├── SocketInUseError      (dra.kubelet) another process serves a socket the driver would bind
  ├── ApiServerError        (dra.kube) the API server refused a request, or kept failing
+ │    └── WatchExpired     (dra.kube) a watch's version is older than the API server keeps (410)
  ├── Uncertain             (scan.livespecs) internal: a device's update needs a rescan of its class
  ├── _Ended                (aio.run) internal: ends a run loop's task group
  ├── _Err                  (cdi.codec) internal: a decoding problem before the source is attached

@@ -2,7 +2,7 @@
 
 The kinds are chosen from the spec directories as ``cdi-plugin serve`` chooses them (its settings
 and the inventory's kind selection); the objects are built by :mod:`cdi_plugin.dra.objects`.
-Imports only click at start, so that ``cdi-plugin --help`` stays fast.
+Imports only click (and the driver's default name) at start, so that ``cdi-plugin --help`` stays fast.
 """
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ from typing import Any
 import click
 
 from cdi_plugin.cli.scanopts import fail
+from cdi_plugin.dra.names import DEFAULT_DRIVER
 
 PROGRAM = "cdi-plugin"
 PARTS = ("rbac", "classes", "examples")
-DEFAULT_DRIVER = "cdi-plugin.io"
 
 
 def _kinds(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> tuple[str, ...] | None:

@@ -11,7 +11,9 @@ device nodes, grace period), so both APIs always see the same devices. Its life 
    two directories are watched, and a socket removed (a kubelet restart that wiped them) is bound
    again, so the plugin watcher registers the driver anew;
 4. the node's ResourceSlices follow the inventory, and are published again whenever the kubelet
-   registers the driver (a starting kubelet deletes its node's slices) and every 30 s.
+   registers the driver (a starting kubelet deletes its node's slices) and every 30 s;
+5. the claims allocated on the node's pool are kept by a watch, so NodePrepareResources reads
+   from the API server only the claims the watch has not brought (yet).
 
 A stop removes both sockets and leaves the slices: the kubelet deletes them once no driver
 instance is connected.
@@ -27,6 +29,7 @@ from pathlib import Path
 
 from cdi_plugin.aio.dirwatch import DirWatch
 from cdi_plugin.aio.run import run_until
+from cdi_plugin.dra.claims import ClaimCache
 from cdi_plugin.dra.inventory import Inventory
 from cdi_plugin.dra.kube import ApiServerError, KubeApi
 from cdi_plugin.dra.kubelet import DraService, KubeletPlugin, Paths, PreparedClaims, SocketInUseError
@@ -106,7 +109,9 @@ class DraDriver:
             o.driver, o.node, o.paths.dra_socket, o.paths.registration_socket,
         )  # fmt: skip
         await self._confirm_node()
-        service = DraService(o.driver, o.node, self.inventory, self.kube, PreparedClaims(o.paths.state_file))
+        cache = ClaimCache(o.driver, o.node, self.kube)
+        prepared = PreparedClaims(o.paths.state_file)
+        service = DraService(o.driver, o.node, self.inventory, self.kube, prepared, cache=cache)
         plugin = KubeletPlugin(o.paths, service, on_registered=self.publisher.wake)
         await self.inventory.settled()  # the first reading of the spec directories, not an empty pool
         sockets = {o.paths.dra_socket, o.paths.registration_socket}
@@ -118,7 +123,9 @@ class DraDriver:
             ) as watch,
             plugin,
         ):
-            await run_until(asyncio.Event(), self.publisher.run(self.inventory), _keep_bound(plugin, watch))
+            await run_until(
+                asyncio.Event(), self.publisher.run(self.inventory), _keep_bound(plugin, watch), cache.run()
+            )
 
     async def _confirm_node(self) -> None:
         """Return once the API server knows the node; DraConfigError when it says there is none."""

@@ -9,6 +9,8 @@ Every slice this module lists, replaces or deletes is one whose ``spec.nodeName`
 selectors) and checks again what comes back. Updates carry the stored ``resourceVersion``
 (optimistic concurrency). Conflicts (409), throttling (429), server errors (5xx) and transport
 errors are retried with exponential backoff; a conflict re-reads the slices and plans again.
+ResourceClaims are read one at a time, or listed and watched in every namespace (the driver
+keeps those allocated on its node: :mod:`cdi_plugin.dra.claims`).
 """
 
 from __future__ import annotations
@@ -17,14 +19,14 @@ import asyncio
 import dataclasses
 import logging
 import random
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
 import httpx2
 import yaml
-from lightkube import ApiError, AsyncClient, ConfigError, KubeConfig
+from lightkube import ALL_NS, ApiError, AsyncClient, ConfigError, KubeConfig
 from lightkube.resources.core_v1 import Node
 from lightkube.resources.resource_v1 import ResourceClaim, ResourceSlice
 
@@ -36,12 +38,20 @@ from cdi_plugin.errors import CdiPluginError
 log = logging.getLogger(__name__)
 
 RETRYABLE = frozenset({409, 429, 500, 502, 503, 504})
+#: The API server ends a watch after this long (seconds); it is taken up again from where it was.
+WATCH_TIMEOUT = 300
+#: ResourceClaims asked for per page when listing them.
+LIST_CHUNK = 500
 FIELD_MANAGER = "cdi-plugin"
 T = TypeVar("T")
 
 
 class ApiServerError(CdiPluginError):
     """The API server refused a request for good, or kept failing after every retry."""
+
+
+class WatchExpired(ApiServerError):
+    """A watch's resourceVersion is older than the API server keeps (410): list again."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,6 +176,35 @@ class KubeApi:
             return await self._retry(f"reading ResourceClaim {namespace}/{name}", get)
         except ApiServerError as exc:
             raise ClaimReadError(str(exc)) from exc
+
+    async def list_claims(self) -> tuple[list[Mapping[str, Any]], str]:
+        """Every ResourceClaim of every namespace, and the list's resourceVersion."""
+
+        async def once() -> tuple[list[Mapping[str, Any]], str]:
+            found = self.client.list(ResourceClaim, namespace=ALL_NS, chunk_size=LIST_CHUNK)
+            items: list[Mapping[str, Any]] = []
+            async for claim in found:
+                items.append(claim.to_dict())
+                if len(items) % 100 == 0:
+                    await asyncio.sleep(0)  # decoding a large cluster's claims: let the sockets be served
+            return items, found.resourceVersion
+
+        return await self._retry("listing ResourceClaims", once)
+
+    async def watch_claims(self, since: str) -> AsyncIterator[tuple[str, Mapping[str, Any]]]:
+        """ResourceClaim events after ``since``, until the watch fails (WatchExpired on 410)."""
+        watch = self.client.watch(
+            ResourceClaim, namespace=ALL_NS, resource_version=since, server_timeout=WATCH_TIMEOUT
+        )
+        try:
+            async for kind, claim in watch:
+                yield kind, claim.to_dict()
+        except httpx2.HTTPError as exc:  # an ApiError, the watch's own answer, or the transport
+            code = _code(exc)
+            if code is None and isinstance(exc, httpx2.HTTPStatusError):
+                code = exc.response.status_code
+            what = f"watching ResourceClaims (listed at version {since}): {_describe(exc)}"
+            raise (WatchExpired if code == 410 else ApiServerError)(what) from exc
 
     def _ours(self, obj: Obj) -> bool:
         spec = obj.get("spec") or {}

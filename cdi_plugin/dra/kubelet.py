@@ -8,10 +8,15 @@ Sockets (absolute paths, the same inside and outside the container):
 The DRA socket starts first, so the kubelet never registers an endpoint that does not answer;
 on stop the registration socket goes first. A stale socket is removed before listening.
 
-Prepare reads every claim through a :class:`ClaimReader` (outside the lock), then, one call at
-a time, answers each claim with its devices' CDI names or a one-line error. Prepared claims are
-kept in ``<plugins>/<driver>/prepared.json``, so a repeated call (the kubelet's, after either
-side restarted) gets the same answer, and Unprepare, which only names the claim, releases it.
+Prepare takes every claim from a :class:`ClaimLookup` (the claims a watch keeps), else reads it
+through a :class:`ClaimReader` (outside the lock), then, one call at a time, answers each claim
+with its devices' CDI names or a one-line error. Prepared claims are kept in
+``<plugins>/<driver>/prepared.json``: a device prepared for one claim is refused to another
+until Unprepare, which only names the claim, releases it, also after the driver restarted (the
+kubelet does not prepare its claims again then). A prepare's write of the file happens after
+the reply (a few ms later, by a thread writing the snapshots in order): losing it to a crash only
+loses that check for the claim, while an unprepare's write is done before the reply (a lost one
+would refuse the device later). The answer itself needs no state: it follows from the claim.
 """
 
 from __future__ import annotations
@@ -20,7 +25,8 @@ import asyncio
 import json
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -37,6 +43,10 @@ from cdi_plugin.store.atomic import write_atomic
 log = logging.getLogger(__name__)
 
 
+#: How long after a prepare the state file is written (after the reply; a burst is one write).
+WRITE_DELAY = 0.005
+
+
 class ClaimReadError(CdiPluginError):
     """A ResourceClaim could not be read (the API server is down, refused, or kept failing)."""
 
@@ -44,6 +54,12 @@ class ClaimReadError(CdiPluginError):
 class ClaimReader(Protocol):
     async def read_claim(self, namespace: str, name: str) -> Mapping[str, Any] | None:
         """The claim object, or ``None`` when it does not exist; ClaimReadError when unknown."""
+        ...
+
+
+class ClaimLookup(Protocol):
+    def get(self, namespace: str, name: str, uid: str) -> Mapping[str, Any] | None:
+        """The claim with this UID when it is known to be allocated here now, else None."""
         ...
 
 
@@ -79,6 +95,9 @@ class PreparedClaims:
     def __init__(self, path: Path) -> None:
         self.path = path
         self._claims: dict[str, tuple[api.PreparedDevice, ...]] = {}
+        self._writer = ThreadPoolExecutor(1, thread_name_prefix="prepared-claims")
+        self._written: Future[None] | None = None
+        self._timer: asyncio.TimerHandle | None = None
         try:
             raw = json.loads(path.read_bytes())
             self._claims = {
@@ -100,12 +119,12 @@ class PreparedClaims:
             log.warning(
                 "%s: unreadable (%s: %s); starting with no prepared claims", path, type(exc).__name__, exc
             )
+        self._holders = self._index()
 
     def get(self, uid: str) -> tuple[api.PreparedDevice, ...] | None:
         return self._claims.get(uid)
 
-    def in_use(self) -> dict[tuple[str, str], str]:
-        """(pool, device) to the claim UID it is prepared for, without admin access."""
+    def _index(self) -> dict[tuple[str, str], str]:
         return {
             (d.pool_name, d.device_name): uid
             for uid, devices in self._claims.items()
@@ -113,31 +132,79 @@ class PreparedClaims:
             if not d.admin_access
         }
 
+    def in_use(self) -> Mapping[tuple[str, str], str]:
+        """(pool, device) to the claim UID it is prepared for, without admin access."""
+        return self._holders
+
     def put(self, uid: str, devices: tuple[api.PreparedDevice, ...]) -> None:
+        """Keep a prepared claim; written to the file soon after (:meth:`flush` waits for it)."""
         self._claims[uid] = devices
-        self._save()
+        self._holders.update({(d.pool_name, d.device_name): uid for d in devices if not d.admin_access})
+        if self._timer is None:  # else the write already waiting takes this change too
+            try:
+                self._timer = asyncio.get_running_loop().call_later(WRITE_DELAY, self._save)
+            except RuntimeError:  # no event loop: at once
+                self._save()
 
-    def drop(self, uid: str) -> None:
+    async def drop(self, uid: str) -> None:
+        """Forget a claim; returns once the file no longer holds it."""
         if self._claims.pop(uid, None) is not None:
-            self._save()
+            self._holders = self._index()
+            await asyncio.wrap_future(self._save())
 
-    def _save(self) -> None:
-        data = {uid: [asdict(d) for d in devices] for uid, devices in sorted(self._claims.items())}
-        # Not fsynced: after a power loss the kubelet prepares every claim again from the API server.
-        write_atomic(self.path, json.dumps(data, indent=1).encode(), mode=0o600, durable=False)
+    def flush(self) -> None:
+        """Wait until the file holds every change so far."""
+        if self._timer is not None:
+            self._save()
+        if self._written is not None:
+            self._written.result()
+
+    def _save(self) -> Future[None]:
+        """Have the writer's thread write the claims as they are now (after the writes before)."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._written = self._writer.submit(self._write, dict(self._claims))
+        return self._written
+
+    def _write(self, claims: Mapping[str, tuple[api.PreparedDevice, ...]]) -> None:
+        data = {uid: [_as_json(d) for d in devices] for uid, devices in sorted(claims.items())}
+        try:
+            # Not fsynced: after a power loss the kubelet prepares every claim again.
+            write_atomic(self.path, json.dumps(data, indent=1).encode(), mode=0o600, durable=False)
+        except OSError as exc:
+            log.error("%s: cannot write the prepared claims: %s", self.path, exc)
+
+
+def _as_json(d: api.PreparedDevice) -> dict[str, Any]:
+    return {
+        "request_names": list(d.request_names),
+        "pool_name": d.pool_name,
+        "device_name": d.device_name,
+        "cdi_device_ids": list(d.cdi_device_ids),
+        "admin_access": d.admin_access,
+    }
 
 
 class DraService:
     """NodePrepareResources / NodeUnprepareResources for both API versions."""
 
     def __init__(
-        self, driver: str, pool: str, inventory: Inventory, claims: ClaimReader, prepared: PreparedClaims
+        self,
+        driver: str,
+        pool: str,
+        inventory: Inventory,
+        claims: ClaimReader,
+        prepared: PreparedClaims,
+        *,
+        cache: ClaimLookup | None = None,
     ) -> None:
         self.driver = driver
         self.pool = pool
         self.inventory = inventory
         self.claims = claims
         self.prepared = prepared
+        self.cache = cache
         self._lock = asyncio.Lock()
         self._served: tuple[Mapping[str, ServedDevice], Mapping[str, ServedDevice]] | None = None
 
@@ -148,21 +215,32 @@ class DraService:
             self._served = (devices, by_device_name(devices))
         return self._served[1]
 
+    def _known(self, ref: api.Claim) -> Mapping[str, Any] | None:
+        if self.cache is None:
+            return None
+        return self.cache.get(ref.namespace, ref.name, ref.uid)
+
     async def _read(self, ref: api.Claim) -> Mapping[str, Any] | ClaimReadError | None:
-        if self.prepared.get(ref.uid) is not None:
-            return None  # answered from the prepared state, not read again
         try:
             return await self.claims.read_claim(ref.namespace, ref.name)
         except ClaimReadError as exc:
             return exc
 
     async def prepare(self, refs: list[api.Claim]) -> dict[str, Result]:
-        objects = await asyncio.gather(*(self._read(ref) for ref in refs))
+        # Not read again when prepared already; read from the API server only when the watch lacks it.
+        found: dict[str, Mapping[str, Any] | ClaimReadError | None] = {
+            ref.uid: self._known(ref) for ref in refs if self.prepared.get(ref.uid) is None
+        }
+        unknown = [ref for ref in refs if ref.uid in found and found[ref.uid] is None]
+        if unknown:
+            read = await asyncio.gather(*(self._read(ref) for ref in unknown))
+            found.update((ref.uid, obj) for ref, obj in zip(unknown, read, strict=True))
         await self.inventory.settled()
         out: dict[str, Result] = {}
         async with self._lock:
             served = self._by_name()
-            for ref, obj in zip(refs, objects, strict=True):
+            for ref in refs:
+                obj = found.get(ref.uid)
                 done = self.prepared.get(ref.uid)
                 if done is not None:
                     out[ref.uid] = done
@@ -182,14 +260,14 @@ class DraService:
                         log.warning("prepare failed: %s", result)
                     else:
                         self.prepared.put(ref.uid, result)
-                        log.info("prepared claim %s/%s (%s)", ref.namespace, ref.name, ref.uid)
+                        log.debug("prepared claim %s/%s (%s)", ref.namespace, ref.name, ref.uid)
                     out[ref.uid] = result
         return out
 
     async def unprepare(self, refs: list[api.Claim]) -> dict[str, str]:
         async with self._lock:
             for ref in refs:
-                self.prepared.drop(ref.uid)
+                await self.prepared.drop(ref.uid)
         return {ref.uid: "" for ref in refs}
 
     async def NodePrepareResources(self, request: Any, context: Any) -> Any:
@@ -297,6 +375,7 @@ class KubeletPlugin:
             await server.stop(grace)
             if bound is not None and _identity(path) == bound:
                 path.unlink(missing_ok=True)
+        self.service.prepared.flush()
 
     async def recover(self) -> bool:
         """Start again when a socket is gone or replaced, or a start failed; True when it did."""

@@ -101,7 +101,11 @@ def rbac(driver: str, namespace: str, service_account: str) -> list[Obj]:
                     "resources": ["resourceslices"],
                     "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"],
                 },
-                {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims"], "verbs": ["get"]},
+                {
+                    "apiGroups": ["resource.k8s.io"],
+                    "resources": ["resourceclaims"],
+                    "verbs": ["get", "list", "watch"],
+                },
                 {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]},
             ],
         },

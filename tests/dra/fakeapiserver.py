@@ -1,13 +1,17 @@
 """A fake Kubernetes API server at the HTTP boundary: real HTTP on 127.0.0.1, strict where the
 real one is.
 
-Serves nodes (get), ResourceClaims (get) and ResourceSlices (list with field selectors, get,
-create, replace, delete) of ``resource.k8s.io/v1``. Like the real server it: refuses field
-selectors other than ``spec.nodeName``/``spec.driver``/``metadata.name``; answers a replace
-whose ``metadata.resourceVersion`` is missing or stale with 409 Conflict; refuses changes to
-immutable fields and every slice that breaks the validation rules (422 Invalid); answers
-Status objects. With ``drop_taints`` it drops device taints as a server with the gate off does;
-``fail`` queues errors (409/429/500...) for the next matching requests.
+Serves nodes (get), ResourceClaims (get; list and watch in all namespaces) and ResourceSlices
+(list with field selectors, get, create, replace, delete) of ``resource.k8s.io/v1``. Like the
+real server it: lists claims page by page (``limit``, ``continue``); streams watch events after
+the ``resourceVersion`` asked for, answers a version older than it keeps (``compact``) with an
+ERROR event 410 Expired, and ends watches after ``timeoutSeconds`` (or all at once:
+``break_watches``); refuses field selectors other than ``spec.nodeName``/``spec.driver``/
+``metadata.name``; answers a replace whose ``metadata.resourceVersion`` is missing or stale with
+409 Conflict; refuses changes to immutable fields and every slice that breaks the validation
+rules (422 Invalid); answers Status objects. With ``drop_taints`` it drops device taints as a
+server with the gate off does; ``fail`` queues errors (409/429/500...) for the next matching
+requests.
 """
 
 from __future__ import annotations
@@ -16,9 +20,11 @@ import itertools
 import json
 import socket
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -27,6 +33,7 @@ from tests.dra.rules import slice_problems
 
 SLICES = "/apis/resource.k8s.io/v1/resourceslices"
 CLAIMS = "/apis/resource.k8s.io/v1/namespaces/"
+ALL_CLAIMS = "/apis/resource.k8s.io/v1/resourceclaims"
 NODES = "/api/v1/nodes/"
 SELECTABLE = {"spec.nodeName", "spec.driver", "metadata.name"}
 IMMUTABLE = (("driver",), ("nodeName",), ("pool", "name"))
@@ -53,6 +60,15 @@ class ApiStatus(Exception):
                 "message": self.message, "reason": self.reason, "code": self.code}  # fmt: skip
 
 
+@dataclass
+class Watch:
+    """A watch request: the events after ``since``, streamed until ``deadline`` or a break."""
+
+    since: int
+    deadline: float
+    generation: int
+
+
 def _field(obj: dict[str, Any], dotted: str) -> Any:
     for part in dotted.split("."):
         obj = (obj or {}).get(part)  # type: ignore[assignment]
@@ -62,6 +78,12 @@ def _field(obj: dict[str, Any], dotted: str) -> Any:
 class FakeApiServer:
     def __init__(self) -> None:
         self.lock = threading.Lock()
+        self.changed = threading.Condition(self.lock)
+        self.claim_events: list[tuple[int, str, dict[str, Any]]] = []  # (resourceVersion, type, claim)
+        self.oldest = 0  # events before this resourceVersion are forgotten (410 Expired)
+        self.watch_generation = 0  # bumped to end every open watch
+        self.watches = 0  # watch requests served
+        self._pages: dict[str, tuple[str, int, list[dict[str, Any]]]] = {}  # continue token -> rest
         self.nodes: dict[str, dict[str, Any]] = {}
         self.claims: dict[tuple[str, str], dict[str, Any]] = {}
         self.slices: dict[str, dict[str, Any]] = {}
@@ -79,8 +101,34 @@ class FakeApiServer:
         return uid
 
     def add_claim(self, obj: dict[str, Any]) -> None:
+        """Create or replace a claim (an ADDED or MODIFIED event)."""
         meta = obj["metadata"]
-        self.claims[meta["namespace"], meta["name"]] = {**obj, "metadata": {**meta, "resourceVersion": "1"}}
+        key = meta["namespace"], meta["name"]
+        with self.lock:
+            rv = next(self._rv)
+            stored = {**obj, "metadata": {**meta, "resourceVersion": str(rv)}}
+            self._claim_event(rv, "MODIFIED" if key in self.claims else "ADDED", stored)
+            self.claims[key] = stored
+
+    def delete_claim(self, namespace: str, name: str) -> None:
+        with self.lock:
+            stored = self.claims.pop((namespace, name))
+            rv = next(self._rv)
+            self._claim_event(
+                rv, "DELETED", {**stored, "metadata": {**stored["metadata"], "resourceVersion": str(rv)}}
+            )
+
+    def compact(self) -> None:
+        """Forget every event so far: a watch from any version before now gets 410 Expired."""
+        with self.lock:
+            self.oldest = next(self._rv)
+            self.claim_events.clear()
+
+    def break_watches(self) -> None:
+        """End every open watch stream (a dropped connection, an API server restart)."""
+        with self.lock:
+            self.watch_generation += 1
+            self.changed.notify_all()
 
     def fail(self, method: str, prefix: str, *codes: int) -> None:
         with self.lock:
@@ -97,6 +145,64 @@ class FakeApiServer:
             return self._store(json.loads(json.dumps(obj)))
 
     # -- server -----------------------------------------------------------------------------
+    def _claim_event(self, rv: int, kind: str, obj: dict[str, Any]) -> None:
+        self.claim_events.append((rv, kind, json.loads(json.dumps(obj))))
+        self.changed.notify_all()
+
+    def _claims_list_or_watch(self, query: dict[str, list[str]]) -> tuple[int, Any]:
+        if query.get("fieldSelector") or query.get("labelSelector"):
+            raise ApiStatus(400, "selectors are not supported by this fake for resourceclaims")
+        if query.get("watch", [""])[0] != "true":
+            return 200, self._claim_page(query)
+        since = query.get("resourceVersion", [""])[0]
+        if not since.isdigit():  # a watch without a version starts with every claim; not used here
+            raise ApiStatus(400, f"resourceVersion {since!r}: this fake watches from a given version only")
+        timeout = float(query.get("timeoutSeconds", ["1800"])[0])
+        self.watches += 1
+        return 200, Watch(int(since), time.monotonic() + timeout, self.watch_generation)
+
+    def _claim_page(self, query: dict[str, list[str]]) -> dict[str, Any]:
+        """A page of the claims (``limit``), the next one named by ``continue``, as the real server."""
+        token = query.get("continue", [""])[0]
+        if token:
+            version, start, snapshot = self._pages.pop(token)
+        else:
+            version, start = str(next(self._rv)), 0
+            snapshot = sorted(self.claims.values(), key=lambda c: int(c["metadata"]["resourceVersion"]))
+        limit = int(query.get("limit", ["0"])[0]) or len(snapshot)
+        meta: dict[str, Any] = {"resourceVersion": version}
+        if start + limit < len(snapshot):
+            meta["continue"] = token = str(uuid.uuid4())
+            self._pages[token] = (version, start + limit, snapshot)
+        items = snapshot[start : start + limit]
+        return {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaimList",
+            "metadata": meta,
+            "items": items,
+        }
+
+    def stream(self, watch: Watch) -> Iterator[dict[str, Any]]:
+        """The events of ``watch`` as the server sends them, one line each, until it ends."""
+        if watch.since < self.oldest:
+            expired = ApiStatus(410, f"too old resource version: {watch.since} ({self.oldest})", "Expired")
+            yield {"type": "ERROR", "object": expired.body()}
+            return
+        sent = watch.since
+        while True:
+            with self.lock:
+                while True:
+                    pending = [e for e in self.claim_events if e[0] > sent]
+                    now = time.monotonic()
+                    if pending or watch.generation != self.watch_generation or now >= watch.deadline:
+                        break
+                    self.changed.wait(watch.deadline - now)
+                if not pending:
+                    return
+            for rv, kind, obj in pending:
+                sent = rv
+                yield {"type": kind, "object": obj}
+
     def _store(self, obj: dict[str, Any]) -> dict[str, Any]:
         for device in obj["spec"].get("devices") or []:
             if self.drop_taints:
@@ -130,6 +236,8 @@ class FakeApiServer:
                 if node is None:
                     raise ApiStatus(404, f'nodes "{path[len(NODES) :]}" not found')
                 return 200, node
+            if path == ALL_CLAIMS and method == "GET":
+                return self._claims_list_or_watch(query)
             if path.startswith(CLAIMS) and "/resourceclaims/" in path and method == "GET":
                 ns, _, name = path[len(CLAIMS) :].partition("/resourceclaims/")
                 claim = self.claims.get((ns, name))
@@ -209,12 +317,30 @@ def _handler(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                 code, answer = api.handle(self.command, self.path, body)
             except ApiStatus as status:
                 code, answer = status.code, status.body()
+            if isinstance(answer, Watch):
+                self._stream(answer)
+                return
             data = json.dumps(answer).encode()
             self.send_response(code)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
             self.wfile.write(data)
+
+        def _stream(self, watch: Watch) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            try:
+                for event in api.stream(watch):
+                    line = json.dumps(event).encode() + b"\n"
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(line), line))
+                    self.wfile.flush()
+                self.wfile.write(b"0\r\n\r\n")
+            except OSError:  # the client went away
+                pass
+            self.close_connection = True
 
         do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = _serve
 
@@ -234,6 +360,7 @@ def running(api: FakeApiServer, port: int = 0) -> Iterator[FakeApiServer]:
     try:
         yield api
     finally:
+        api.break_watches()
         server.shutdown()
         server.server_close()
         thread.join()

@@ -294,7 +294,7 @@ async def test_a_socket_another_instance_serves_is_not_replaced(
 
 
 async def test_a_device_prepared_for_one_claim_is_refused_to_another_unless_admin_access(
-    kubelet: FakeKubelet, claims: Claims, paths: Paths
+    kubelet: FakeKubelet, claims: Claims, paths: Paths, plugin: KubeletPlugin
 ) -> None:
     first, second, admin = (api.Claim("ns", n, f"uid-{n}") for n in ("first", "second", "admin"))
     claims.add(claim_obj(first, ("r", NODE, "gpu-card0")))
@@ -311,6 +311,7 @@ async def test_a_device_prepared_for_one_claim_is_refused_to_another_unless_admi
         "gpu-card1",
         "gpu-card0",
     ]
+    plugin.service.prepared.flush()  # a prepare's write goes beside its reply
     state = json.loads(paths.state_file.read_text())
     assert [d["admin_access"] for d in state["uid-admin"]] == [True]
 
@@ -326,4 +327,5 @@ async def test_an_unreadable_state_file_is_reported_and_replaced(
     assert f"{path}: unreadable (" in caplog.text
     assert state.get("uid-1") is None
     state.put("uid-2", ())
+    state.flush()
     assert json.loads(path.read_text()) == {"uid-2": []}

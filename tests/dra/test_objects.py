@@ -107,7 +107,7 @@ def test_rbac() -> None:
             "patch",
             "delete",
         },
-        ("resource.k8s.io", "resourceclaims"): {"get"},  # claims read-only
+        ("resource.k8s.io", "resourceclaims"): {"get", "list", "watch"},  # claims read-only
         ("", "nodes"): {"get"},
     }
     binding = next(o for o in objs if o["kind"] == "ClusterRoleBinding")

@@ -46,9 +46,11 @@ def test_dra_registers_prepares_and_removes_its_sockets_on_exit(dra_node: DraNod
             await serve.logged(f"registered with the kubelet as DRA driver {DRIVER}")
             assert await serve.wait_for(lambda: published(dra_node), "slices") == {"fuse-fuse": FUSE}
 
+            await serve.wait_for(lambda: dra_node.api.watches, "the claims' watch")
             prepared = await kubelet.prepare(CLAIM)
             expected = (api.PreparedDevice(("fuse",), NODE, "fuse-fuse", (f"{FUSE}=fuse",)),)
             assert prepared == {CLAIM.uid: expected}
+            assert not [p for m, p in dra_node.api.requests if "/resourceclaims/" in p]  # from the watch
             assert await kubelet.prepare(CLAIM) == {CLAIM.uid: expected}  # the same answer again
             other = api.Claim("default", "gone", "uid-2")
             [error] = (await kubelet.prepare(other)).values()
