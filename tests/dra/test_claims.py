@@ -177,6 +177,7 @@ async def test_a_watch_ended_by_the_server_is_taken_up_where_it_was(
     first, second = api.Claim("ns", "a", "uid-a"), api.Claim("ns", "b", "uid-b")
     server.add_claim(claim_obj(first, ("r", NODE, "fuse-fuse0")))
     await until(cached(cache, first), "the first claim")
+    await until(lambda: server.watches == 1, "the watch after the list")  # else nothing to break
     server.break_watches()
     server.add_claim(claim_obj(second, ("r", NODE, "fuse-fuse1")))
     await until(cached(cache, second), "the claim added while the watch was ending")
@@ -191,6 +192,7 @@ async def test_a_broken_watch_falls_back_to_gets_then_lists_again(
     first, second = api.Claim("ns", "a", "uid-a"), api.Claim("ns", "b", "uid-b")
     server.add_claim(claim_obj(first, ("r", NODE, "fuse-fuse0")))
     await until(cached(cache, first), "the first claim")
+    await until(lambda: server.watches == 1, "the watch after the list")
     server.fail("GET", ALL_CLAIMS, *[503] * 1000)  # the watch's reconnection, then every list, fail
     server.break_watches()
     await until(lambda: not cache.synced, "the broken watch noticed")
