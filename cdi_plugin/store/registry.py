@@ -243,11 +243,14 @@ class SpecRegistry:
     def _forget(self, old: SpecFile) -> list[str]:
         if old.spec is None:
             return []
-        kind = parse_kind(old.spec.kind)
-        names = [f"{kind}={dev.name}" for dev in old.spec.devices]
+        prefix = f"{parse_kind(old.spec.kind)}="
+        names = [prefix + dev.name for dev in old.spec.devices]
         for name in set(names):
             defs = self._defs[name]
-            defs[:] = [d for d in defs if d.path != old.path or d.priority != old.priority]
+            if len(defs) == 1 and defs[0].path is old.path:  # the usual case: its only definition
+                defs.clear()
+            else:
+                defs[:] = [d for d in defs if d.priority != old.priority or d.path != old.path]
         return names
 
     def _define(self, loaded: SpecFile) -> list[str]:
@@ -261,11 +264,16 @@ class SpecRegistry:
         kinds: set[str] = set()
         for name in names:
             defs = self._defs.get(name) or []
-            before = self._devices.pop(name, None)
+            kind = name.partition("=")[0]
+            if self._devices.pop(name, None) is not None:
+                kinds.add(kind)
+                self._kinds[kind].discard(name)
             self._conflicts.pop(name, None)
-            if before is not None:
-                kinds.add(str(before.kind))
-                self._kinds[str(before.kind)].discard(name)
+            if len(defs) == 1:  # the usual case: one definition
+                self._devices[name] = defs[0]
+                kinds.add(kind)
+                self._kinds.setdefault(kind, set()).add(name)
+                continue
             if not defs:
                 self._defs.pop(name, None)
                 continue
@@ -279,9 +287,7 @@ class SpecRegistry:
                     for p, ds in sorted(clashes.items())
                 )
                 continue
-            winner = by_priority[max(by_priority)][0]
-            self._devices[name] = winner
-            kind = str(winner.kind)
+            self._devices[name] = by_priority[max(by_priority)][0]
             kinds.add(kind)
             self._kinds.setdefault(kind, set()).add(name)
         for kind in kinds:
@@ -302,8 +308,9 @@ def _entries(f: SpecFile) -> list[ResolvedDevice]:
     if f.spec is None:
         return []
     kind = parse_kind(f.spec.kind)
+    prefix = f"{kind}="
     return [
-        ResolvedDevice(f"{kind}={dev.name}", kind, dev, f.spec, f.path, f.priority) for dev in f.spec.devices
+        ResolvedDevice(prefix + dev.name, kind, dev, f.spec, f.path, f.priority) for dev in f.spec.devices
     ]
 
 
