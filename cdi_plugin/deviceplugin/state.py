@@ -21,7 +21,7 @@ from cdi_plugin.cdi.names import natural_key
 from cdi_plugin.deviceplugin.advertised import AdvertisedKind, Change, DeviceStatus
 from cdi_plugin.deviceplugin.resources import Note, kind_note
 from cdi_plugin.deviceplugin.settings import Settings
-from cdi_plugin.inventory import NumaLocator, Reading, SpecInventory, SpecSource
+from cdi_plugin.inventory import NumaLocator, SpecInventory, SpecSource
 from cdi_plugin.metrics import PluginMetrics
 from cdi_plugin.store.registry import Snapshot
 from cdi_plugin.wording import plural
@@ -94,7 +94,7 @@ class DeviceState:
         self._kinds: dict[str, AdvertisedKind] = {}
         self._health: dict[str, list[bool]] = {}  # resource -> the health of each of its IDs
         self._logged_notes: set[str] = set()
-        self._counted: Reading | None = None
+        self._counted = -1  # the source's generation whose problems the metrics show
         self.inventory.follow(self._show)
 
     # -- reading ----------------------------------------------------------------------------------
@@ -155,8 +155,8 @@ class DeviceState:
 
     def _count_problems(self) -> None:
         reading = self.inventory.reading
-        if reading is not self._counted and reading is not None:
-            self._counted = reading
+        if self.source.generation != self._counted and reading is not None:
+            self._counted = self.source.generation  # not the reading: it would keep the last one alive
             self.metrics.spec_problems(len(reading.snapshot.broken), len(reading.snapshot.conflicts))
 
     def _show(self) -> None:

@@ -323,9 +323,11 @@ class SpecInventory:
                     nodes = cached[1]
                 else:
                     nodes = host_nodes(entry.spec, entry.device)
-                known[name] = (entry, nodes)
                 if cached is None or cached[1] != nodes:
                     changes[name] = nodes
+                else:
+                    nodes = cached[1]  # one copy of equal nodes
+                known[name] = (entry, nodes)
         for kind in before.keys() - now.keys():
             for name in before[kind]:
                 del known[name]

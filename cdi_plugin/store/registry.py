@@ -190,6 +190,7 @@ class SpecRegistry:
         ``given`` (priority, name) is taken as that spec, unread, when its stat changed: its
         writer has just written it (None: removed)."""
         changed: list[tuple[int, str, Stat | None]] = []
+        given = given or {}
         for priority, batch in enumerate(names):
             files = self._files[priority]
             for name in batch:
@@ -200,7 +201,11 @@ class SpecRegistry:
                         changed.append((priority, name, None))
                 elif cached is None or cached[0] != stat:
                     changed.append((priority, name, stat))
-        return self._apply(changed, given or {})
+                elif (spec := given.get((priority, name))) is not None and spec is not cached[1].spec:
+                    # read back before its writer handed it over: keep the writer's objects, which
+                    # it goes on sharing with the specs it hands over next
+                    changed.append((priority, name, stat))
+        return self._apply(changed, given)
 
     def _apply(
         self, changed: list[tuple[int, str, Stat | None]], given: Mapping[tuple[int, str], Spec | None]

@@ -152,3 +152,29 @@ def test_a_node_event_rechecks_the_devices_at_that_node(
 
     state.inventory.recheck_health()  # the watch could not say which: everything again
     assert work.counts()[1] == SERVED
+
+
+def test_a_spec_read_back_before_its_hand_over_takes_the_writers_objects(
+    served: Served, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The watch's reading may come first; the hand-over then swaps in the writer's objects
+    (which its next hand-overs share) without evaluating any device again."""
+    layout, state, full = served
+    spec = dataclasses.replace(full, devices=full.devices[:SERVED])
+    path = write_spec(layout.etc, spec)
+    state.inventory.note(layout.etc, path.name)
+    run(state.refresh())  # read back: entries parsed from the file
+    resolved = state.inventory.reading
+    assert resolved is not None
+    assert resolved.snapshot.devices[f"{KIND}=d1"].device is not spec.devices[1]
+    work = Work(monkeypatch)
+
+    async def hand_over_as_read() -> None:
+        state.inventory.accept({path: spec})  # the file as it was read
+        await state.settled()
+
+    run(hand_over_as_read())
+    reading = state.inventory.reading
+    assert reading is not None
+    assert reading.snapshot.devices[f"{KIND}=d1"].device is spec.devices[1]
+    assert work.counts()[1:] == (0, 0, 0)
