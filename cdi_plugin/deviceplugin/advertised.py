@@ -54,9 +54,7 @@ class AdvertisedKind:
         self.replicas = replicas
         #: Device ID -> status, in the order advertised (device names in natural order, then replicas).
         self.devices: Mapping[str, DeviceStatus] = MappingProxyType({})
-        self._order: list[
-            tuple[tuple[tuple[int, int, str], ...], str]
-        ] = []  # (natural key, CDI name), sorted
+        self._order: list[str] = []  # the advertised devices' CDI names, sorted by :func:`_key`
         self._statuses: dict[str, tuple[DeviceStatus, ...]] = {}  # CDI name -> its IDs' statuses
         self._holders: dict[str, str] = {}  # device ID -> CDI name
 
@@ -93,15 +91,14 @@ class AdvertisedKind:
             self.devices = MappingProxyType(updated)
         else:
             statuses = self._statuses
-            self.devices = MappingProxyType({s.id: s for _, n in self._order for s in statuses[n]})
+            self.devices = MappingProxyType({s.id: s for n in self._order for s in statuses[n]})
         return changes, notes
 
     def _drop(self, name: str, held: tuple[DeviceStatus, ...]) -> None:
         del self._statuses[name]
         for status in held:
             del self._holders[status.id]
-        key = (natural_key(held[0].device.name), name)
-        del self._order[bisect.bisect_left(self._order, key)]
+        del self._order[bisect.bisect_left(self._order, _key(name), key=_key)]
 
     def _add(self, device: ServedDevice, notes: list[Note]) -> bool:
         ids, note = device_ids(device, self.replicas)
@@ -118,5 +115,11 @@ class AdvertisedKind:
         if not fresh:
             return False
         self._statuses[device.cdi_name] = tuple(fresh)
-        bisect.insort(self._order, (natural_key(device.name), device.cdi_name))
+        bisect.insort(self._order, device.cdi_name, key=_key)
         return True
+
+
+def _key(cdi_name: str) -> tuple[tuple[tuple[int, int, str], ...], str]:
+    """Device names in natural order (``dev2`` before ``dev10``), then by name (``dev02``, ``dev2``).
+    Computed for each comparison rather than kept: a few per change, against 1000 keys held."""
+    return natural_key(cdi_name.partition("=")[2]), cdi_name

@@ -119,7 +119,7 @@ class HealthTracker:
         self._nodes: dict[str, tuple[HostNode, ...]] = {}
         self._known: dict[tuple[HostNode, ...], Health] = {}
         self._groups: Counter[tuple[HostNode, ...]] = Counter()
-        self._by_path: dict[str, set[str]] = {}  # normalised host node path -> tracked names
+        self._by_path: dict[str, list[str]] = {}  # normalised host node path -> tracked names
         self._dirs: Counter[Path] = Counter()
         #: The host device node paths of the tracked devices, and the directories holding them.
         self.node_paths: frozenset[str] = frozenset()
@@ -150,7 +150,7 @@ class HealthTracker:
                     self._known.pop(old, None)
                 for path in _paths(old):
                     holders = self._by_path[path]
-                    holders.discard(name)
+                    holders.remove(name)
                     if not holders:
                         del self._by_path[path]
                         paths_moved = True
@@ -159,11 +159,11 @@ class HealthTracker:
                 self._nodes[name] = group
                 self._groups[group] += 1
                 for path in _paths(group):
-                    holders = self._by_path.setdefault(path, set())
+                    holders = self._by_path.setdefault(path, [])
                     if not holders:
                         paths_moved = True
                         self._count_dir(path, 1)
-                    holders.add(name)
+                    holders.append(name)
         if paths_moved:
             self.node_paths = frozenset(self._by_path)
             self.node_dirs = frozenset(self._dirs)

@@ -53,6 +53,8 @@ class ResolvedDevice:
     qualified_name: str
     kind: Kind
     device: Device
+    #: The spec defining it (for an entry a writer handed over again unchanged, the one it was
+    #: handed over in first: the same device and spec-level edits).
     spec: Spec
     path: Path
     priority: int
@@ -217,13 +219,19 @@ class SpecRegistry:
         for priority, name, stat in changed:
             files = self._files[priority]
             old = files.pop(name, None)
+            spec = given.get((priority, name))
+            if old is not None and spec is not None and stat is not None and stat is not _MISSING_STAT:
+                loaded = SpecFile(old[1].path, priority, spec)
+                files[name] = (stat, loaded)
+                touched.update(self._redefine(old[1], loaded))
+                reorder.add(priority)
+                continue
             if old is not None:
                 touched.update(self._forget(old[1]))
             if stat is None:
                 reorder.add(priority)
                 continue
             path = self.dirs[priority] / name
-            spec = given.get((priority, name))
             if spec is not None and stat is not _MISSING_STAT:
                 loaded = SpecFile(path, priority, spec)
             else:
@@ -257,6 +265,32 @@ class SpecRegistry:
             else:
                 defs[:] = [d for d in defs if d.priority != old.priority or d.path != old.path]
         return names
+
+    def _redefine(self, old: SpecFile, new: SpecFile) -> list[str]:
+        """A file replaced by a spec its writer handed over: the names whose entry changed. An
+        entry the writer reused (the same device object, under the same spec-level edits and
+        kind) keeps its definition, whose ``spec`` is then the spec it was first handed over in."""
+        if old.spec is None or new.spec is None or old.spec.kind != new.spec.kind:
+            return self._forget(old) + self._define(new)
+        if old.spec.container_edits is not new.spec.container_edits:
+            return self._forget(old) + self._define(new)
+        kept = {id(dev) for dev in old.spec.devices}
+        fresh = [dev for dev in new.spec.devices if id(dev) not in kept]
+        reused = {id(dev) for dev in new.spec.devices} & kept
+        gone = [dev for dev in old.spec.devices if id(dev) not in reused]
+        prefix = f"{parse_kind(new.spec.kind)}="
+        touched: list[str] = []
+        for dev in gone:
+            name = prefix + dev.name
+            defs = self._defs[name]
+            defs[:] = [d for d in defs if d.priority != old.priority or d.path != old.path]
+            touched.append(name)
+        kind = parse_kind(new.spec.kind)
+        for dev in fresh:
+            entry = ResolvedDevice(prefix + dev.name, kind, dev, new.spec, old.path, old.priority)
+            self._defs.setdefault(entry.qualified_name, []).append(entry)
+            touched.append(entry.qualified_name)
+        return touched
 
     def _define(self, loaded: SpecFile) -> list[str]:
         entries = _entries(loaded)

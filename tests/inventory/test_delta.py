@@ -92,9 +92,16 @@ def test_one_device_handed_over_costs_one_device(served: Served, monkeypatch: py
     inventory = state.inventory
     added = f"d{SERVED}"
 
+    reading = inventory.reading
+    assert reading is not None
+    unchanged = reading.snapshot.devices[f"{KIND}=d1"]
+
     # one device added: the spec handed over reuses the entries that did not change
     run(_hand_over(layout, state, full))
     assert inventory.delta == {f"{KIND}={added}"}
+    reading = inventory.reading
+    assert reading is not None
+    assert reading.snapshot.devices[f"{KIND}=d1"] is unchanged  # not even resolved again
     response = lists.response(board.view)
     assert len(response.devices) == SERVED + 1
     assert [d.ID for d in response.devices][-2:] == [f"d{SERVED - 1}", added]
