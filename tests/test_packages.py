@@ -124,7 +124,7 @@ def test_a_light_name_leaves_its_packages_heavy_library_unloaded(code: str, heav
 
 
 def test_a_heavy_name_loads_its_library_when_used() -> None:
-    assert "prometheus_client" in _loaded("from cdi_plugin.metrics import PluginMetrics")
+    assert "prometheus_client" in _loaded("from cdi_plugin.metrics import PluginMetrics\nPluginMetrics()")
     assert "asyncinotify" in _loaded("from cdi_plugin.aio import DirWatch")
 
 

@@ -2,8 +2,9 @@
 
 :class:`DeviceState` is the device plugin's view of the device inventory
 (:class:`~cdi_plugin.inventory.SpecInventory`): it follows the inventory in step, and after every
-change maps the devices to kubelet resources and device IDs (the catalog, :mod:`.resources`) and
-publishes each resource's list on its :class:`Board`, which the ListAndWatch streams follow.
+change maps the devices it touched to kubelet resources and device IDs (the catalog's rules,
+:mod:`.resources`, kept device by device in :mod:`.advertised`) and publishes the list of each
+resource that changed on its :class:`Board`, which the ListAndWatch streams follow.
 Everything here runs on the event loop thread without awaiting, so a view is always consistent.
 Logs say what is advertised and what changed.
 """

@@ -8,8 +8,10 @@ host node health (:mod:`~cdi_plugin.inventory.health`) and NUMA nodes
 Every change is applied on the event loop thread without awaiting, so :meth:`devices` is always
 one consistent state; reading the directories (listing, parsing, validating, hashing) runs in a
 worker thread (:meth:`refresh`). Consumers follow it either in step (:meth:`follow`: called right
-after every change, before anything else runs) or asynchronously (:meth:`changes`, or
-:attr:`changed`, which fires after every change of the devices or of :meth:`node_dirs`).
+after every change, before anything else runs; :attr:`delta` names the devices it touched) or
+asynchronously (:meth:`changes`, or :attr:`changed`, which fires after every change of the
+devices or of :meth:`node_dirs`). A change costs with the devices it touches: a reading is
+applied entry by entry, an event of the host nodes' watch re-checks the nodes it named.
 
 :meth:`settled` is what a caller that must not act on a stale inventory (Allocate) awaits: it
 returns at once unless a change may be pending, judged without listing anything: an event of the

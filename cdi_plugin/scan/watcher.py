@@ -48,9 +48,9 @@ from cdi_plugin.discovery.query import DEV
 from cdi_plugin.discovery.sources import make_source
 from cdi_plugin.discovery.udev import RECEIVE_BUFFER_BYTES, MonitorSource
 from cdi_plugin.errors import CdiPluginError, DiscoveryError, GenerateError, SpecInvalidError
-from cdi_plugin.memory import release_memory
 from cdi_plugin.scan.batchlog import BatchLog
 from cdi_plugin.scan.configfollow import ConfigFollower
+from cdi_plugin.scan.memory import release_memory
 from cdi_plugin.scan.nodedirs import glob_dirs, host_path
 from cdi_plugin.scan.pipeline import ScanOptions, ScanReport
 from cdi_plugin.scan.probe import PROBE_TIMEOUT, check_delivery

@@ -1,4 +1,4 @@
-"""Giving memory back to the system after a large transient job (a scan, a first reading).
+"""Giving memory back to the system after a large transient job (a full scan).
 
 CPython frees the objects of such a job, but the C allocator keeps the freed pages for reuse,
 most of them in the arena of the worker thread that did the job; glibc's ``malloc_trim`` returns
