@@ -53,6 +53,8 @@ class Daemon:
         )
         self.endpoints: dict[str, tuple[Endpoint, asyncio.Task[None]]] = {}
         self._node_paths: frozenset[str] = frozenset()
+        self._node_events: set[str] = set()  # served node paths the node watch named since the last check
+        self._node_noted = 0
         self._plugin_watch: DirWatch | None = None
         self._node_watch: DirWatch | None = None
         self._endpoint_group: asyncio.TaskGroup | None = None
@@ -107,7 +109,12 @@ class Daemon:
             await asyncio.sleep(self.metrics.probes.interval)
 
     def _node_relevant(self, directory: Path, name: str) -> bool:
-        return str(directory / name) in self._node_paths
+        path = str(directory / name)
+        if path not in self._node_paths:
+            return False
+        self._node_events.add(path)
+        self._node_noted += 1
+        return True
 
     async def _follow_specs(self, specs: DirWatch) -> None:
         seen = specs.pulse.count
@@ -116,10 +123,14 @@ class Daemon:
             await self.state.settled()  # an Allocate may have had the change read already
 
     async def _follow_nodes(self, nodes: DirWatch) -> None:
-        seen = nodes.pulse.count
+        seen, noted = nodes.pulse.count, self._node_noted
         while True:
-            seen = await nodes.pulse.settle(seen, DEBOUNCE_QUIET, DEBOUNCE_MAX)
-            self.state.recheck_health()
+            now = await nodes.pulse.settle(seen, DEBOUNCE_QUIET, DEBOUNCE_MAX)
+            paths, self._node_events = self._node_events, set()
+            # Every event named a served node: re-check the devices at those nodes only.
+            named = now - seen == self._node_noted - noted
+            self.state.recheck_health(paths if named else None)
+            seen, noted = now, self._node_noted
 
     async def _expire(self) -> None:
         while True:

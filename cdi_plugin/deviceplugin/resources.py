@@ -102,6 +102,39 @@ class Catalog:
     notes: tuple[Note, ...] = ()
 
 
+def device_ids(device: ServedDevice, replicas: int) -> tuple[tuple[str, ...], Note | None]:
+    """The device IDs of one device, or none and why it is not advertised."""
+    name, cdi_name = device.name, device.cdi_name
+    if name in AGGREGATE_DEVICE_NAMES:
+        return (), Note(
+            f"aggregate:{cdi_name}",
+            f"not advertising {cdi_name}: a device named {name!r} stands for "
+            f"all devices of its kind and would let one device be allocated twice",
+        )
+    if len(name) > MAX_DEVICE_ID:
+        return (), Note(
+            f"long:{cdi_name}",
+            f"skipping {cdi_name}: the device name is {len(name)} characters "
+            f"long, the kubelet accepts device IDs of at most {MAX_DEVICE_ID}",
+        )
+    return tuple(replica_ids(name, replicas)), None
+
+
+def clash_note(kind: str, cdi_name: str, replica: int, device_id: str, holder: str) -> Note:
+    return Note(
+        f"clash:{kind}:{device_id}",
+        f"skipping {cdi_name} replica {replica}: device ID {device_id!r} is already used by {holder}",
+    )
+
+
+def kind_note(kind: str) -> Note | None:
+    """Why a kind is not advertised, or None."""
+    problem = resource_name_problem(kind)
+    if problem is None:
+        return None
+    return Note(f"kind:{kind}", f"skipping kind {kind}: not a valid extended resource name: {problem}")
+
+
 def build_catalog(devices: Iterable[ServedDevice], replicas_for: Callable[[str], int]) -> Catalog:
     """The resources and device IDs of the inventory's ``devices`` (one resource per kind)."""
     by_kind: dict[str, list[ServedDevice]] = {}
@@ -110,44 +143,21 @@ def build_catalog(devices: Iterable[ServedDevice], replicas_for: Callable[[str],
     resources: dict[str, Resource] = {}
     notes: list[Note] = []
     for kind in sorted(by_kind):
-        problem = resource_name_problem(kind)
-        if problem:
-            notes.append(
-                Note(f"kind:{kind}", f"skipping kind {kind}: not a valid extended resource name: {problem}")
-            )
+        skipped = kind_note(kind)
+        if skipped is not None:
+            notes.append(skipped)
             continue
         replicas = max(1, replicas_for(kind))
         advertised: dict[str, AdvertisedDevice] = {}
         for device in sorted(by_kind[kind], key=lambda d: natural_key(d.name)):
-            name, cdi_name = device.name, device.cdi_name
-            if name in AGGREGATE_DEVICE_NAMES:
-                notes.append(
-                    Note(
-                        f"aggregate:{cdi_name}",
-                        f"not advertising {cdi_name}: a device named {name!r} stands for "
-                        f"all devices of its kind and would let one device be allocated twice",
-                    )
-                )
-                continue
-            if len(name) > MAX_DEVICE_ID:
-                notes.append(
-                    Note(
-                        f"long:{cdi_name}",
-                        f"skipping {cdi_name}: the device name is {len(name)} characters "
-                        f"long, the kubelet accepts device IDs of at most {MAX_DEVICE_ID}",
-                    )
-                )
-                continue
-            for i, device_id in enumerate(replica_ids(name, replicas)):
+            ids, note = device_ids(device, replicas)
+            if note is not None:
+                notes.append(note)
+            for i, device_id in enumerate(ids):
                 if device_id in advertised:
-                    notes.append(
-                        Note(
-                            f"clash:{kind}:{device_id}",
-                            f"skipping {cdi_name} replica {i}: device ID {device_id!r} "
-                            f"is already used by {advertised[device_id].qualified_name}",
-                        )
-                    )
+                    holder = advertised[device_id].qualified_name
+                    notes.append(clash_note(kind, device.cdi_name, i, device_id, holder))
                     continue
-                advertised[device_id] = AdvertisedDevice(device_id, cdi_name, i)
+                advertised[device_id] = AdvertisedDevice(device_id, device.cdi_name, i)
         resources[kind] = Resource(kind, kind, replicas, tuple(advertised.values()))
     return Catalog(MappingProxyType(resources), tuple(notes))

@@ -11,6 +11,7 @@ from typing import Any
 import grpc
 
 from cdi_plugin.deviceplugin import api
+from cdi_plugin.deviceplugin.advertised import DeviceStatus
 from cdi_plugin.deviceplugin.allocate import AllocationError, ContainerAllocation, Lookup, allocate
 from cdi_plugin.deviceplugin.preferred import Candidate, preferred
 from cdi_plugin.deviceplugin.settings import Strategy
@@ -31,10 +32,27 @@ _STATUS = {
 }
 
 
-def list_response(view: ResourceView) -> api.ListAndWatchResponse:
-    return api.ListAndWatchResponse(
-        devices=[api.device(s.id, s.healthy, s.numa) for s in view.devices.values()]
-    )
+class ListBuilder:
+    """ListAndWatch responses, from Device messages kept while their status stays the same one:
+    a change to one device builds one message (the response still lists every device)."""
+
+    def __init__(self) -> None:
+        self._messages: dict[str, tuple[DeviceStatus, api.Device]] = {}
+        self._last: tuple[ResourceView | None, api.ListAndWatchResponse] = (None, api.ListAndWatchResponse())
+
+    def response(self, view: ResourceView) -> api.ListAndWatchResponse:
+        if self._last[0] is view:
+            return self._last[1]
+        kept, fresh = self._messages, {}
+        for status in view.devices.values():
+            found = kept.get(status.id)
+            if found is None or found[0] is not status:
+                found = (status, api.device(status.id, status.healthy, status.numa))
+            fresh[status.id] = found
+        self._messages = fresh
+        response = api.ListAndWatchResponse(devices=[m for _, m in fresh.values()])
+        self._last = (view, response)
+        return response
 
 
 class DevicePluginService:
@@ -47,6 +65,7 @@ class DevicePluginService:
         self._answers: dict[str, _Prebuilt] = {}
         self._board: Board | None = None
         self._version = -1
+        self._lists = ListBuilder()
 
     async def GetDevicePluginOptions(self, request: api.Empty, context: Context) -> api.DevicePluginOptions:
         return OPTIONS
@@ -69,15 +88,15 @@ class DevicePluginService:
                 if not waiting.done():
                     return
                 seen, view, closed = waiting.result()
-                healthy = sum(1 for s in view.devices.values() if s.healthy)
-                log.debug(
-                    "%s: ListAndWatch sends %d device IDs (%d Healthy)",
-                    self.resource,
-                    len(view.devices),
-                    healthy,
-                    extra=self._extra,
-                )
-                yield list_response(view)
+                if log.isEnabledFor(logging.DEBUG):
+                    log.debug(
+                        "%s: ListAndWatch sends %d device IDs (%d Healthy)",
+                        self.resource,
+                        len(view.devices),
+                        sum(1 for s in view.devices.values() if s.healthy),
+                        extra=self._extra,
+                    )
+                yield self._lists.response(view)
                 if closed:
                     return
         finally:

@@ -2,8 +2,9 @@
 
 :class:`DeviceState` is the device plugin's view of the device inventory
 (:class:`~cdi_plugin.inventory.SpecInventory`): it follows the inventory in step, and after every
-change maps the devices to kubelet resources and device IDs (the catalog, :mod:`.resources`) and
-publishes each resource's list on its :class:`Board`, which the ListAndWatch streams follow.
+change maps the devices it touched to kubelet resources and device IDs (the catalog's rules,
+:mod:`.resources`, kept device by device in :mod:`.advertised`) and publishes the list of each
+resource that changed on its :class:`Board`, which the ListAndWatch streams follow.
 Everything here runs on the event loop thread without awaiting, so a view is always consistent.
 Logs say what is advertised and what changed.
 """
@@ -12,16 +13,16 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import MappingProxyType
 
 from cdi_plugin.aio.pulse import Pulse
 from cdi_plugin.cdi.names import natural_key
-from cdi_plugin.deviceplugin.resources import build_catalog
+from cdi_plugin.deviceplugin.advertised import AdvertisedKind, Change, DeviceStatus
+from cdi_plugin.deviceplugin.resources import Note, kind_note
 from cdi_plugin.deviceplugin.settings import Settings
-from cdi_plugin.inventory import NumaLocator, Reading, ServedDevice, SpecInventory, SpecSource
+from cdi_plugin.inventory import NumaLocator, SpecInventory, SpecSource
 from cdi_plugin.metrics import PluginMetrics
 from cdi_plugin.store.registry import Snapshot
 from cdi_plugin.wording import plural
@@ -29,31 +30,6 @@ from cdi_plugin.wording import plural
 log = logging.getLogger(__name__)
 
 _MAX_DETAIL_LINES = 20
-
-
-@dataclass(frozen=True, slots=True)
-class DeviceStatus:
-    """One advertised device ID: a replica of an inventory device."""
-
-    id: str
-    replica: int
-    device: ServedDevice
-
-    @property
-    def qualified_name(self) -> str:
-        return self.device.cdi_name
-
-    @property
-    def healthy(self) -> bool:
-        return self.device.healthy
-
-    @property
-    def reason(self) -> str:
-        return self.device.reason
-
-    @property
-    def numa(self) -> tuple[int, ...]:
-        return self.device.numa_nodes
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,12 +50,12 @@ class Board:
     def version(self) -> int:
         return self._pulse.count
 
-    def publish(self, view: ResourceView) -> bool:
-        if view.devices == self.view.devices or self.closed:
-            return False
+    def publish(self, view: ResourceView) -> None:
+        """A new view (the caller knows it differs)."""
+        if self.closed:
+            return
         self.view = view
         self._pulse.fire()
-        return True
 
     def close(self) -> None:
         """The resource is gone: streams send an empty list (the kubelet drops the devices), then end."""
@@ -116,9 +92,10 @@ class DeviceState:
         #: Fired after every change of the inventory (devices, their status, watched node directories).
         self.pulse = self.inventory.changed
         self._boards: dict[str, Board] = {}
-        self._statuses: dict[str, dict[str, DeviceStatus]] = {}
+        self._kinds: dict[str, AdvertisedKind] = {}
+        self._health: dict[str, list[bool]] = {}  # resource -> the health of each of its IDs
         self._logged_notes: set[str] = set()
-        self._counted: Reading | None = None
+        self._counted = -1  # the source's generation whose problems the metrics show
         self.inventory.follow(self._show)
 
     # -- reading ----------------------------------------------------------------------------------
@@ -163,9 +140,9 @@ class DeviceState:
         await self.inventory.settled()
         self._count_problems()
 
-    def recheck_health(self) -> None:
-        """Stat every host device node again (a watched /dev directory changed)."""
-        self.inventory.recheck_health()
+    def recheck_health(self, paths: Iterable[str] | None = None) -> None:
+        """Stat the host device nodes at ``paths`` again, or all (a watched /dev directory changed)."""
+        self.inventory.recheck_health(paths)
 
     def expire(self) -> None:
         """Drop devices whose grace period is over."""
@@ -179,41 +156,60 @@ class DeviceState:
 
     def _count_problems(self) -> None:
         reading = self.inventory.reading
-        if reading is not self._counted and reading is not None:
-            self._counted = reading
+        if self.source.generation != self._counted and reading is not None:
+            self._counted = self.source.generation  # not the reading: it would keep the last one alive
             self.metrics.spec_problems(len(reading.snapshot.broken), len(reading.snapshot.conflicts))
 
     def _show(self) -> None:
-        """Publish the inventory's devices as resources (the inventory changed)."""
+        """Publish what changed in the inventory's devices (:attr:`SpecInventory.delta`): only
+        the resources of the kinds it touched, only the devices it names."""
         devices = self.inventory.devices()
-        catalog = build_catalog(devices.values(), self.settings.replicas_for)
-        for note in catalog.notes:
+        by_kind: dict[str, list[str]] = {}
+        for name in self.inventory.delta:
+            by_kind.setdefault(name.partition("=")[0], []).append(name)
+        for kind in sorted(by_kind):
+            advertised = self._kinds.get(kind)
+            if advertised is None:
+                skipped = kind_note(kind)
+                if skipped is not None:
+                    self._note([skipped])
+                    continue
+                advertised = self._kinds[kind] = AdvertisedKind(
+                    kind, max(1, self.settings.replicas_for(kind))
+                )
+            old = advertised.devices
+            changes, notes = advertised.apply(devices, by_kind[kind])
+            self._note(notes)
+            if not changes:
+                continue
+            new = advertised.devices
+            self._log_changes(kind, old, new, changes)
+            if kind not in self._boards:
+                self._boards[kind] = Board(ResourceView(kind, new))
+            elif not new:
+                self._boards.pop(kind).close()
+            else:
+                self._boards[kind].publish(ResourceView(kind, new))
+            if new:
+                self._health[kind] = [s.healthy for s in new.values()]
+            else:
+                del self._kinds[kind]
+                self._health.pop(kind, None)
+        if by_kind:
+            self.metrics.set_devices(self._health)
+
+    def _note(self, notes: Iterable[Note]) -> None:
+        for note in notes:
             if note.key not in self._logged_notes:
                 self._logged_notes.add(note.key)
                 log.warning("%s", note.message)
-        fresh: dict[str, dict[str, DeviceStatus]] = {}
-        for resource in catalog.resources.values():
-            statuses = fresh.setdefault(resource.name, {})
-            for dev in resource.devices:
-                statuses[dev.id] = DeviceStatus(dev.id, dev.replica, devices[dev.qualified_name])
-        for name in sorted(set(fresh) | set(self._statuses)):
-            new = fresh.get(name, {})
-            old = self._statuses.get(name, {})
-            if new == old and name in self._boards:
-                continue
-            self._log_changes(name, old, new)
-            ordered = MappingProxyType({k: new[k] for k in sorted(new, key=natural_key)})
-            if name not in self._boards and new:
-                self._boards[name] = Board(ResourceView(name, ordered))
-            elif name in self._boards and not new:
-                self._boards.pop(name).close()
-            elif name in self._boards:
-                self._boards[name].publish(ResourceView(name, ordered))
-        self._statuses = {k: v for k, v in fresh.items() if v}
-        self.metrics.set_devices({n: [s.healthy for s in v.values()] for n, v in self._statuses.items()})
 
     def _log_changes(
-        self, resource: str, old: Mapping[str, DeviceStatus], new: Mapping[str, DeviceStatus]
+        self,
+        resource: str,
+        old: Mapping[str, DeviceStatus],
+        new: Mapping[str, DeviceStatus],
+        changes: Mapping[str, Change],
     ) -> None:
         if not old and new:
             healthy = sum(1 for s in new.values() if s.healthy)
@@ -233,10 +229,8 @@ class DeviceState:
         if not old or not new:
             return
         lines: list[str] = []
-        before = {s.qualified_name: s.device for s in old.values()}
-        after = {s.qualified_name: s.device for s in new.values()}
-        for name in sorted(set(before) | set(after), key=natural_key):
-            was, now = before.get(name), after.get(name)
+        for name in sorted(changes, key=natural_key):
+            was, now = changes[name]
             if was is None and now is not None:
                 lines.append(f"{name} added ({'Healthy' if now.healthy else 'Unhealthy: ' + now.reason})")
             elif now is None and was is not None:

@@ -27,13 +27,20 @@ class GracePeriod:
         Unhealthy; ``resolves(name)`` tells a kind no longer served from an entry that is gone."""
         out = dict(now_served)
         for name, device in before.items():
-            if name in out:
-                continue
-            since = device.gone_since if device.gone_since is not None else now
-            if now - since < self.seconds:
-                reason = NOT_SERVED_REASON if resolves(name) else GONE_REASON
-                out[name] = replace(device, healthy=False, reason=reason, gone_since=since)
+            if name not in out:
+                kept = self.keep(device, now, resolves)
+                if kept is not None:
+                    out[name] = kept
         return out
+
+    def keep(self, device: ServedDevice, now: float, resolves: Callable[[str], bool]) -> ServedDevice | None:
+        """A device no longer served, as it stays (Unhealthy) until its period is over; None after."""
+        since = device.gone_since if device.gone_since is not None else now
+        if now - since >= self.seconds:
+            return None
+        reason = NOT_SERVED_REASON if resolves(device.cdi_name) else GONE_REASON
+        kept = replace(device, healthy=False, reason=reason, gone_since=since)
+        return device if kept == device else kept
 
     def next_expiry(self, devices: Iterable[ServedDevice]) -> float | None:
         """When the next device in its period is due to go (monotonic seconds)."""

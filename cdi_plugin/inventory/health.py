@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import stat
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -108,42 +109,108 @@ def check(nodes: Iterable[HostNode], stat_fn: StatFn = os.stat) -> Health:
 
 
 class HealthTracker:
-    """The health of the tracked devices, each distinct group of host nodes stat'ed once."""
+    """The health of the tracked devices, each distinct group of host nodes stat'ed once.
+
+    Devices are tracked and re-checked one by one (:meth:`retrack`, :meth:`health_of`,
+    :meth:`names_at`), so a change costs with the devices it touches, not with those tracked."""
 
     def __init__(self, stat_fn: StatFn = os.stat) -> None:
         self._stat = stat_fn
         self._nodes: dict[str, tuple[HostNode, ...]] = {}
         self._known: dict[tuple[HostNode, ...], Health] = {}
+        self._groups: Counter[tuple[HostNode, ...]] = Counter()
+        self._by_path: dict[str, list[str]] = {}  # normalised host node path -> tracked names
+        self._dirs: Counter[Path] = Counter()
         #: The host device node paths of the tracked devices, and the directories holding them.
         self.node_paths: frozenset[str] = frozenset()
         self.node_dirs: frozenset[Path] = frozenset()
 
     def track(self, nodes: Mapping[str, tuple[HostNode, ...]]) -> bool:
-        """Follow these devices (CDI name -> host nodes) from now on; True when their nodes changed."""
+        """Follow exactly these devices (CDI name -> host nodes); True when their nodes changed."""
         if nodes == self._nodes:
             return False
-        self._nodes = dict(nodes)
-        paths = {os.path.normpath(n.path) for group in set(nodes.values()) for n in group}
-        self.node_paths = frozenset(paths)
-        self.node_dirs = frozenset(map(Path, {os.path.dirname(p) for p in paths if os.path.isabs(p)}))
-        return True
+        changes: dict[str, tuple[HostNode, ...] | None] = dict.fromkeys(self._nodes.keys() - nodes.keys())
+        changes.update((n, g) for n, g in nodes.items() if self._nodes.get(n) != g)
+        return self.retrack(changes)
+
+    def retrack(self, changes: Mapping[str, tuple[HostNode, ...] | None]) -> bool:
+        """Follow these devices with these host nodes from now on (None: no longer); True when
+        the nodes of the tracked devices changed."""
+        paths_moved = changed = False
+        for name, group in changes.items():
+            old = self._nodes.get(name)
+            if old == group:
+                continue
+            changed = True
+            if old is not None:
+                del self._nodes[name]
+                self._groups[old] -= 1
+                if not self._groups[old]:
+                    del self._groups[old]
+                    self._known.pop(old, None)
+                for path in _paths(old):
+                    holders = self._by_path[path]
+                    holders.remove(name)
+                    if not holders:
+                        del self._by_path[path]
+                        paths_moved = True
+                        self._count_dir(path, -1)
+            if group is not None:
+                self._nodes[name] = group
+                self._groups[group] += 1
+                for path in _paths(group):
+                    holders = self._by_path.setdefault(path, [])
+                    if not holders:
+                        paths_moved = True
+                        self._count_dir(path, 1)
+                    holders.append(name)
+        if paths_moved:
+            self.node_paths = frozenset(self._by_path)
+            self.node_dirs = frozenset(self._dirs)
+        return changed
+
+    def _count_dir(self, path: str, step: int) -> None:
+        if not os.path.isabs(path):
+            return
+        directory = Path(os.path.dirname(path))
+        self._dirs[directory] += step
+        if not self._dirs[directory]:
+            del self._dirs[directory]
 
     def nodes(self, name: str) -> tuple[HostNode, ...] | None:
         """The host nodes of a tracked device; None when it is not tracked."""
         return self._nodes.get(name)
 
-    def health(self, *, restat: bool) -> dict[str, Health]:
-        """Every tracked device's health. ``restat=False`` stats only nodes not seen before: the
-        others can only have changed through an event in their directory, which re-stats all."""
-        if restat:
-            self._known.clear()
+    def names_at(self, paths: Iterable[str]) -> set[str]:
+        """The tracked devices using any of these host node paths."""
+        out: set[str] = set()
+        for path in paths:
+            out.update(self._by_path.get(os.path.normpath(path), ()))
+        return out
+
+    def health_of(self, names: Iterable[str], *, restat: bool = False) -> dict[str, Health]:
+        """The health of these devices (those tracked); ``restat`` checks their nodes again."""
         known = self._known
+        checked: set[tuple[HostNode, ...]] = set()
         out: dict[str, Health] = {}
-        for name, group in self._nodes.items():
-            found = known.get(group)
+        for name in names:
+            group = self._nodes.get(name)
+            if group is None:
+                continue
+            found = known.get(group) if not restat or group in checked else None
             if found is None:
                 found = known[group] = check(group, self._stat)
+                checked.add(group)
             out[name] = found
-        for stale in set(known) - set(self._nodes.values()):
-            del known[stale]
         return out
+
+    def health(self, *, restat: bool) -> dict[str, Health]:
+        """Every tracked device's health. ``restat=False`` stats only nodes not seen before: the
+        others can only have changed through an event in their directory, which re-stats them."""
+        if restat:
+            self._known.clear()
+        return self.health_of(self._nodes)
+
+
+def _paths(group: tuple[HostNode, ...]) -> set[str]:
+    return {os.path.normpath(n.path) for n in group}

@@ -31,9 +31,14 @@ class NumaLocator:
             self._cache[rdev] = self._lookup(rdev)
         return self._cache[rdev]
 
-    def forget(self) -> None:
-        """Drop cached answers (a device number may belong to another device after a hot-plug)."""
-        self._cache.clear()
+    def forget(self, rdevs: Iterable[Rdev] | None = None) -> None:
+        """Drop cached answers, of these device numbers or all (a device number may belong to
+        another device after a hot-plug)."""
+        if rdevs is None:
+            self._cache.clear()
+            return
+        for rdev in rdevs:
+            self._cache.pop(rdev, None)
 
     def _lookup(self, rdev: Rdev) -> int | None:
         try:

@@ -8,8 +8,10 @@ host node health (:mod:`~cdi_plugin.inventory.health`) and NUMA nodes
 Every change is applied on the event loop thread without awaiting, so :meth:`devices` is always
 one consistent state; reading the directories (listing, parsing, validating, hashing) runs in a
 worker thread (:meth:`refresh`). Consumers follow it either in step (:meth:`follow`: called right
-after every change, before anything else runs) or asynchronously (:meth:`changes`, or
-:attr:`changed`, which fires after every change of the devices or of :meth:`node_dirs`).
+after every change, before anything else runs; :attr:`delta` names the devices it touched) or
+asynchronously (:meth:`changes`, or :attr:`changed`, which fires after every change of the
+devices or of :meth:`node_dirs`). A change costs with the devices it touches: a reading is
+applied entry by entry, an event of the host nodes' watch re-checks the nodes it named.
 
 :meth:`settled` is what a caller that must not act on a stale inventory (Allocate) awaits: it
 returns at once unless a change may be pending, judged without listing anything: an event of the
@@ -28,7 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from pathlib import Path
 from types import MappingProxyType
 from typing import Protocol
@@ -36,7 +38,7 @@ from typing import Protocol
 from cdi_plugin.aio.pulse import Pulse
 from cdi_plugin.cdi.model import Spec
 from cdi_plugin.inventory.grace import GracePeriod
-from cdi_plugin.inventory.health import HealthTracker, HostNode, Rdev, check, host_nodes
+from cdi_plugin.inventory.health import Health, HealthTracker, HostNode, Rdev, check, host_nodes
 from cdi_plugin.inventory.numa import NumaLocator
 from cdi_plugin.inventory.problems import ProblemLog
 from cdi_plugin.inventory.record import NO_FACTS, ServedDevice, UdevFacts
@@ -104,6 +106,10 @@ class SpecInventory:
         self._handed = self._handed_done = 0  # :meth:`accept` calls, and those a reading applied
         self._handing: set[asyncio.Future[None]] = set()
         self._nodes: dict[str, tuple[ResolvedDevice, tuple[HostNode, ...]]] = {}
+        self._kind_names: dict[str, frozenset[str]] = {}  # served kind -> its names, as last applied
+        self._gone: dict[str, float] = {}  # devices in their grace period -> since when
+        #: The CDI names whose record the last change added, changed or dropped (followers read it).
+        self.delta: frozenset[str] = frozenset()
         self._node_watch: SpecWatch | None = None
         self._nodes_checked = -1  # the node watch's pulse count when the nodes were last stat'ed
 
@@ -142,7 +148,7 @@ class SpecInventory:
 
     def next_expiry(self) -> float | None:
         """When the next device in its grace period is due to go (monotonic seconds)."""
-        return self.grace.next_expiry(self._devices.values())
+        return min(self._gone.values()) + self.grace.seconds if self._gone else None
 
     def problem(self, cdi_name: str) -> str | None:
         """Why ``cdi_name`` must not be handed out, or None: it must be served from the applied
@@ -160,7 +166,7 @@ class SpecInventory:
                 return None
         health = check(nodes)
         if not health.healthy:
-            self._update(restat=True)
+            self._revise(self.health.names_at(n.path for n in nodes) | {cdi_name}, restat=True)
             return f"is Unhealthy: {health.reason}"
         return None
 
@@ -279,11 +285,15 @@ class SpecInventory:
         self._node_watch = watch
         self._nodes_checked = -1
 
-    def recheck_health(self) -> None:
-        """Stat every host device node again (a watched directory changed)."""
+    def recheck_health(self, paths: Iterable[str] | None = None) -> None:
+        """Stat the host device nodes again: those at ``paths`` (their watch named them) or all
+        (a watched directory changed in a way the watch could not name)."""
         if self._node_watch is not None:
             self._nodes_checked = self._node_watch.pulse.count
-        self._update(restat=True)
+        if paths is None:
+            self._update(restat=True)
+        else:
+            self._revise(self.health.names_at(paths), restat=True)
 
     def expire(self) -> None:
         """Drop the devices whose grace period is over."""
@@ -292,57 +302,57 @@ class SpecInventory:
     # -- internals --------------------------------------------------------------------------------
 
     def _reconcile(self, reading: Reading) -> None:
+        """Apply a reading device by device: a kind whose names the registry did not resolve
+        again is skipped whole, and in the others only the entries that are not the ones applied
+        before (by identity, then by their host nodes) are evaluated again."""
         self._reading = reading
         snapshot = reading.snapshot
         self._problems.update(snapshot)
         served = self.selection.select(snapshot.kinds.keys(), reading)
-        known = self._nodes
-        fresh: dict[str, tuple[ResolvedDevice, tuple[HostNode, ...]]] = {}
-        for kind in served:
-            for name in snapshot.kinds[kind]:
+        before, known = self._kind_names, self._nodes
+        now = {kind: snapshot.kinds[kind] for kind in served}
+        changes: dict[str, tuple[HostNode, ...] | None] = {}
+        for kind, names in now.items():
+            old = before.get(kind, frozenset())
+            if names is old:
+                continue
+            for name in old - names:
+                del known[name]
+                changes[name] = None
+            for name in names:
                 entry = snapshot.devices[name]
                 cached = known.get(name)
-                if cached is None or cached[0] is not entry:
-                    cached = (entry, host_nodes(entry.spec, entry.device))
-                fresh[name] = cached
-        self._nodes = fresh
-        nodes = {name: found[1] for name, found in fresh.items()}
-        self._update(restat=False, nodes_changed=self.health.track(nodes))
+                if cached is not None and cached[0] is entry:
+                    continue
+                if cached is not None and _same_edits(cached[0], entry):
+                    nodes = cached[1]
+                else:
+                    nodes = host_nodes(entry.spec, entry.device)
+                if cached is None or cached[1] != nodes:
+                    changes[name] = nodes
+                else:
+                    nodes = cached[1]  # one copy of equal nodes
+                known[name] = (entry, nodes)
+        for kind in before.keys() - now.keys():
+            for name in before[kind]:
+                del known[name]
+                changes[name] = None
+        self._kind_names = now
+        nodes_changed = self.health.retrack(changes)
+        self._revise(changes, restat=False, nodes_changed=nodes_changed)
 
-    def _update(self, *, restat: bool, nodes_changed: bool = False) -> None:
-        """Recompute every device's record; fire :attr:`changed` when anything differs."""
-        if restat:
-            self.numa.forget()
-        health = self.health.health(restat=restat)
-        fresh: dict[str, ServedDevice] = {}
-        for name, h in health.items():
-            before = self._devices.get(name)
-            if h.healthy:
-                numa = self.numa.numa_nodes(h.rdevs)
-                udev = self._udev_facts(name, h.rdevs)
-            else:
-                numa = before.numa_nodes if before is not None else ()
-                udev = before.udev if before is not None else NO_FACTS
-                self._udev.pop(name, None)
-            fresh[name] = ServedDevice(
-                cdi_name=name, healthy=h.healthy, reason=h.reason, numa_nodes=numa, udev=udev
-            )
-        for name in self._udev.keys() - health.keys():
-            del self._udev[name]
-        snapshot = self._reading.snapshot if self._reading is not None else None
-        devices = self.grace.carry(
-            self._devices,
-            fresh,
-            self.clock(),
-            lambda name: snapshot is not None and snapshot.resolve(name) is not None,
+    def _record(self, name: str, health: Health, before: ServedDevice | None) -> ServedDevice:
+        if health.healthy:
+            numa = self.numa.numa_nodes(health.rdevs)
+            udev = self._udev_facts(name, health.rdevs)
+        else:
+            numa = before.numa_nodes if before is not None else ()
+            udev = before.udev if before is not None else NO_FACTS
+            self._udev.pop(name, None)
+        fresh = ServedDevice(
+            cdi_name=name, healthy=health.healthy, reason=health.reason, numa_nodes=numa, udev=udev
         )
-        if devices != self._devices:
-            self._devices = MappingProxyType(dict(sorted(devices.items())))
-        elif not nodes_changed:
-            return
-        for listener in self._followers:
-            listener()
-        self.changed.fire()
+        return before if fresh == before and before is not None else fresh
 
     def _udev_facts(self, name: str, rdevs: tuple[Rdev, ...]) -> UdevFacts:
         if self.facts is None:
@@ -353,3 +363,78 @@ class SpecInventory:
         found = next((f for r in rdevs if (f := self.facts(r)) is not None), NO_FACTS)
         self._udev[name] = (rdevs, found)
         return found
+
+    def _resolves(self, name: str) -> bool:
+        return self._reading is not None and self._reading.snapshot.resolve(name) is not None
+
+    def _revise(self, names: Iterable[str], *, restat: bool, nodes_changed: bool = False) -> None:
+        """Evaluate these devices' records again (``restat``: stat their nodes again); fire
+        :attr:`changed` when one differs. Costs with ``names``, not with the devices served."""
+        health = self.health.health_of(names, restat=restat)
+        if restat:
+            self.numa.forget(r for h in health.values() for r in h.rdevs)
+        devices = self._devices
+        now = self.clock()
+        fresh: dict[str, ServedDevice | None] = {}
+        for name in names:
+            before = devices.get(name)
+            found = health.get(name)
+            if found is not None:
+                record: ServedDevice | None = self._record(name, found, before)
+            else:
+                record = None if before is None else self.grace.keep(before, now, self._resolves)
+            if record is not before:
+                fresh[name] = record
+        self._publish(fresh, nodes_changed)
+
+    def _update(self, *, restat: bool) -> None:
+        """Evaluate every device's record again (``restat``: stat every node again)."""
+        if restat:
+            self.numa.forget()
+        health = self.health.health(restat=restat)
+        devices = self._devices
+        now = self.clock()
+        fresh: dict[str, ServedDevice | None] = {}
+        for name, device in devices.items():
+            if name not in health:
+                kept = self.grace.keep(device, now, self._resolves)
+                if kept is not device:
+                    fresh[name] = kept
+        for name, found in health.items():
+            before = devices.get(name)
+            record = self._record(name, found, before)
+            if record is not before:
+                fresh[name] = record
+        self._publish(fresh, False)
+
+    def _publish(self, fresh: Mapping[str, ServedDevice | None], nodes_changed: bool) -> None:
+        """Apply changed records (None: dropped) and tell the followers."""
+        if not fresh and not nodes_changed:
+            return
+        devices = dict(self._devices)
+        reorder = False
+        for name, record in fresh.items():
+            if record is None:
+                devices.pop(name, None)
+                self._udev.pop(name, None)
+                self._gone.pop(name, None)
+                continue
+            reorder = reorder or name not in devices
+            devices[name] = record
+            if record.gone_since is None:
+                self._gone.pop(name, None)
+            else:
+                self._gone[name] = record.gone_since
+        if reorder:
+            devices = dict(sorted(devices.items()))
+        self._devices = MappingProxyType(devices)
+        self.delta = frozenset(fresh)
+        for listener in self._followers:
+            listener()
+        self.changed.fire()
+
+
+def _same_edits(old: ResolvedDevice, new: ResolvedDevice) -> bool:
+    """Whether two entries inject the same edits, judged by identity (a writer in this process
+    hands over specs that reuse the entries it did not change)."""
+    return old.device is new.device and old.spec.container_edits is new.spec.container_edits

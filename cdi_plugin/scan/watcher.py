@@ -50,6 +50,7 @@ from cdi_plugin.discovery.udev import RECEIVE_BUFFER_BYTES, MonitorSource
 from cdi_plugin.errors import CdiPluginError, DiscoveryError, GenerateError, SpecInvalidError
 from cdi_plugin.scan.batchlog import BatchLog
 from cdi_plugin.scan.configfollow import ConfigFollower
+from cdi_plugin.scan.memory import release_memory
 from cdi_plugin.scan.nodedirs import glob_dirs, host_path
 from cdi_plugin.scan.pipeline import ScanOptions, ScanReport
 from cdi_plugin.scan.probe import PROBE_TIMEOUT, check_delivery
@@ -377,6 +378,8 @@ class Watcher:
                 self._failed(wanted, scope, f"{type(exc).__name__}: {exc}")
             else:
                 self._succeeded()
+                if scope is None:
+                    release_memory(collect=initial)  # what the scan's transient objects left in the allocator
             if self.metrics is not None:
                 self._count(seconds, [o.report for o in outcomes], exc)
             self.batches.fire()

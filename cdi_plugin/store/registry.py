@@ -53,6 +53,8 @@ class ResolvedDevice:
     qualified_name: str
     kind: Kind
     device: Device
+    #: The spec defining it (for an entry a writer handed over again unchanged, the one it was
+    #: handed over in first: the same device and spec-level edits).
     spec: Spec
     path: Path
     priority: int
@@ -190,6 +192,7 @@ class SpecRegistry:
         ``given`` (priority, name) is taken as that spec, unread, when its stat changed: its
         writer has just written it (None: removed)."""
         changed: list[tuple[int, str, Stat | None]] = []
+        given = given or {}
         for priority, batch in enumerate(names):
             files = self._files[priority]
             for name in batch:
@@ -200,7 +203,11 @@ class SpecRegistry:
                         changed.append((priority, name, None))
                 elif cached is None or cached[0] != stat:
                     changed.append((priority, name, stat))
-        return self._apply(changed, given or {})
+                elif (spec := given.get((priority, name))) is not None and spec is not cached[1].spec:
+                    # read back before its writer handed it over: keep the writer's objects, which
+                    # it goes on sharing with the specs it hands over next
+                    changed.append((priority, name, stat))
+        return self._apply(changed, given)
 
     def _apply(
         self, changed: list[tuple[int, str, Stat | None]], given: Mapping[tuple[int, str], Spec | None]
@@ -212,13 +219,19 @@ class SpecRegistry:
         for priority, name, stat in changed:
             files = self._files[priority]
             old = files.pop(name, None)
+            spec = given.get((priority, name))
+            if old is not None and spec is not None and stat is not None and stat is not _MISSING_STAT:
+                loaded = SpecFile(old[1].path, priority, spec)
+                files[name] = (stat, loaded)
+                touched.update(self._redefine(old[1], loaded))
+                reorder.add(priority)
+                continue
             if old is not None:
                 touched.update(self._forget(old[1]))
             if stat is None:
                 reorder.add(priority)
                 continue
             path = self.dirs[priority] / name
-            spec = given.get((priority, name))
             if spec is not None and stat is not _MISSING_STAT:
                 loaded = SpecFile(path, priority, spec)
             else:
@@ -243,12 +256,41 @@ class SpecRegistry:
     def _forget(self, old: SpecFile) -> list[str]:
         if old.spec is None:
             return []
-        kind = parse_kind(old.spec.kind)
-        names = [f"{kind}={dev.name}" for dev in old.spec.devices]
+        prefix = f"{parse_kind(old.spec.kind)}="
+        names = [prefix + dev.name for dev in old.spec.devices]
         for name in set(names):
             defs = self._defs[name]
-            defs[:] = [d for d in defs if d.path != old.path or d.priority != old.priority]
+            if len(defs) == 1 and defs[0].path is old.path:  # the usual case: its only definition
+                defs.clear()
+            else:
+                defs[:] = [d for d in defs if d.priority != old.priority or d.path != old.path]
         return names
+
+    def _redefine(self, old: SpecFile, new: SpecFile) -> list[str]:
+        """A file replaced by a spec its writer handed over: the names whose entry changed. An
+        entry the writer reused (the same device object, under the same spec-level edits and
+        kind) keeps its definition, whose ``spec`` is then the spec it was first handed over in."""
+        if old.spec is None or new.spec is None or old.spec.kind != new.spec.kind:
+            return self._forget(old) + self._define(new)
+        if old.spec.container_edits is not new.spec.container_edits:
+            return self._forget(old) + self._define(new)
+        kept = {id(dev) for dev in old.spec.devices}
+        fresh = [dev for dev in new.spec.devices if id(dev) not in kept]
+        reused = {id(dev) for dev in new.spec.devices} & kept
+        gone = [dev for dev in old.spec.devices if id(dev) not in reused]
+        prefix = f"{parse_kind(new.spec.kind)}="
+        touched: list[str] = []
+        for dev in gone:
+            name = prefix + dev.name
+            defs = self._defs[name]
+            defs[:] = [d for d in defs if d.priority != old.priority or d.path != old.path]
+            touched.append(name)
+        kind = parse_kind(new.spec.kind)
+        for dev in fresh:
+            entry = ResolvedDevice(prefix + dev.name, kind, dev, new.spec, old.path, old.priority)
+            self._defs.setdefault(entry.qualified_name, []).append(entry)
+            touched.append(entry.qualified_name)
+        return touched
 
     def _define(self, loaded: SpecFile) -> list[str]:
         entries = _entries(loaded)
@@ -261,11 +303,16 @@ class SpecRegistry:
         kinds: set[str] = set()
         for name in names:
             defs = self._defs.get(name) or []
-            before = self._devices.pop(name, None)
+            kind = name.partition("=")[0]
+            if self._devices.pop(name, None) is not None:
+                kinds.add(kind)
+                self._kinds[kind].discard(name)
             self._conflicts.pop(name, None)
-            if before is not None:
-                kinds.add(str(before.kind))
-                self._kinds[str(before.kind)].discard(name)
+            if len(defs) == 1:  # the usual case: one definition
+                self._devices[name] = defs[0]
+                kinds.add(kind)
+                self._kinds.setdefault(kind, set()).add(name)
+                continue
             if not defs:
                 self._defs.pop(name, None)
                 continue
@@ -279,9 +326,7 @@ class SpecRegistry:
                     for p, ds in sorted(clashes.items())
                 )
                 continue
-            winner = by_priority[max(by_priority)][0]
-            self._devices[name] = winner
-            kind = str(winner.kind)
+            self._devices[name] = by_priority[max(by_priority)][0]
             kinds.add(kind)
             self._kinds.setdefault(kind, set()).add(name)
         for kind in kinds:
@@ -302,8 +347,9 @@ def _entries(f: SpecFile) -> list[ResolvedDevice]:
     if f.spec is None:
         return []
     kind = parse_kind(f.spec.kind)
+    prefix = f"{kind}="
     return [
-        ResolvedDevice(f"{kind}={dev.name}", kind, dev, f.spec, f.path, f.priority) for dev in f.spec.devices
+        ResolvedDevice(prefix + dev.name, kind, dev, f.spec, f.path, f.priority) for dev in f.spec.devices
     ]
 
 
