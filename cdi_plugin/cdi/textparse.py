@@ -271,6 +271,12 @@ def _parse_yaml(text: str, source: str, syntax_error: str = "") -> Any:
         raise SpecLoadError(source, "", exc.rule, str(exc), hint) from None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark
+        if "nesting depth" in str(exc.problem) and not syntax_error:
+            # libyaml (bundled with PyYAML >= 6.0.4) scans ahead and stops at its own limit
+            # before the composer counts MAX_DEPTH levels: the same refusal, in the same words
+            raise SpecLoadError(
+                source, "", "syntax", f"line {mark.line + 1 if mark else 1}: {_TOO_DEEP}"
+            ) from None
         where = f"line {mark.line + 1} column {mark.column + 1}: " if mark else ""
         message = syntax_error or f"invalid YAML: {where}{exc.problem}"
         raise SpecLoadError(source, "", "syntax", message) from None
