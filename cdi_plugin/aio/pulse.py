@@ -23,7 +23,8 @@ class Pulse:
         """Wait until the count differs from ``seen``; False if ``timeout`` seconds passed first."""
         while self.count == seen:
             try:
-                await asyncio.wait_for(self._event.wait(), timeout)
+                async with asyncio.timeout(timeout):  # unlike wait_for in 3.11, never swallows a cancel
+                    await self._event.wait()
             except TimeoutError:
                 return self.count != seen
         return True

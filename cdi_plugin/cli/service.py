@@ -79,7 +79,8 @@ def serve_scan_metrics(options: WatchOptions, address: tuple[str, int], program:
             probes.beat()
             probes.satisfy(INITIAL_SCAN, watcher.ready.is_set())
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), probes.interval)
+                async with asyncio.timeout(probes.interval):
+                    await stop.wait()
 
     try:
         asyncio.run(run_until_stopped(watcher.run, heartbeat))

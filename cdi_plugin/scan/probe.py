@@ -62,7 +62,8 @@ async def check_delivery(
             )
             return None
         try:
-            await asyncio.wait_for(arrived.wait(), timeout)
+            async with asyncio.timeout(timeout):
+                await arrived.wait()
         except TimeoutError:
             hint = (
                 "udevd does not run although /run/udev/control exists, or "

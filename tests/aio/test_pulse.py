@@ -47,3 +47,23 @@ def test_settle_returns_the_count_reached_by_the_burst() -> None:
         return await pulse.settle(0, quiet=0.05, longest=0)  # no time left to wait for more
 
     assert run(scenario()) == 5
+
+
+def test_a_cancel_arriving_with_a_fire_is_not_swallowed() -> None:
+    """A stop cancels a task waiting on a pulse even when the pulse fires in the same loop turn
+    (``asyncio.wait_for`` of Python 3.11 lost that cancellation, so a stop could hang)."""
+
+    async def scenario() -> list[bool]:
+        pulse = Pulse()
+        cancelled = []
+        for timeout in (None, 10.0):
+            waiter = asyncio.create_task(pulse.wait_after(pulse.count, timeout))
+            for _ in range(3):
+                await asyncio.sleep(0)  # the waiter is waiting
+            pulse.fire()  # the waiter is woken, and cancelled before it runs again
+            waiter.cancel()
+            await asyncio.wait([waiter])
+            cancelled.append(waiter.cancelled())
+        return cancelled
+
+    assert run(scenario()) == [True, True]
