@@ -201,9 +201,8 @@ async def run(
     settings: Settings,
     stop: asyncio.Event | None = None,
     metrics: PluginMetrics | None = None,
-    plugin: Daemon | None = None,
 ) -> None:
     """Serve until ``stop`` is set or SIGTERM/SIGINT/SIGHUP arrives (handled only on the main thread)."""
     stop = stop or asyncio.Event()
     with stop_on_signals(stop):
-        await (plugin or Daemon(settings, metrics)).run(stop)
+        await Daemon(settings, metrics).run(stop)
