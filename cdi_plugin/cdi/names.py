@@ -8,7 +8,6 @@ without a length check), which would crash the runtime that reads the spec.
 from __future__ import annotations
 
 import functools
-import hashlib
 import re
 from dataclasses import dataclass
 
@@ -26,6 +25,8 @@ SHORT_HASH_LEN = 8
 def short_hash(text: str, length: int = SHORT_HASH_LEN) -> str:
     """The first ``length`` hex digits of the SHA-256 of ``text`` (lone surrogates included), for
     names that must stay short and stable."""
+    import hashlib  # on first use: cdi_plugin.process may keep OpenSSL out first
+
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:length]
 
 

@@ -244,11 +244,10 @@ def serve(
     server does not know it; while the API server cannot be reached it retries, and the device
     plugin side serves meanwhile.
     """
-    import asyncio
     import logging
 
     from cdi_plugin.cli.logs import configure
-    from cdi_plugin.deviceplugin import daemon, settings
+    from cdi_plugin.deviceplugin import settings
     from cdi_plugin.errors import CdiPluginError
 
     configure("json" if log_format == "json" else "text", logging.DEBUG if verbose else logging.INFO)
@@ -274,6 +273,13 @@ def serve(
     if given and config.api == "device-plugin":
         verb = "needs" if len(given) == 1 else "need"
         raise click.UsageError(f"{', '.join(given)} {verb} --api dra or both")
+    if config.api == "device-plugin" and metrics_address is None:
+        from cdi_plugin.process import forgo_openssl
+
+        forgo_openssl()  # no TLS: neither the DRA driver's API client nor prometheus_client
+    import asyncio
+
+    from cdi_plugin.deviceplugin import daemon
     from cdi_plugin.metrics import PluginMetrics, ScanMetrics
 
     metrics = PluginMetrics(spec_dirs=config.spec_dirs, export=metrics_address is not None)

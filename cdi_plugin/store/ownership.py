@@ -10,7 +10,6 @@ which kinds cdi-gen generated.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 from collections.abc import Iterable, Mapping
@@ -40,6 +39,8 @@ class OwnedFile:
 
 
 def digest(data: bytes) -> str:
+    import hashlib  # on first use: cdi_plugin.process may keep OpenSSL out first
+
     return hashlib.sha256(data).hexdigest()
 
 

@@ -21,8 +21,9 @@ def test_the_plugin_never_imports_the_scanner_or_the_human_output_stack() -> Non
 _SERVE = """
 import atexit, sys
 atexit.register(lambda: print("loaded:", *sorted(
-    m for m in ("prometheus_client", "lightkube", "cdi_plugin.deviceplugin._proto.api_pb2_grpc")
-    if m in sys.modules), file=sys.stderr, flush=True))
+    m for m in ("prometheus_client", "lightkube", "cdi_plugin.deviceplugin._proto.api_pb2_grpc", "ssl")
+    if sys.modules.get(m)), *(["libcrypto"] if "/libcrypto" in open("/proc/self/maps").read() else []),
+    file=sys.stderr, flush=True))
 from cdi_plugin.cli.plugin import main
 main(["serve", "--spec-dir", sys.argv[1], "--plugin-dir", sys.argv[2], *sys.argv[3:]])
 """
@@ -56,11 +57,14 @@ def _serve_loads(tmp_path: Path, *flags: str) -> list[str]:
     return loaded.split()[1:]
 
 
-def test_serve_without_a_metrics_address_loads_no_prometheus_client_lightkube_or_grpc_stubs(
+def test_serve_without_a_metrics_address_loads_no_prometheus_client_lightkube_grpc_stubs_or_openssl(
     tmp_path: Path,
 ) -> None:
     assert _serve_loads(tmp_path) == []
 
 
-def test_serve_with_a_metrics_address_loads_prometheus_client(tmp_path: Path) -> None:
-    assert _serve_loads(tmp_path, "--metrics-address", "127.0.0.1:0") == ["prometheus_client"]
+def test_serve_with_a_metrics_address_loads_prometheus_client_and_the_openssl_it_imports(
+    tmp_path: Path,
+) -> None:
+    loaded = _serve_loads(tmp_path, "--metrics-address", "127.0.0.1:0")
+    assert loaded == ["prometheus_client", "ssl", "libcrypto"]
