@@ -13,7 +13,6 @@ from typing import Any, NoReturn, TypeVar
 import click
 
 from cdi_plugin.cdi.version import SUPPORTED_VERSIONS
-from cdi_plugin.discovery.sources import SIMULATED, source_problem
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -145,7 +144,11 @@ def source_option(default: str | None = "udev", watch: bool = False) -> Callable
     )
 
     def check(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
-        problem = None if value is None else source_problem(value, simulated=not watch)
+        if value is None:
+            return value
+        from cdi_plugin.discovery.sources import SIMULATED, source_problem  # only when given
+
+        problem = source_problem(value, simulated=not watch)
         if problem is None:
             return value
         why = " ('simulated' never changes: run cdi-gen scan --source simulated once)"
