@@ -1,7 +1,7 @@
 """Process-wide settings, made before the libraries they concern are loaded.
 
 :func:`forgo_openssl`: a ``cdi-plugin serve`` that speaks only gRPC over unix sockets never uses
-TLS, yet OpenSSL would take 4.7 MiB of its memory: asyncio imports :mod:`ssl` whenever it can
+TLS, yet OpenSSL would take 4.5 MiB of its memory: asyncio imports :mod:`ssl` whenever it can
 (libssl and libcrypto), and :mod:`hashlib` maps libcrypto again for SHA-256. Both are written for
 OpenSSL being absent: asyncio then offers no TLS, and hashlib computes SHA-256 (the same digests)
 with CPython's own implementation. Marking the two modules as missing in :data:`sys.modules`
