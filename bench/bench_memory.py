@@ -4,6 +4,7 @@ Prints, in one run:
 
 * the baseline: the floor of any Python device plugin, a process that imports asyncio and grpcio
   and serves one gRPC method on a unix socket (VmRSS once serving), beside every figure below;
+  and the same floor without OpenSSL, as ``serve`` runs when it needs no TLS;
 * ``cdi-plugin serve`` serving 1000 devices to a fake kubelet, without and with
   ``--metrics-address``: VmRSS once registered, and VmRSS and VmHWM (the peak) after a workload of
   Allocate calls, spec rewrites (the 1000-device spec rewritten as cdi-gen does) and, with
@@ -20,6 +21,7 @@ Prints, in one run:
 Run as root (device nodes are made with mknod in a temporary directory):
 
     .venv/bin/python bench/bench_memory.py [--devices 1000] [--calls 2000] [--rewrites 20]
+        [--repeat N] [--compare OTHER/.venv/bin]
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ import itertools
 import json
 import os
 import re
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -62,8 +65,10 @@ def mib(kib: int) -> str:
     return f"{kib / 1024:6.1f} MiB"
 
 
-async def plugin(devices: int, calls: int, rewrites: int, with_metrics: bool) -> tuple[int, int, int]:
-    """(VmRSS once registered, VmRSS after the workload, VmHWM) in KiB."""
+async def plugin(
+    devices: int, calls: int, rewrites: int, with_metrics: bool, bin_dir: Path = VENV_BIN
+) -> tuple[int, int, int]:
+    """(VmRSS once registered, VmRSS after the workload, VmHWM) in KiB of ``bin_dir``'s cdi-plugin."""
     with tempfile.TemporaryDirectory(prefix="cdi-bench-mem-") as raw:
         layout = Layout.under(Path(raw))
         nodes = {f"dev{i}": [make_node(layout.dev / f"n{i}", os.makedev(1, 3))] for i in range(devices)}
@@ -72,7 +77,7 @@ async def plugin(devices: int, calls: int, rewrites: int, with_metrics: bool) ->
         extra = ["--metrics-address", "127.0.0.1:0"] if with_metrics else []
         async with FakeKubelet(layout.plugin_dir) as kubelet:
             proc = await asyncio.create_subprocess_exec(
-                str(VENV_BIN / "cdi-plugin"), "serve", "--spec-dir", str(layout.etc),
+                str(bin_dir / "cdi-plugin"), "serve", "--spec-dir", str(layout.etc),
                 "--plugin-dir", str(layout.plugin_dir), "--sysfs-root", str(layout.sysfs), *extra,
                 stderr=asyncio.subprocess.PIPE,
             )  # fmt: skip
@@ -209,8 +214,9 @@ async def serve_scan(devices: int, calls: int, rewrites: int) -> tuple[int, int,
     return registered, after, peak
 
 
-#: What ``cdi-plugin serve`` imports, in order (the DRA driver, lightkube, prometheus_client, the
-#: generated gRPC stubs and the JSON Schema validator are not among them), then what
+#: What ``cdi-plugin serve`` imports, in order, OpenSSL kept out as ``serve`` does without TLS (the
+#: DRA driver, lightkube, prometheus_client, the generated gRPC stubs and the JSON Schema validator
+#: are not among them); then, in another interpreter, the same with OpenSSL, what
 #: ``--metrics-address`` adds, then ``--scan``.
 SERVE_IMPORTS = (
     "asyncio", "click", "grpc", "cdi_plugin.deviceplugin.api", "asyncinotify",
@@ -221,7 +227,10 @@ SCAN_IMPORTS = ("yaml", "jsonschema_rs", "pyudev", "cdi_plugin.cli.serve_scan")
 
 #: The floor: Python, asyncio and grpcio serving one method on a unix socket, nothing else.
 _FLOOR = """
-import asyncio, sys, grpc
+import sys
+if sys.argv[2:] == ["--forgo-openssl"]:
+    sys.modules["ssl"] = sys.modules["_ssl"] = sys.modules["_hashlib"] = None
+import asyncio, grpc
 async def ping(request, context):
     return b""
 async def main():
@@ -238,11 +247,12 @@ asyncio.run(main())
 """
 
 
-def floor() -> int:
-    """VmRSS in KiB of the floor process once it served one call."""
+def floor(*flags: str) -> int:
+    """VmRSS in KiB of the floor process once it served one call (``--forgo-openssl``: without
+    OpenSSL, as ``serve`` without TLS runs)."""
     with tempfile.TemporaryDirectory(prefix="cdi-bench-mem-") as raw:
         proc = subprocess.Popen(
-            [sys.executable, "-c", _FLOOR, f"{raw}/floor.sock"], stdout=subprocess.PIPE, text=True
+            [sys.executable, "-c", _FLOOR, f"{raw}/floor.sock", *flags], stdout=subprocess.PIPE, text=True
         )
         try:
             assert proc.stdout is not None
@@ -260,7 +270,12 @@ def rss():
         if line.startswith("VmRSS:"):
             return int(line.split()[1])
 print("python", rss())
-for name in sys.argv[1:]:
+names = sys.argv[1:]
+if names[0] == "--forgo-openssl":
+    from cdi_plugin.process import forgo_openssl
+    names = names[1:]
+    forgo_openssl()
+for name in names:
     importlib.import_module(name)
     print(name, rss())
 """
@@ -285,14 +300,22 @@ with tempfile.TemporaryDirectory() as raw:
 """
 
 
-def where_it_goes(devices: int) -> None:
-    imports = [*SERVE_IMPORTS, *METRICS_IMPORTS, *SCAN_IMPORTS]
+def import_steps(*imports: str) -> list[tuple[str, int]]:
+    """(module, VmRSS in KiB once imported) for each of ``imports`` in a fresh interpreter."""
     out = subprocess.run(
-        [sys.executable, "-c", _STEPS, *imports], capture_output=True, text=True, check=True
+        [sys.executable, "-c", _STEPS, *imports], capture_output=True, text=True, check=True, cwd=ROOT
     ).stdout.split()
-    steps = list(zip(out[::2], map(int, out[1::2]), strict=True))
+    return list(zip(out[::2], map(int, out[1::2]), strict=True))
+
+
+def where_it_goes(devices: int) -> None:
     print("where the memory goes: VmRSS of a fresh interpreter after each import, in order")
-    for (_, before), (name, after) in itertools.pairwise(steps):
+    for (_, before), (name, after) in itertools.pairwise(import_steps("--forgo-openssl", *SERVE_IMPORTS)):
+        print(f"  {name:44} {mib(after)}  +{(after - before) / 1024:4.1f} MiB")
+    print("  the same with OpenSSL (asyncio imports ssl), then --metrics-address and --scan:")
+    steps = import_steps(*SERVE_IMPORTS, *METRICS_IMPORTS, *SCAN_IMPORTS)
+    print(f"  {'(the imports of serve, with OpenSSL)':44} {mib(steps[len(SERVE_IMPORTS)][1])}")
+    for (_, before), (name, after) in itertools.pairwise(steps[len(SERVE_IMPORTS) :]):
         scan = (
             " (--scan)" if name in SCAN_IMPORTS else " (--metrics-address)" if name in METRICS_IMPORTS else ""
         )
@@ -314,16 +337,33 @@ def main() -> int:
     parser.add_argument("--devices", type=int, default=1000)
     parser.add_argument("--calls", type=int, default=2000)
     parser.add_argument("--rewrites", type=int, default=20)
+    parser.add_argument("--repeat", type=int, default=1, help="runs of plain serve; medians printed")
+    parser.add_argument(
+        "--compare", type=Path, metavar="BIN_DIR",
+        help="also measure plain serve of another installation (e.g. an older checkout's .venv/bin), "
+        "its runs alternating with this one's",
+    )  # fmt: skip
     args = parser.parse_args()
     print(f"python {sys.version.split()[0]}, {time.strftime('%Y-%m-%d')}")
     base = floor()
-    print(f"baseline: python + asyncio + grpcio serving one method on a unix socket: {mib(base)}")
+    print(f"baseline: python + asyncio + grpcio serving one method on a unix socket: {mib(base)}; "
+          f"without OpenSSL: {mib(floor('--forgo-openssl')).strip()}")  # fmt: skip
     print(f"cdi-plugin serve, {args.devices} devices, {args.calls} Allocates, {args.rewrites} spec rewrites:")
     print(f"  {'':28} {'registered':>12} {'after':>12} {'peak (HWM)':>12} {'baseline':>12}")
-    for with_metrics in (False, True):
-        registered, after, peak = asyncio.run(plugin(args.devices, args.calls, args.rewrites, with_metrics))
-        label = "with --metrics-address" if with_metrics else "without metrics endpoint"
-        print(f"  {label:28} {mib(registered):>12} {mib(after):>12} {mib(peak):>12} {mib(base):>12}")
+    plain = {
+        VENV_BIN: "without metrics endpoint",
+        **({args.compare: str(args.compare)} if args.compare else {}),
+    }
+    runs: dict[Path, list[tuple[int, int, int]]] = {bin_dir: [] for bin_dir in plain}
+    for _ in range(args.repeat):
+        for bin_dir, results in runs.items():
+            results.append(asyncio.run(plugin(args.devices, args.calls, args.rewrites, False, bin_dir)))
+    for bin_dir, results in runs.items():
+        registered, after, peak = (int(statistics.median(column)) for column in zip(*results, strict=True))
+        print(f"  {plain[bin_dir]:28} {mib(registered):>12} {mib(after):>12} {mib(peak):>12} {mib(base):>12}")
+    registered, after, peak = asyncio.run(plugin(args.devices, args.calls, args.rewrites, True))
+    label = "with --metrics-address"
+    print(f"  {label:28} {mib(registered):>12} {mib(after):>12} {mib(peak):>12} {mib(base):>12}")
     print("cdi-gen scan, one process each (peak RSS):")
     with tempfile.TemporaryDirectory(prefix="cdi-bench-mem-") as raw:
         fixture = Path(raw) / "binders.json"
