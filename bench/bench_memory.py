@@ -344,7 +344,8 @@ def main() -> int:
     print(f"cdi-plugin serve --scan, generating and serving {args.devices} devices, metrics endpoint on:")
     print(f"  {'':28} {mib(registered):>12} {mib(after):>12} {mib(peak):>12} {mib(base):>12}")
     one, _, _ = asyncio.run(serve_scan(1, 0, 0))
-    print(f"  {'one device, registered':28} {mib(one):>12}   (so {args.devices} devices add {mib(registered - one)})")
+    added = mib(registered - one).strip()
+    print(f"  {'one device, registered':28} {mib(one):>12}   (so {args.devices} devices add {added})")
     where_it_goes(args.devices)
     return 0
 
