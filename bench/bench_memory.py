@@ -13,7 +13,9 @@ Prints, in one run:
   workstation, and 1000 recorded binder devices;
 * ``cdi-plugin serve --scan`` generating the specs of 1000 devices (recorded in a fixture, which it
   watches as it watches the host) and serving them: once registered, and after Allocates and
-  rewrites of the fixture that add and remove a device (rescan, spec rewrite, ListAndWatch);
+  rewrites of the fixture that add and remove a device (rescan, spec rewrite, ListAndWatch); then
+  the same serving one device, which splits the figure into what any node pays and what the
+  devices add;
 * where the memory goes: VmRSS of a fresh interpreter after each import ``serve`` (then
   ``--metrics-address``, then ``--scan``) needs, in order, and the Python heap the 1000-device
   inventory holds (tracemalloc).
@@ -381,6 +383,9 @@ def main() -> int:
     registered, after, peak = asyncio.run(serve_scan(args.devices, args.calls, args.rewrites))
     print(f"cdi-plugin serve --scan, generating and serving {args.devices} devices, metrics endpoint on:")
     print(f"  {'':28} {mib(registered):>12} {mib(after):>12} {mib(peak):>12} {mib(base):>12}")
+    one, _, _ = asyncio.run(serve_scan(1, 0, 0))
+    added = mib(registered - one).strip()
+    print(f"  {'one device, registered':28} {mib(one):>12}   (so {args.devices} devices add {added})")
     where_it_goes(args.devices)
     return 0
 

@@ -74,7 +74,7 @@ def _problems(error: Any) -> list[Problem]:
     severity = Severity.ERROR if rule else _severity(owner)
     rule = rule or owner.get("x-rule", "schema")
     hint = owner.get("x-hint", "")
-    if hint and keyword in {"pattern", "enum", "not", "minLength"}:
+    if hint and keyword in {"pattern", "enum", "not", "minLength", "maxLength"}:
         last = error.instance_path[-1] if error.instance_path else "value"
         what = "entry" if isinstance(last, int) else repr(last)
         message = f"invalid {what}: {json.dumps(error.instance)}"

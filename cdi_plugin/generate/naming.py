@@ -18,7 +18,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from cdi_plugin.cdi.names import natural_key
+from cdi_plugin.cdi.names import natural_key_uncached
 from cdi_plugin.discovery.model import DiscoveredDevice
 from cdi_plugin.errors import GenerateError
 from cdi_plugin.generate.config import DeviceClass
@@ -38,7 +38,10 @@ class NamedDevice:
 
 def ordered(devices: Sequence[DiscoveredDevice]) -> list[DiscoveredDevice]:
     """Devices in index order: by node path, then sysfs path, numbers compared as numbers."""
-    return sorted(devices, key=lambda d: (natural_key(d.devnode or ""), natural_key(d.sys_path), d.sys_name))
+    return sorted(
+        devices,
+        key=lambda d: (natural_key_uncached(d.devnode or ""), natural_key_uncached(d.sys_path), d.sys_name),
+    )
 
 
 def describe(device: DiscoveredDevice) -> str:

@@ -38,3 +38,14 @@ def test_devices_with_long_digit_runs_are_ordered() -> None:
         for name in ("tty" + "1" * 5000, "tty2", "tty²")
     ]
     assert [d.sys_name for d in ordered(devices)] == ["tty2", "tty" + "1" * 5000, "tty²"]
+
+
+def test_ordering_devices_leaves_the_name_cache_alone() -> None:
+    """Paths are sorted once per scan: caching their keys would hold one per device for good."""
+    devices = [
+        DiscoveredDevice(subsystem="misc", sys_name=f"b{i}", devnode=f"/dev/b{i}", sys_path=f"/sys/b{i}")
+        for i in (10, 2, 1)
+    ]
+    before = natural_key.cache_info().currsize
+    assert [d.sys_name for d in ordered(devices)] == ["b1", "b2", "b10"]
+    assert natural_key.cache_info().currsize == before

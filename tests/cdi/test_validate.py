@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -289,6 +290,33 @@ def test_valid_closids(closid: str) -> None:
 def test_closid_limit_is_in_bytes() -> None:
     spec = codec.spec_from_obj(doc("0.7.0", edits={"intelRdt": {"closID": "é" * 2048}}))
     assert [p.rule for p in validate.runtime_problems(spec)] == ["intel-rdt-closid"]
+
+
+@pytest.mark.parametrize(
+    ("closid", "valid"),
+    [("/", True), ("gold", True), ("a" * 4095, True), ("é" * 4095, True), ("...", True),
+     ("", False), (".", False), ("..", False), ("a/b", False), ("a\nb", False), ("//", False),
+     ("a" * 4096, False)],
+)  # fmt: skip
+def test_the_schema_bounds_closids_in_characters(closid: str, valid: bool) -> None:
+    problems = schema.problems(doc("0.7.0", edits={"intelRdt": {"closID": closid}}))
+    assert [(p.pointer, p.rule) for p in problems] == (
+        [] if valid else [("/devices/0/containerEdits/intelRdt/closID", "intel-rdt-closid")]
+    )
+
+
+def _bounded_repeats(node: Any) -> list[int]:
+    if isinstance(node, dict):
+        found = [int(m) for m in re.findall(r"\{\d*,?(\d+)\}", node.get("pattern", ""))]
+        return found + [n for v in node.values() for n in _bounded_repeats(v)]
+    return [n for v in node for n in _bounded_repeats(v)] if isinstance(node, list) else []
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in (upstream.REPO / "schemas").glob("*.json")))
+def test_schema_patterns_repeat_at_most_255_times(name: str) -> None:
+    """The regex engine builds a state per repetition: ``[^/]{1,4095}`` alone took 8 MiB to compile
+    (lengths belong in maxLength)."""
+    assert max(_bounded_repeats(schema.load(name)), default=0) <= 255
 
 
 def test_permissions_none_and_every_combination_are_valid() -> None:
