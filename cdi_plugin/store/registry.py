@@ -19,7 +19,6 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from itertools import compress
 from pathlib import Path
 from types import MappingProxyType
 
@@ -275,11 +274,10 @@ class SpecRegistry:
             return self._forget(old) + self._define(new)
         if old.spec.container_edits is not new.spec.container_edits:
             return self._forget(old) + self._define(new)
-        # without a Python loop over the devices: a change to one of 1000 costs little more than one
-        before, after = list(map(id, old.spec.devices)), list(map(id, new.spec.devices))
-        came, went = set(after).difference(before), set(before).difference(after)
-        fresh = list(compress(new.spec.devices, map(came.__contains__, after)))
-        gone = list(compress(old.spec.devices, map(went.__contains__, before)))
+        kept = {id(dev) for dev in old.spec.devices}
+        fresh = [dev for dev in new.spec.devices if id(dev) not in kept]
+        reused = {id(dev) for dev in new.spec.devices} & kept
+        gone = [dev for dev in old.spec.devices if id(dev) not in reused]
         prefix = f"{parse_kind(new.spec.kind)}="
         touched: list[str] = []
         for dev in gone:
