@@ -60,7 +60,7 @@ class ListBuilder:
             if came:
                 entries = dict(zip(view.devices, map(entries.__getitem__, view.devices), strict=True))
         else:
-            kept, before = self._entries, self._view.devices
+            kept, before = entries, self._view.devices
             entries = {i: kept[i] if before.get(i) is s else _entry(s) for i, s in view.devices.items()}
         self._view, self._entries, self._data = view, entries, b"".join(entries.values())
         return self._data
