@@ -1,8 +1,9 @@
 """Serving a gRPC service from its proto descriptor, with request parsing that never raises.
 
 A request whose bytes are not a valid message is answered INVALID_ARGUMENT, naming the message
-type and the parser's reason, before any handler runs (instead of gRPC's generic UNKNOWN). This
-module imports no generated code: the one module per API that may do so passes its own in.
+type and the parser's reason, before any handler runs (instead of gRPC's generic UNKNOWN). A
+handler may answer with a message or with a message's bytes it serialized itself. This module
+imports no generated code: the one module per API that may do so passes its own in.
 """
 
 from __future__ import annotations
@@ -30,6 +31,15 @@ def _parser(cls: Any) -> Callable[[bytes], Any]:
             return Malformed(cls.DESCRIPTOR.full_name, str(exc))
 
     return parse
+
+
+def _serializer(cls: Any) -> Callable[[Any], bytes]:
+    serialize = cls.SerializeToString
+
+    def serialized(response: Any) -> bytes:
+        return response if isinstance(response, bytes) else serialize(response)
+
+    return serialized
 
 
 Behavior = Callable[[Any, Any], Any]
@@ -61,7 +71,7 @@ def add_service(pb: ModuleType, service_name: str, servicer: object, server: grp
     handlers: dict[str, grpc.RpcMethodHandler[Any, Any]] = {}
     for method in service.methods:
         request = _parser(getattr(pb, method.input_type.name))
-        response = getattr(pb, method.output_type.name).SerializeToString
+        response = _serializer(getattr(pb, method.output_type.name))
         behavior = getattr(servicer, method.name)
         if method.server_streaming:
             handlers[method.name] = grpc.unary_stream_rpc_method_handler(

@@ -1,15 +1,18 @@
 """One resource's advertised device IDs, kept device by device.
 
 :class:`AdvertisedKind` applies the catalog's rules (:mod:`.resources`) to the devices of one kind
-as they change: a change to one device costs a few dictionary operations, plus, when a device
-comes or goes, one pass in order over the kind's IDs to lay out the new list. The result is what
+as they change: a change to one device costs a few dictionary operations and a copy of the
+kind's ID mapping (no Python loop over the kind's devices). The result is what
 :func:`~.resources.build_catalog` gives for the same devices (but for an ID two devices would
-share, which valid CDI names cannot give: here the device advertised first keeps it).
+share, which valid CDI names cannot give: here the device advertised first keeps it). Each change
+is a :class:`Revision` naming the IDs it touched, so that what is built from the IDs (the
+ListAndWatch response) can follow it device by device too.
 """
 
 from __future__ import annotations
 
 import bisect
+import itertools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -47,6 +50,18 @@ class DeviceStatus:
 #: (what the device was, what it is now): None when it was not, or is no longer, advertised.
 Change = tuple[ServedDevice | None, ServedDevice | None]
 
+_serials = itertools.count()
+
+
+@dataclass(frozen=True, slots=True)
+class Revision:
+    """One state of a kind's advertised IDs: ``ids`` were added, replaced or dropped since the
+    revision numbered ``after`` (serial numbers are unique in the process)."""
+
+    serial: int
+    after: int
+    ids: frozenset[str]
+
 
 class AdvertisedKind:
     def __init__(self, kind: str, replicas: int) -> None:
@@ -54,6 +69,10 @@ class AdvertisedKind:
         self.replicas = replicas
         #: Device ID -> status, in the order advertised (device names in natural order, then replicas).
         self.devices: Mapping[str, DeviceStatus] = MappingProxyType({})
+        self._ids: dict[str, DeviceStatus] = {}  # what :attr:`devices` shows (copied, never changed)
+        self.revision = Revision(next(_serials), -1, frozenset())
+        #: How many of :attr:`devices` are Healthy.
+        self.healthy = 0
         self._order: list[str] = []  # the advertised devices' CDI names, sorted by :func:`_key`
         self._statuses: dict[str, tuple[DeviceStatus, ...]] = {}  # CDI name -> its IDs' statuses
         self._holders: dict[str, str] = {}  # device ID -> CDI name
@@ -65,8 +84,10 @@ class AdvertisedKind:
         in what is advertised, by CDI name, and the notes of devices not advertised."""
         changes: dict[str, Change] = {}
         notes: list[Note] = []
-        laid_out = True  # False when a device came or went: the order must be laid out again
-        updated = dict(self.devices)
+        updated = self._ids.copy()
+        touched: set[str] = set()
+        came: list[str] = []  # devices newly advertised: their IDs are laid out in order below
+        healthy = self.healthy
         for name in names:
             device = devices.get(name)
             held = self._statuses.get(name)
@@ -76,23 +97,50 @@ class AdvertisedKind:
                     fresh = tuple(DeviceStatus(s.id, s.replica, device) for s in held)
                     self._statuses[name] = fresh
                     updated.update((s.id, s) for s in fresh)
+                    touched.update(s.id for s in fresh)
+                    healthy += (device.healthy - held[0].healthy) * len(fresh)
                     changes[name] = (was, device)
                 continue
             if held:
                 self._drop(name, held)
-                laid_out = False
+                for status in held:
+                    del updated[status.id]
+                    touched.add(status.id)
+                healthy -= held[0].healthy * len(held)
                 changes[name] = (was, None)
             if device is not None and self._add(device, notes):
-                laid_out = False
+                fresh = self._statuses[name]
+                came.append(name)
+                touched.update(s.id for s in fresh)
+                healthy += device.healthy * len(fresh)
                 changes[name] = (was, device)
         if not changes:
             return changes, notes
-        if laid_out:
-            self.devices = MappingProxyType(updated)
-        else:
-            statuses = self._statuses
-            self.devices = MappingProxyType({s.id: s for n in self._order for s in statuses[n]})
+        self._ids = self._in_order(updated, came) if came else updated
+        self.devices = MappingProxyType(self._ids)
+        self.healthy = healthy
+        self.revision = Revision(next(_serials), self.revision.serial, frozenset(touched))
         return changes, notes
+
+    def health(self) -> list[bool]:
+        """As many True as there are Healthy IDs, and False for each other one (for counting)."""
+        return [True] * self.healthy + [False] * (len(self.devices) - self.healthy)
+
+    def _in_order(self, updated: dict[str, DeviceStatus], came: list[str]) -> dict[str, DeviceStatus]:
+        """``updated`` with the IDs of the devices that ``came`` in their place: one device's are
+        inserted before those of the device after it; several lay out the kind again."""
+        statuses = self._statuses
+        if len(came) > 1:
+            return {s.id: s for n in self._order for s in statuses[n]}
+        fresh = [(s.id, s) for s in statuses[came[0]]]
+        after = bisect.bisect_right(self._order, _key(came[0]), key=_key)
+        if after == len(self._order):
+            updated.update(fresh)
+            return updated
+        items = list(updated.items())
+        at = list(updated).index(statuses[self._order[after]][0].id)
+        items[at:at] = fresh
+        return dict(items)
 
     def _drop(self, name: str, held: tuple[DeviceStatus, ...]) -> None:
         del self._statuses[name]

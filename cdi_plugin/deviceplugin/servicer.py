@@ -33,26 +33,43 @@ _STATUS = {
 
 
 class ListBuilder:
-    """ListAndWatch responses, from Device messages kept while their status stays the same one:
-    a change to one device builds one message (the response still lists every device)."""
+    """ListAndWatch responses, serialized: each device's entry is encoded once while its status
+    stays the same one, and a response is its devices' entries joined (entries of a repeated
+    field, concatenated, are the message listing them all). A view that follows the one built
+    last (:class:`~.advertised.Revision`) costs the entries of the IDs it touched and the join;
+    another one, a look at each ID's status."""
 
     def __init__(self) -> None:
-        self._messages: dict[str, tuple[DeviceStatus, api.Device]] = {}
-        self._last: tuple[ResourceView | None, api.ListAndWatchResponse] = (None, api.ListAndWatchResponse())
+        self._view = ResourceView("")
+        self._entries: dict[str, bytes] = {}  # device ID -> its entry, in the order of the view
+        self._data = b""
 
-    def response(self, view: ResourceView) -> api.ListAndWatchResponse:
-        if self._last[0] is view:
-            return self._last[1]
-        kept, fresh = self._messages, {}
-        for status in view.devices.values():
-            found = kept.get(status.id)
-            if found is None or found[0] is not status:
-                found = (status, api.device(status.id, status.healthy, status.numa))
-            fresh[status.id] = found
-        self._messages = fresh
-        response = api.ListAndWatchResponse(devices=[m for _, m in fresh.values()])
-        self._last = (view, response)
-        return response
+    def response(self, view: ResourceView) -> bytes:
+        if view is self._view:
+            return self._data
+        last, entries = self._view.revision, self._entries
+        if view.revision is not None and last is not None and view.revision.after == last.serial:
+            came = False
+            for device_id in view.revision.ids:
+                status = view.devices.get(device_id)
+                if status is None:
+                    del entries[device_id]
+                else:
+                    came = came or device_id not in entries
+                    entries[device_id] = _entry(status)
+            if came:
+                entries = dict(zip(view.devices, map(entries.__getitem__, view.devices), strict=True))
+        else:
+            kept, before = entries, self._view.devices
+            entries = {i: kept[i] if before.get(i) is s else _entry(s) for i, s in view.devices.items()}
+        self._view, self._entries, self._data = view, entries, b"".join(entries.values())
+        return self._data
+
+
+def _entry(status: DeviceStatus) -> bytes:
+    """One device as a serialized ListAndWatchResponse listing it alone."""
+    device = api.device(status.id, status.healthy, status.numa)
+    return api.ListAndWatchResponse(devices=[device]).SerializeToString()
 
 
 class DevicePluginService:
@@ -74,9 +91,8 @@ class DevicePluginService:
         """End the open ListAndWatch streams (the server is about to stop)."""
         self._closing.set()
 
-    async def ListAndWatch(
-        self, request: api.Empty, context: Context
-    ) -> AsyncIterator[api.ListAndWatchResponse]:
+    async def ListAndWatch(self, request: api.Empty, context: Context) -> AsyncIterator[bytes]:
+        """The resource's devices, then again after every change: a serialized ListAndWatchResponse."""
         board = self.state.board(self.resource)
         seen = -1
         closing = asyncio.ensure_future(self._closing.wait())

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from cdi_plugin.aio.pulse import Pulse
 from cdi_plugin.cdi.names import natural_key
-from cdi_plugin.deviceplugin.advertised import AdvertisedKind, Change, DeviceStatus
+from cdi_plugin.deviceplugin.advertised import AdvertisedKind, Change, DeviceStatus, Revision
 from cdi_plugin.deviceplugin.resources import Note, kind_note
 from cdi_plugin.deviceplugin.settings import Settings
 from cdi_plugin.inventory import NumaLocator, SpecInventory, SpecSource
@@ -36,6 +36,8 @@ _MAX_DETAIL_LINES = 20
 class ResourceView:
     name: str
     devices: Mapping[str, DeviceStatus] = field(default_factory=dict)
+    #: What changed since the view before (None: not told).
+    revision: Revision | None = None
 
 
 class Board:
@@ -185,13 +187,13 @@ class DeviceState:
             new = advertised.devices
             self._log_changes(kind, old, new, changes)
             if kind not in self._boards:
-                self._boards[kind] = Board(ResourceView(kind, new))
+                self._boards[kind] = Board(ResourceView(kind, new, advertised.revision))
             elif not new:
                 self._boards.pop(kind).close()
             else:
-                self._boards[kind].publish(ResourceView(kind, new))
+                self._boards[kind].publish(ResourceView(kind, new, advertised.revision))
             if new:
-                self._health[kind] = [s.healthy for s in new.values()]
+                self._health[kind] = advertised.health()
             else:
                 del self._kinds[kind]
                 self._health.pop(kind, None)

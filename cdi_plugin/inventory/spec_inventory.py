@@ -29,8 +29,11 @@ hashing them again.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import time
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Collection, Iterable, Mapping
+from itertools import compress
+from operator import is_not
 from pathlib import Path
 from types import MappingProxyType
 from typing import Protocol
@@ -96,6 +99,7 @@ class SpecInventory:
         self._problems = ProblemLog()
         self._reading: Reading | None = None
         self._devices: Devices = MappingProxyType({})
+        self._served: dict[str, ServedDevice] = {}  # what :attr:`_devices` shows (copied, never changed)
         self._watch: SpecWatch | None = None
         self._covered = -1  # the watch's pulse count when the applied reading began
         self._asked = self._done = 0  # refreshes asked for, and covered by a finished reading
@@ -105,7 +109,7 @@ class SpecInventory:
         self._noted_at = (0, 0)  # (the watch's pulse count, the source's notes) at the last reading
         self._handed = self._handed_done = 0  # :meth:`accept` calls, and those a reading applied
         self._handing: set[asyncio.Future[None]] = set()
-        self._nodes: dict[str, tuple[ResolvedDevice, tuple[HostNode, ...]]] = {}
+        self._entries: dict[str, ResolvedDevice] = {}  # served name -> its entry, as last applied
         self._kind_names: dict[str, frozenset[str]] = {}  # served kind -> its names, as last applied
         self._gone: dict[str, float] = {}  # devices in their grace period -> since when
         #: The CDI names whose record the last change added, changed or dropped (followers read it).
@@ -309,7 +313,7 @@ class SpecInventory:
         snapshot = reading.snapshot
         self._problems.update(snapshot)
         served = self.selection.select(snapshot.kinds.keys(), reading)
-        before, known = self._kind_names, self._nodes
+        before, entries = self._kind_names, self._entries
         now = {kind: snapshot.kinds[kind] for kind in served}
         changes: dict[str, tuple[HostNode, ...] | None] = {}
         for kind, names in now.items():
@@ -317,25 +321,20 @@ class SpecInventory:
             if names is old:
                 continue
             for name in old - names:
-                del known[name]
+                del entries[name]
                 changes[name] = None
-            for name in names:
+            for name in _moved(names, snapshot.devices, entries):
                 entry = snapshot.devices[name]
-                cached = known.get(name)
-                if cached is not None and cached[0] is entry:
+                cached, held = entries.get(name), self.health.nodes(name)
+                entries[name] = entry
+                if cached is not None and held is not None and _same_edits(cached, entry):
                     continue
-                if cached is not None and _same_edits(cached[0], entry):
-                    nodes = cached[1]
-                else:
-                    nodes = host_nodes(entry.spec, entry.device)
-                if cached is None or cached[1] != nodes:
+                nodes = host_nodes(entry.spec, entry.device)
+                if nodes != held:
                     changes[name] = nodes
-                else:
-                    nodes = cached[1]  # one copy of equal nodes
-                known[name] = (entry, nodes)
         for kind in before.keys() - now.keys():
             for name in before[kind]:
-                del known[name]
+                del entries[name]
                 changes[name] = None
         self._kind_names = now
         nodes_changed = self.health.retrack(changes)
@@ -411,27 +410,51 @@ class SpecInventory:
         """Apply changed records (None: dropped) and tell the followers."""
         if not fresh and not nodes_changed:
             return
-        devices = dict(self._devices)
-        reorder = False
+        devices = self._served.copy()
+        came: list[str] = []
         for name, record in fresh.items():
             if record is None:
                 devices.pop(name, None)
                 self._udev.pop(name, None)
                 self._gone.pop(name, None)
                 continue
-            reorder = reorder or name not in devices
+            if name not in devices:
+                came.append(name)
             devices[name] = record
             if record.gone_since is None:
                 self._gone.pop(name, None)
             else:
                 self._gone[name] = record.gone_since
-        if reorder:
-            devices = dict(sorted(devices.items()))
-        self._devices = MappingProxyType(devices)
+        self._served = _in_order(devices, came) if came else devices
+        self._devices = MappingProxyType(self._served)
         self.delta = frozenset(fresh)
         for listener in self._followers:
             listener()
         self.changed.fire()
+
+
+def _moved(
+    names: Collection[str], now: Mapping[str, ResolvedDevice], then: Mapping[str, ResolvedDevice]
+) -> list[str]:
+    """The names whose entry in ``now`` is not the one in ``then`` (by identity; absent from
+    ``then`` included), compared without a Python loop over the names."""
+    return list(compress(names, map(is_not, map(now.__getitem__, names), map(then.get, names))))
+
+
+def _in_order(devices: dict[str, ServedDevice], came: list[str]) -> dict[str, ServedDevice]:
+    """``devices``, whose names are in order but for those that ``came`` last, all in order: a
+    few are inserted where they belong, more are sorted with the others."""
+    if len(came) > 8:
+        return dict(sorted(devices.items()))
+    items = list(devices.items())
+    kept = len(items) - len(came)
+    names, rest = list(devices)[:kept], items[kept:]
+    del items[kept:]
+    for name, record in sorted(rest):
+        at = bisect.bisect(names, name)
+        names.insert(at, name)
+        items.insert(at, (name, record))
+    return dict(items)
 
 
 def _same_edits(old: ResolvedDevice, new: ResolvedDevice) -> bool:

@@ -29,7 +29,7 @@ def test_changes_applied_one_by_one_match_the_catalog(replicas: int) -> None:
                 devices[name] = ServedDevice(
                     cdi_name=name, healthy=roll < 0.8, numa_nodes=(rng.randint(0, 1),)
                 )
-        before = dict(advertised.devices)
+        before, revision = dict(advertised.devices), advertised.revision
         changes, _ = advertised.apply(devices, touched)
 
         in_order = [devices[n] for n in sorted(devices)]  # as the inventory gives them
@@ -40,3 +40,11 @@ def test_changes_applied_one_by_one_match_the_catalog(replicas: int) -> None:
         changed = {s.qualified_name for i, s in advertised.devices.items() if before.get(i) != s}
         changed |= {s.qualified_name for i, s in before.items() if i not in advertised.devices}
         assert set(changes) == changed
+        ids = {i for i, s in advertised.devices.items() if before.get(i) is not s}
+        ids |= before.keys() - advertised.devices.keys()
+        if changes:
+            assert (advertised.revision.after, advertised.revision.ids) == (revision.serial, ids)
+        else:
+            assert advertised.revision is revision
+        assert advertised.healthy == sum(s.healthy for s in advertised.devices.values())
+        assert sorted(advertised.health()) == sorted(s.healthy for s in advertised.devices.values())

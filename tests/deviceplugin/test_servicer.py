@@ -66,8 +66,8 @@ def _allocate(*containers: list[str]) -> api.AllocateRequest:
     )
 
 
-def _listed(response: api.ListAndWatchResponse) -> dict[str, str]:
-    return {d.ID: d.health for d in response.devices}
+def _listed(response: bytes) -> dict[str, str]:
+    return {d.ID: d.health for d in api.ListAndWatchResponse.FromString(response).devices}
 
 
 async def test_options_and_prestart(layout: Layout) -> None:
@@ -140,7 +140,7 @@ async def test_preferred_allocation_spreads_over_physical_devices(layout: Layout
     assert [list(c.deviceIDs) for c in answer.container_responses] == [["a#1", "b#0"]]
 
 
-async def _next(stream: AsyncIterator[api.ListAndWatchResponse]) -> dict[str, str]:
+async def _next(stream: AsyncIterator[bytes]) -> dict[str, str]:
     return _listed(await asyncio.wait_for(anext(stream), 5))
 
 

@@ -5,6 +5,7 @@ and the device plugin's state and ListAndWatch responses."""
 from __future__ import annotations
 
 import dataclasses
+import random
 from pathlib import Path
 from typing import Any
 
@@ -102,7 +103,7 @@ def test_one_device_handed_over_costs_one_device(served: Served, monkeypatch: py
     reading = inventory.reading
     assert reading is not None
     assert reading.snapshot.devices[f"{KIND}=d1"] is unchanged  # not even resolved again
-    response = lists.response(board.view)
+    response = api.ListAndWatchResponse.FromString(lists.response(board.view))
     assert len(response.devices) == SERVED + 1
     assert [d.ID for d in response.devices][-2:] == [f"d{SERVED - 1}", added]
     assert work.counts() == (1, 1, 1, 1)
@@ -119,14 +120,15 @@ def test_one_device_handed_over_costs_one_device(served: Served, monkeypatch: py
     run(_hand_over(layout, state, moved))
     assert inventory.delta == {f"{KIND}=d7"}
     assert not board.view.devices["d7"].healthy
-    assert [d.health for d in lists.response(board.view).devices].count(api.UNHEALTHY) == 1
+    response = api.ListAndWatchResponse.FromString(lists.response(board.view))
+    assert [d.health for d in response.devices].count(api.UNHEALTHY) == 1
     assert work.counts() == (1, 1, 0, 1)
 
     # one device removed: in its grace period, Unhealthy, nothing else looked at
     run(_hand_over(layout, state, dataclasses.replace(moved, devices=moved.devices[1:])))
     assert inventory.delta == {f"{KIND}=d0"}
     assert board.view.devices["d0"].device.gone_since is not None
-    assert len(lists.response(board.view).devices) == SERVED + 1
+    assert len(api.ListAndWatchResponse.FromString(lists.response(board.view)).devices) == SERVED + 1
     assert work.counts() == (0, 0, 0, 1)
 
 
@@ -185,3 +187,31 @@ def test_a_spec_read_back_before_its_hand_over_takes_the_writers_objects(
     assert reading is not None
     assert reading.snapshot.devices[f"{KIND}=d1"].device is spec.devices[1]
     assert work.counts()[1:] == (0, 0, 0)
+
+
+def test_devices_stay_in_name_order_as_devices_come_and_go(tmp_path: Path) -> None:
+    layout = Layout.under(tmp_path)
+    names = [f"d{i:02}" for i in range(30)]
+    full = spec_of(KIND, {n: [make_node(layout.dev / n)] for n in names})
+    state = DeviceState(layout.settings(), SpecSource([layout.etc, layout.run]), NumaLocator(layout.sysfs))
+    state.sync()
+    state.inventory.watch_with(QuietWatch())
+    rng = random.Random(3)
+    served: set[str] = set()
+    for _ in range(60):
+        flip = set(rng.sample(names, rng.choice([1, 1, 2, 12])))
+        before = {f"{KIND}={n}" for n in served}
+        served ^= flip
+        run(_hand_over(layout, state, dataclasses.replace(full, devices=tuple(
+            d for d in full.devices if d.name in served
+        ))))  # fmt: skip
+        listed = list(state.inventory.devices())
+        assert listed == sorted(listed)
+        assert {n for n in listed if state.inventory.devices()[n].gone_since is None} == {
+            f"{KIND}={n}" for n in served
+        }
+        board = state.board(KIND)
+        assert board is not None
+        assert list(board.view.devices) == sorted(n.partition("=")[2] for n in listed)
+        gone = before - {f"{KIND}={n}" for n in served}
+        assert gone <= set(listed)  # in their grace period
