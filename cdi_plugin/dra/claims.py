@@ -8,8 +8,9 @@ node's pool (the pool is named after the node). A claim the cache does not hold,
 while the cache is not in step with the server (before the first list, after the watch broke,
 while it lists again), is read with a GET instead, so the cache only ever saves a round trip.
 
-A watch whose version the server no longer keeps (410 Expired) lists again at once; other
-failures list again after a backoff, the kubelet side answering with GETs meanwhile.
+A watch that breaks is taken up once from the last version seen. A watch whose version the
+server no longer keeps (410 Expired) lists again at once; other failures list again after a
+backoff, the kubelet side answering with GETs meanwhile.
 """
 
 from __future__ import annotations
@@ -85,6 +86,26 @@ class ClaimCache:
         else:
             self._claims[uid] = kept
 
+    async def _follow(self, version: str) -> None:
+        """Apply the watch's events after ``version``. A watch that breaks (a dropped connection,
+        an API server restart) is taken up once from the last version seen; only when that fails
+        too, before any event came, does the caller list again."""
+        resumed = False
+        while True:
+            try:
+                async for kind, claim in self.source.watch_claims(version):
+                    version = str((claim.get("metadata") or {}).get("resourceVersion") or version)
+                    self._apply(kind, claim)
+                    resumed = False
+                return
+            except WatchExpired:
+                raise
+            except ApiServerError as exc:
+                if resumed:
+                    raise
+                resumed = True
+                log.debug("%s; watching again from version %s", exc, version)
+
     async def run(self) -> None:
         """List, then follow the watch; again whenever it breaks. Until cancelled."""
         attempt = 0
@@ -98,8 +119,7 @@ class ClaimCache:
                 log.debug(
                     "ResourceClaims listed at version %s: %d allocated here", version, len(self._claims)
                 )
-                async for kind, claim in self.source.watch_claims(version):
-                    self._apply(kind, claim)
+                await self._follow(version)
                 self.synced = False
             except WatchExpired as exc:
                 self.synced = False

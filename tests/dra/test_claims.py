@@ -186,6 +186,23 @@ async def test_a_watch_ended_by_the_server_is_taken_up_where_it_was(
     assert cache.synced
 
 
+async def test_a_watch_whose_reconnection_fails_once_is_taken_up_without_a_list(
+    server: FakeApiServer, cache: ClaimCache
+) -> None:
+    first, second = api.Claim("ns", "a", "uid-a"), api.Claim("ns", "b", "uid-b")
+    server.add_claim(claim_obj(first, ("r", NODE, "fuse-fuse0")))
+    await until(cached(cache, first), "the first claim")
+    await until(lambda: server.watches == 1, "the watch after the list")
+    server.fail("GET", ALL_CLAIMS, 503)  # the watch's own reconnection (a dropped connection)
+    server.break_watches()
+    server.add_claim(claim_obj(second, ("r", NODE, "fuse-fuse1")))
+    await until(cached(cache, second), "the claim added while the watch was down")
+    # the list, the watch, its failed reconnection, the watch resumed; listing again would add one
+    assert server.requests.count(("GET", ALL_CLAIMS)) == 4
+    assert server.watches == 2
+    assert cache.synced
+
+
 async def test_a_broken_watch_falls_back_to_gets_then_lists_again(
     server: FakeApiServer, cache: ClaimCache, service: DraService
 ) -> None:
