@@ -45,8 +45,24 @@ __all__ = [
     "yaml_lines",
 ]
 
-_INT64 = (-(2**63), 2**63 - 1)
-_UINT32 = (0, 2**32 - 1)
+
+@dataclass(frozen=True, slots=True)
+class IntRange:
+    """The values a Go integer field holds (decoding rejects the others)."""
+
+    lo: int
+    hi: int
+    what: str
+
+    def out_of_range(self, value: int) -> str | None:
+        """Why ``value`` does not fit, or None."""
+        if self.lo <= value <= self.hi:
+            return None
+        return f"{value} is out of range for {self.what} ({self.lo} to {self.hi})"
+
+
+INT64 = IntRange(-(2**63), 2**63 - 1, "an integer")
+UINT32 = IntRange(0, 2**32 - 1, "an unsigned 32-bit integer")
 
 
 class _Err(CdiPluginError):
@@ -74,19 +90,16 @@ def _bool(value: Any, ptr: str) -> bool:
     return value
 
 
-def _integer(lo: int, hi: int, what: str) -> Callable[[Any, str], int]:
+def _integer(bounds: IntRange, lenient: bool) -> Callable[[Any, str], int]:
     def decode(value: Any, ptr: str) -> int:
         if isinstance(value, bool) or not isinstance(value, int):
-            raise _Err(ptr, "type", f"expected {what}, got {_type_name(value)} {value!r}")
-        if not lo <= value <= hi:
-            raise _Err(ptr, "type", f"{value} is out of range for {what} ({lo} to {hi})")
+            raise _Err(ptr, "type", f"expected {bounds.what}, got {_type_name(value)} {value!r}")
+        wrong = None if lenient else bounds.out_of_range(value)
+        if wrong:
+            raise _Err(ptr, "type", wrong)
         return value
 
     return decode
-
-
-_int64 = _integer(*_INT64, "an integer")
-_uint32 = _integer(*_UINT32, "an unsigned 32-bit integer")
 
 
 def _list(item: Callable[[Any, str], Any]) -> Callable[[Any, str], tuple[Any, ...]]:
@@ -144,8 +157,10 @@ def _object(cls: type, lenient: bool, *fields: _Field) -> Callable[[Any, str], A
 
 
 def _spec_decoder(lenient: bool) -> Callable[[Any, str], Any]:
-    """The decoder for a whole spec; a lenient one skips unknown fields instead of failing."""
+    """The decoder for a whole spec; a lenient one skips unknown fields and keeps integers out of
+    range instead of failing."""
     strs = _list(_str)
+    _int64, _uint32 = _integer(INT64, lenient), _integer(UINT32, lenient)
     device_node = _object(
         model.DeviceNode,
         lenient,
@@ -229,7 +244,8 @@ _lenient_spec = _spec_decoder(lenient=True)
 def spec_from_obj(obj: Any, source: str = "<spec>", *, lenient: bool = False) -> model.Spec:
     """Decode a parsed document; raises :class:`SpecLoadError` on the first problem.
 
-    ``lenient`` skips unknown fields, so that a validator can still check the rest.
+    ``lenient`` skips unknown fields and keeps integers out of range, so that a validator can
+    still check the rest.
     """
     try:
         spec: model.Spec = (_lenient_spec if lenient else _strict_spec)(obj, "")

@@ -8,22 +8,25 @@ means current runtimes load it but a known runtime or version does not, or that 
   spec with an error among them is dropped by containerd, CRI-O, podman and Docker; its warnings
   name the runtimes or library versions that read the spec differently. The registry uses only
   these, so it resolves names the way a runtime does and loads a spec that has only warnings.
-* :func:`validate_bytes` and :func:`validate_object` are what ``cdi-gen validate`` and the spec
-  writer run: strict parsing, the project's JSON Schema, the runtime rules and the rules a schema
-  cannot express, all problems collected, at most one per JSON pointer and rule.
+* :func:`validate_bytes` and :func:`validate_object` are what ``cdi-gen validate`` runs: strict
+  parsing, the runtime rules, the project's stricter rules, then the project's JSON Schema where
+  those found nothing; all problems collected, at most one per JSON pointer and rule.
+* :func:`check_spec` is the spec writer's check: the same rules on a built spec, without the JSON
+  Schema (the writer never loads jsonschema-rs); its errors are :func:`validate_object`'s.
 """
 
 from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
 from cdi_plugin.cdi import codec, names
-from cdi_plugin.cdi.model import ContainerEdits, Spec
-from cdi_plugin.cdi.problems import Problem, Severity, dedupe, from_error
+from cdi_plugin.cdi.codec import INT64, UINT32
+from cdi_plugin.cdi.model import Annotations, ContainerEdits, Spec
+from cdi_plugin.cdi.problems import Problem, Severity, dedupe, from_error, pointer_join
 from cdi_plugin.cdi.version import check_version
 from cdi_plugin.errors import InvalidNameError, SpecLoadError
 
@@ -33,6 +36,13 @@ HOOK_NAMES = frozenset(
 DEVICE_NODE_TYPES = frozenset({"", "b", "c", "u", "p"})
 ANNOTATIONS_MAX_BYTES = 256 * 1024
 _PERMISSIONS = re.compile(r"[rwm]*")
+#: The CDI specification's lengths of a kind's vendor and class (the CDI Go library has none).
+VENDOR_MAX, CLASS_MAX = 253, 63
+#: A Kubernetes qualified name: optional DNS subdomain prefix and '/', a name of 1 to 63 characters.
+_ANNOTATION_KEY = re.compile(
+    r"(([A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?)(\.[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?)*/)?"
+    r"([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9]"
+)
 #: ``permissions: none`` came to the CDI Go library after its release v1.1.0.
 RELEASED_LIBRARIES = "released CDI Go library (v1.1.0, in containerd 2.3, and older)"
 
@@ -169,19 +179,116 @@ def runtime_problems(spec: Spec) -> list[Problem]:
     return out
 
 
-def strict_problems(spec: Spec, max_version: str | None = None) -> list[Problem]:
-    """The project's rules beyond the schema and the runtime: the version ceiling, annotation sizes."""
-    out = [p for p in check_version(spec, max_version) if p.rule == "version-above-max"]
-    annotated = [("/annotations", spec.annotations)]
-    annotated += [(f"/devices/{i}/annotations", d.annotations) for i, d in enumerate(spec.devices)]
-    for at, values in annotated:
-        size = sum(len(k.encode()) + len(v.encode()) for k, v in (values or {}).items())
-        if size > ANNOTATIONS_MAX_BYTES:
+def _relative(pointer: str, what: str, path: str | None) -> list[Problem]:
+    if not path or path.startswith("/"):
+        return []
+    if what == "device node hostPath":
+        return [
+            _warning(pointer, "relative-host-path", f"relative {what} {path!r}",
+                     "an absolute path: runtimes on the CDI Go library look a relative one up from their own "
+                     "working directory")
+        ]  # fmt: skip
+    return [
+        Problem(pointer, "absolute-path", f"relative {what} {path!r}", "an absolute path, starting with '/'")
+    ]
+
+
+def _strict_edits_problems(base: str, edits: ContainerEdits) -> list[Problem]:
+    """The CDI specification's rules on edits that the CDI Go library does not apply."""
+    out = []
+    for i, node in enumerate(edits.device_nodes or ()):
+        at = f"{base}/deviceNodes/{i}"
+        out += _relative(f"{at}/path", "device node path", node.path)
+        out += _relative(f"{at}/hostPath", "device node hostPath", node.host_path)
+        perms = node.permissions
+        if perms and perms != "none" and len(perms) > 3 and _PERMISSIONS.fullmatch(perms):
             out.append(
-                _warning(at, "annotation-size", f"annotations take {size} bytes, over the 256 KiB limit of "
-                         "the CDI Go library's annotation check (runtimes load the spec without it)",
-                         "keep the annotations small")
+                Problem(f"{at}/permissions", "device-node-permissions",
+                        f"invalid device node permissions {perms!r}: more than 3 letters",
+                        "at most 3 of the letters r, w and m, e.g. rw; leave it out for rwm")
             )  # fmt: skip
+    for i, hook in enumerate(edits.hooks or ()):
+        out += _relative(f"{base}/hooks/{i}/path", "hook path", hook.path)
+        timeout = hook.timeout
+        if timeout is not None and not 1 <= timeout <= UINT32.hi and INT64.out_of_range(timeout) is None:
+            out.append(
+                Problem(f"{base}/hooks/{i}/timeout", "hook-timeout",
+                        f"invalid hook timeout {timeout}: the CDI specification wants 1 to {UINT32.hi} "
+                        "seconds", "leave it out for no timeout")
+            )  # fmt: skip
+    for i, mount in enumerate(edits.mounts or ()):
+        out += _relative(f"{base}/mounts/{i}/containerPath", "mount containerPath", mount.container_path)
+    return out
+
+
+def _annotation_problems(at: str, values: Annotations) -> list[Problem]:
+    out = [
+        _warning(pointer_join(at, key), "annotation-key", f"invalid annotation key {key!r}",
+                 "a Kubernetes qualified name: optional DNS subdomain prefix and '/', then a name of at most "
+                 "63 characters (the CDI Go library's annotation check, which runtimes skip when loading "
+                 "specs, rejects other keys)")
+        for key in sorted(values)
+        if not _ANNOTATION_KEY.fullmatch(key)
+    ]  # fmt: skip
+    size = sum(len(k.encode()) + len(v.encode()) for k, v in values.items())
+    if size > ANNOTATIONS_MAX_BYTES:
+        out.append(
+            _warning(at, "annotation-size", f"annotations take {size} bytes, over the 256 KiB limit of "
+                     "the CDI Go library's annotation check (runtimes load the spec without it)",
+                     "keep the annotations small")
+        )  # fmt: skip
+    return out
+
+
+def _kind_length_problems(kind: str) -> list[Problem]:
+    try:
+        parsed = names.parse_kind(kind)
+    except InvalidNameError:
+        return []  # a runtime rule reports it
+    for what, value, limit in (("vendor", parsed.vendor, VENDOR_MAX), ("class", parsed.class_, CLASS_MAX)):
+        if len(value) > limit:
+            return [
+                Problem("/kind", "kind-format", f"invalid kind {kind!r}: the {what} has {len(value)} "
+                        f"characters, over the CDI specification's {limit}",
+                        f"a vendor of at most {VENDOR_MAX} and a class of at most {CLASS_MAX} characters")
+            ]  # fmt: skip
+    return []
+
+
+def strict_problems(spec: Spec, max_version: str | None = None) -> list[Problem]:
+    """The project's rules beyond the runtime's: the version ceiling, the CDI specification's
+    length limits of a kind, absolute paths, at most 3 permission letters, hook timeouts,
+    annotation keys and sizes."""
+    out = [p for p in check_version(spec, max_version) if p.rule == "version-above-max"]
+    out.extend(_kind_length_problems(spec.kind))
+    if spec.annotations is not None:
+        out.extend(_annotation_problems("/annotations", spec.annotations))
+    for i, dev in enumerate(spec.devices):
+        if dev.annotations is not None:
+            out.extend(_annotation_problems(f"/devices/{i}/annotations", dev.annotations))
+    for base, edits in spec.all_edits():
+        out.extend(_strict_edits_problems(base, edits))
+    return out
+
+
+def _range_problems(spec: Spec) -> list[Problem]:
+    """Integers a Go field cannot hold, in document order (decoding stops at the first)."""
+    out = []
+    for base, edits in spec.all_edits():
+        values: list[tuple[str, int | None, codec.IntRange]] = []
+        for i, n in enumerate(edits.device_nodes or ()):
+            at = f"{base}/deviceNodes/{i}"
+            values += [(f"{at}/major", n.major, INT64), (f"{at}/minor", n.minor, INT64),
+                       (f"{at}/fileMode", n.file_mode, UINT32), (f"{at}/uid", n.uid, UINT32),
+                       (f"{at}/gid", n.gid, UINT32)]  # fmt: skip
+        values += [(f"{base}/hooks/{i}/timeout", h.timeout, INT64) for i, h in enumerate(edits.hooks or ())]
+        values += [
+            (f"{base}/additionalGids/{i}", g, UINT32) for i, g in enumerate(edits.additional_gids or ())
+        ]
+        for at, value, bounds in values:
+            wrong = None if value is None else bounds.out_of_range(value)
+            if wrong:
+                out.append(Problem(at, "type", wrong))
     return out
 
 
@@ -201,16 +308,21 @@ def validate_object(obj: Any, max_version: str | None = None, source: str = "<sp
     """All problems of a parsed document.
 
     Semantic problems come first; a schema problem is added only where none stands yet (the
-    schema mostly restates a semantic rule, in vaguer words).
-    An unknown field stops the runtime's loader, but the semantic rules still run on the rest
-    (decoded leniently), so one pass reports everything. A string UTF-8 cannot encode (a lone
-    surrogate, e.g. from bytes decoded with ``surrogateescape``) is reported, not raised.
+    schema restates semantic rules, in vaguer words: for a document :func:`codec.spec_to_obj`
+    makes, it adds no error, which ``tests/cdi/test_writer_check.py`` checks).
+    An unknown field or an integer out of range stops the runtime's loader, but the semantic rules
+    still run on the rest (decoded leniently), so one pass reports everything. A string UTF-8
+    cannot encode (a lone surrogate, e.g. from bytes decoded with ``surrogateescape``) is reported
+    alone.
     """
-    try:
-        return _validate_object(obj, max_version, source)
-    except UnicodeEncodeError:
-        where, what = codec.find_unencodable(obj) or ("", "string")
-        return Validation(None, [Problem(where or "/", "syntax", f"a {what} {codec.UNPAIRED_SURROGATE}")])
+    found = codec.find_unencodable(obj)
+    if found is not None:
+        return _unencodable(*found)
+    return _validate_object(obj, max_version, source)
+
+
+def _unencodable(where: str, what: str) -> Validation:
+    return Validation(None, [Problem(where or "/", "syntax", f"a {what} {codec.UNPAIRED_SURROGATE}")])
 
 
 def _validate_object(obj: Any, max_version: str | None, source: str) -> Validation:
@@ -220,19 +332,63 @@ def _validate_object(obj: Any, max_version: str | None, source: str) -> Validati
         spec = checked = codec.spec_from_obj(obj, source)
     except SpecLoadError as exc:
         problems.append(from_error(exc))
-        if exc.rule == "unknown-field":
+        if exc.rule in {"unknown-field", "type"}:
             try:
                 checked = codec.spec_from_obj(obj, source, lenient=True)
             except SpecLoadError:
                 checked = None
     if checked is not None:
-        problems += runtime_problems(checked) + strict_problems(checked, max_version)
+        problems += _semantic_problems(checked, max_version, ranges=spec is None)
     problems = dedupe(problems)
     taken = {p.pointer for p in problems}
-    from cdi_plugin.cdi import schema  # here, so that runtime_problems alone (the plugin) never loads it
+    from cdi_plugin.cdi import schema  # here, so that the plugin and the spec writer never load it
 
     problems += dedupe([p for p in schema.problems(obj) if p.pointer not in taken])
     return Validation(spec, problems)
+
+
+def _semantic_problems(spec: Spec, max_version: str | None, ranges: bool) -> list[Problem]:
+    out = _range_problems(spec) if ranges else []
+    return out + runtime_problems(spec) + strict_problems(spec, max_version)
+
+
+def check_spec(spec: Spec, max_version: str | None = None) -> Validation:
+    """What :func:`validate_object` finds in ``codec.spec_to_obj(spec)``, without the JSON Schema
+    pass (jsonschema-rs) and without encoding and decoding: the spec writer's check.
+
+    The errors and ``valid`` are those of :func:`validate_object` (the semantic rules cover
+    everything the schema checks); only a warning the schema alone gives could be missing.
+    """
+    if not _encodable(spec):
+        return _unencodable(*(codec.find_unencodable(codec.spec_to_obj(spec)) or ("", "string")))
+    problems = dedupe(_semantic_problems(spec, max_version, ranges=True))
+    rejected = any(p.rule == "type" for p in problems)
+    return Validation(None if rejected else spec, problems)
+
+
+def _encodable(spec: Spec) -> bool:
+    texts: list[str] = []
+    _collect_texts(spec, texts)
+    try:
+        "".join(texts).encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _collect_texts(value: object, out: list[str]) -> None:
+    """Every string and key in a model value."""
+    if isinstance(value, str):
+        out.append(value)
+    elif isinstance(value, tuple):
+        for item in value:
+            _collect_texts(item, out)
+    elif isinstance(value, Mapping):
+        for key, item in value.items():
+            out += (key, item)
+    elif value is not None and not isinstance(value, int):
+        for name in value.__slots__:  # type: ignore[attr-defined]
+            _collect_texts(getattr(value, name), out)
 
 
 def validate_bytes(
@@ -243,7 +399,7 @@ def validate_bytes(
         obj, parsed_as = codec.parse(data, source, fmt)
     except SpecLoadError as exc:
         return Validation(None, [from_error(exc)])
-    result = validate_object(obj, max_version, source)
+    result = _validate_object(obj, max_version, source)  # parsing refuses unencodable strings
     if parsed_as == "yaml" and result.problems:
         lines = codec.yaml_lines(data, {p.pointer for p in result.problems})
         result.problems[:] = [

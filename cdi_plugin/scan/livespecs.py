@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 from cdi_plugin.cdi import codec
 from cdi_plugin.cdi.model import Device, Spec
-from cdi_plugin.cdi.validate import validate_object
+from cdi_plugin.cdi.validate import check_spec
 from cdi_plugin.cdi.version import EARLIEST, KNOWN_VERSIONS, minimum_version, version_key
 from cdi_plugin.discovery.model import DiscoveredDevice
 from cdi_plugin.errors import CdiPluginError, GenerateError
@@ -147,7 +147,7 @@ class LiveSpec:
             raise Uncertain(str(exc)) from None
         if notes.warnings or notes.refused or single is None:
             raise Uncertain(f"{describe(device)}: a rescan explains what is wrong with it")
-        if any(p.is_error for p in validate_object(codec.spec_to_obj(single.spec)).problems):
+        if not check_spec(single.spec).valid:
             raise Uncertain(f"{describe(device)}: its entry is not valid")
         (entry,), (built,) = single.spec.devices, single.devices
         assert entry.name == name

@@ -21,7 +21,7 @@ from typing import Literal
 from cdi_plugin.cdi import codec
 from cdi_plugin.cdi.model import Spec
 from cdi_plugin.cdi.names import parse_kind
-from cdi_plugin.cdi.validate import validate_object
+from cdi_plugin.cdi.validate import check_spec
 from cdi_plugin.errors import SpecInvalidError, SpecLoadError, SpecWriteError
 from cdi_plugin.store.files import (
     DEFAULT_SPEC_DIRS,
@@ -137,8 +137,7 @@ def read_existing(path: Path) -> bytes | None:
 
 def encode_checked(spec: Spec, path: Path, fmt: codec.Format, max_version: str | None) -> bytes:
     """The file contents of ``spec``, validated strictly; raises :class:`SpecInvalidError`."""
-    result = validate_object(codec.spec_to_obj(spec), max_version, str(path))
-    errors = [p for p in result.problems if p.is_error]
+    errors = [p for p in check_spec(spec, max_version).problems if p.is_error]
     if errors:
         first = errors[0]
         hint = f" ({first.hint})" if first.hint else ""

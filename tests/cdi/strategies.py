@@ -1,14 +1,16 @@
-"""Hypothesis strategies for CDI names and for specs that the project's validator accepts."""
+"""Hypothesis strategies for CDI names, for specs that the project's validator accepts, and for
+specs of any content."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 from types import MappingProxyType
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from hypothesis import strategies as st
 
-from cdi_plugin.cdi import model
+from cdi_plugin.cdi import codec, model
+from cdi_plugin.cdi.validate import HOOK_NAMES
 from cdi_plugin.cdi.version import KNOWN_VERSIONS, minimum_version, version_key
 
 T = TypeVar("T")
@@ -151,3 +153,152 @@ def specs(draw: st.DrawFn) -> model.Spec:
     highest = version_key("1.0.0") if uses_cmt else len(KNOWN_VERSIONS) - 1
     version = draw(st.sampled_from(KNOWN_VERSIONS[lowest : highest + 1]))
     return replace(spec, cdi_version=version)
+
+
+# Specs of any content: every field reached, with the values a builder could put there by mistake
+# (empty, relative, too long, out of range, odd characters, repeated), for comparing validators.
+
+_odd_text = st.text(
+    alphabet=st.sampled_from(["a", "Z", "0", "/", "=", ".", "-", "_", ":", " ", "\n", "é", "r", "w", "m"]),
+    max_size=6,
+)
+#: Text of any length: empty, short, odd, and beyond each CDI length limit (63, 253, 4095).
+any_text = st.one_of(
+    st.just(""),
+    texts,
+    _odd_text,
+    st.builds(
+        lambda c, n: c * n, st.sampled_from(["a", "é", "/"]), st.sampled_from([62, 63, 64, 253, 254, 4096])
+    ),
+)
+any_paths = st.one_of(
+    st.sampled_from(["", "/", "rel", "./x", "a/b", " /x", "/dev/x"]), any_text, absolute_paths
+)
+#: Integers at and beyond the edges of uint32 and int64, and around zero.
+any_ints = st.one_of(
+    st.sampled_from(
+        [0, 1, -1, UINT32_MAX, UINT32_MAX + 1, INT64[0], INT64[0] - 1, INT64[1], INT64[1] + 1, 2**80]
+    ),
+    st.integers(-(2**65), 2**65),
+)
+_names = st.one_of(device_names, any_text, st.sampled_from(["a", "0", "a-", "-a", "a:b", "a.b"]))
+_vendor_or_class = st.one_of(
+    vendors,
+    any_text,
+    st.sampled_from(["a", "ab", "a/b", "1a", "a_"]),
+    st.builds(lambda n: "v" * n, st.sampled_from([62, 63, 64, 252, 253, 254])),
+)
+any_kinds = st.one_of(
+    st.builds(lambda v, c: f"{v}/{c}", _vendor_or_class, _vendor_or_class), any_text, st.just("ab/cd/ef")
+)
+any_env = _tuple_of(st.one_of(env_entries, any_text, st.sampled_from(["=", "=x", "A=", "A", "A=B=C"])))
+_annotation_keys = st.one_of(
+    annotation_keys, any_text, st.sampled_from(["a/b", "-a", "a" * 64, "x." * 3 + "/k"])
+)
+any_annotations = _opt(st.dictionaries(_annotation_keys, any_text, max_size=3).map(MappingProxyType))
+
+any_device_nodes = st.builds(
+    model.DeviceNode,
+    path=any_paths,
+    host_path=_opt(any_paths),
+    type=_opt(st.sampled_from(["", "b", "c", "u", "p", "x", "bc"])),
+    major=_opt(any_ints),
+    minor=_opt(any_ints),
+    file_mode=_opt(any_ints),
+    permissions=_opt(
+        st.one_of(
+            st.sampled_from(["", "none", "rrrr", "rwmr", "rwm", "r", "x", "None", "rw\n"]),
+            st.text(alphabet="rwmnoe", max_size=5),
+        )
+    ),
+    uid=_opt(any_ints),
+    gid=_opt(any_ints),
+)
+any_mounts = st.builds(
+    model.Mount,
+    host_path=any_paths,
+    container_path=any_paths,
+    options=_opt(_tuple_of(any_text)),
+    type=_opt(any_text),
+)
+any_hooks = st.builds(
+    model.Hook,
+    hook_name=st.one_of(st.sampled_from(sorted(HOOK_NAMES)), any_text),
+    path=any_paths,
+    args=_opt(_tuple_of(any_text)),
+    env=_opt(any_env),
+    timeout=_opt(any_ints),
+)
+any_rdt = st.builds(
+    model.IntelRdt,
+    clos_id=_opt(st.one_of(clos_ids, any_text, st.sampled_from([".", "..", "/", "a/b", "a\n", "é" * 2048]))),
+    l3_cache_schema=_opt(any_text),
+    mem_bw_schema=_opt(any_text),
+    enable_cmt=_opt(st.booleans()),
+    enable_mbm=_opt(st.booleans()),
+    schemata=_opt(_tuple_of(any_text)),
+    enable_monitoring=_opt(st.booleans()),
+)
+any_net_devices = _tuple_of(
+    st.builds(model.NetDevice, host_interface_name=st.sampled_from(["", "eth0", "eth1"]) | any_text,
+              name=st.sampled_from(["", "net0", "net1"]) | any_text)
+)  # fmt: skip
+any_edits = st.builds(
+    model.ContainerEdits,
+    env=_opt(any_env),
+    device_nodes=_opt(_tuple_of(any_device_nodes)),
+    net_devices=_opt(any_net_devices),
+    hooks=_opt(_tuple_of(any_hooks, 2)),
+    mounts=_opt(_tuple_of(any_mounts, 2)),
+    intel_rdt=_opt(any_rdt),
+    additional_gids=_opt(_tuple_of(any_ints)),
+)
+
+
+@st.composite
+def any_specs(draw: st.DrawFn) -> model.Spec:
+    """Any spec the model can hold with well-typed values, valid or not (duplicate names, no devices)."""
+    names = draw(st.lists(_names, max_size=3))
+    repeat = draw(st.booleans())
+    if names and repeat:
+        names.append(names[0])
+    return model.Spec(
+        cdi_version=draw(st.sampled_from([*KNOWN_VERSIONS, "v1.1.0", "v0.1.0", "", "1.1", "1.1.0 "])),
+        kind=draw(any_kinds),
+        devices=tuple(
+            model.Device(name=n, container_edits=draw(any_edits), annotations=draw(any_annotations))
+            for n in names
+        ),
+        annotations=draw(any_annotations),
+        container_edits=draw(_opt(any_edits)),
+    )
+
+
+@st.composite
+def mutated_specs(draw: st.DrawFn) -> model.Spec:
+    """A valid spec (:func:`specs`) with one or two strings, integers or annotation keys replaced by
+    any value of the same type: a spec whose only mistakes are those."""
+    obj = codec.spec_to_obj(draw(specs()))
+    for _ in range(draw(st.integers(1, 2))):
+        leaves: list[tuple[Any, Any]] = []
+        _leaves(obj, leaves)
+        parent, key = draw(st.sampled_from(leaves))
+        if isinstance(key, str) and key.startswith("\0"):  # an annotation key
+            old = key[1:]
+            parent[draw(_annotation_keys)] = parent.pop(old)
+        elif isinstance(parent[key], str):
+            parent[key] = draw(any_text | any_paths)
+        else:
+            parent[key] = draw(any_ints)
+    return codec.spec_from_obj(obj, lenient=True)
+
+
+def _leaves(value: Any, out: list[tuple[Any, Any]], in_annotations: bool = False) -> None:
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, item in items:
+        if in_annotations:
+            out.append((value, f"\0{key}"))
+        if isinstance(item, (str, int)) and not isinstance(item, bool):
+            out.append((value, key))
+        else:
+            _leaves(item, out, key == "annotations")
