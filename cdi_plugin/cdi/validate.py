@@ -17,9 +17,10 @@ means current runtimes load it but a known runtime or version does not, or that 
 
 from __future__ import annotations
 
+import operator
 import re
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -376,19 +377,29 @@ def _encodable(spec: Spec) -> bool:
     return True
 
 
-def _collect_texts(value: object, out: list[str]) -> None:
-    """Every string and key in a model value."""
-    if isinstance(value, str):
-        out.append(value)
-    elif isinstance(value, tuple):
-        for item in value:
+_FIELDS: dict[type, Callable[[Any], tuple[Any, ...]]] = {}
+
+
+def _collect_texts(value: Any, out: list[str]) -> None:
+    """Every string and key in a model object (a dataclass of :mod:`cdi_plugin.cdi.model`)."""
+    fields = _FIELDS.get(type(value))
+    if fields is None:
+        fields = _FIELDS[type(value)] = operator.attrgetter(*type(value).__slots__)
+    for item in fields(value):
+        kind = type(item)
+        if kind is str:
+            out.append(item)
+        elif kind is tuple:
+            for entry in item:
+                if type(entry) is str:
+                    out.append(entry)
+                elif type(entry) is not int:
+                    _collect_texts(entry, out)
+        elif isinstance(item, Mapping):
+            out += item
+            out += item.values()
+        elif item is not None and kind is not int and kind is not bool:
             _collect_texts(item, out)
-    elif isinstance(value, Mapping):
-        for key, item in value.items():
-            out += (key, item)
-    elif value is not None and not isinstance(value, int):
-        for name in value.__slots__:  # type: ignore[attr-defined]
-            _collect_texts(getattr(value, name), out)
 
 
 def validate_bytes(
