@@ -12,7 +12,7 @@ means current runtimes load it but a known runtime or version does not, or that 
   parsing, the runtime rules, the project's stricter rules, then the project's JSON Schema where
   those found nothing; all problems collected, at most one per JSON pointer and rule.
 * :func:`check_spec` is the spec writer's check: the same rules on a built spec, without the JSON
-  Schema (the writer never loads jsonschema-rs); its errors are :func:`validate_object`'s.
+  Schema (the writer never loads jsonschema-rs); its problems are :func:`validate_object`'s.
 """
 
 from __future__ import annotations
@@ -183,12 +183,6 @@ def runtime_problems(spec: Spec) -> list[Problem]:
 def _relative(pointer: str, what: str, path: str | None) -> list[Problem]:
     if not path or path.startswith("/"):
         return []
-    if what == "device node hostPath":
-        return [
-            _warning(pointer, "relative-host-path", f"relative {what} {path!r}",
-                     "an absolute path: runtimes on the CDI Go library look a relative one up from their own "
-                     "working directory")
-        ]  # fmt: skip
     return [
         Problem(pointer, "absolute-path", f"relative {what} {path!r}", "an absolute path, starting with '/'")
     ]
@@ -200,7 +194,13 @@ def _strict_edits_problems(base: str, edits: ContainerEdits) -> list[Problem]:
     for i, node in enumerate(edits.device_nodes or ()):
         at = f"{base}/deviceNodes/{i}"
         out += _relative(f"{at}/path", "device node path", node.path)
-        out += _relative(f"{at}/hostPath", "device node hostPath", node.host_path)
+        host = node.host_path
+        if host and not host.startswith("/"):
+            out.append(
+                _warning(f"{at}/hostPath", "relative-host-path", f"relative device node hostPath {host!r}",
+                         "an absolute path: runtimes on the CDI Go library look a relative one up from their "
+                         "own working directory")
+            )  # fmt: skip
         perms = node.permissions
         if perms and perms != "none" and len(perms) > 3 and _PERMISSIONS.fullmatch(perms):
             out.append(
@@ -357,14 +357,14 @@ def check_spec(spec: Spec, max_version: str | None = None) -> Validation:
     """What :func:`validate_object` finds in ``codec.spec_to_obj(spec)``, without the JSON Schema
     pass (jsonschema-rs) and without encoding and decoding: the spec writer's check.
 
-    The errors and ``valid`` are those of :func:`validate_object` (the semantic rules cover
-    everything the schema checks); only a warning the schema alone gives could be missing.
+    The problems and ``valid`` are those of :func:`validate_object`: for such a document the
+    semantic rules find everything the schema would.
     """
     if not _encodable(spec):
         return _unencodable(*(codec.find_unencodable(codec.spec_to_obj(spec)) or ("", "string")))
     problems = dedupe(_semantic_problems(spec, max_version, ranges=True))
-    rejected = any(p.rule == "type" for p in problems)
-    return Validation(None if rejected else spec, problems)
+    out_of_range = any(p.rule == "type" for p in problems)  # decoding the document would fail
+    return Validation(None if out_of_range else spec, problems)
 
 
 def _encodable(spec: Spec) -> bool:
