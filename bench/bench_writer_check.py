@@ -11,7 +11,10 @@ one device's spec on each hot-plug event (``LiveSpec._entry``). This times, over
 for the GPU-like spec of ``bench_validate.py`` with N devices (default 1000) and for one device's
 spec. With ``--compare PYTHON`` (e.g. ``/work/main/.venv/bin/python``) the same measurements also
 run under that interpreter's cdi_plugin, in a child process, and are printed beside these.
-(``tests/cdi/test_writer_check.py`` checks that the writer never runs the schema.)
+
+Then, for each interpreter, a fresh process imports the writer (``cdi_plugin.store.plan``), writes
+the spec's file contents once (``encode_checked``) and reports its VmRSS and whether jsonschema-rs
+was loaded (``tests/cdi/test_writer_check.py`` checks that the writer never runs the schema).
 
 Run: ``.venv/bin/python bench/bench_writer_check.py [--devices 1000] [--runs 30] [--compare PY]``
 """
@@ -23,6 +26,7 @@ import json
 import statistics
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +55,32 @@ def measure(devices: int, runs: int) -> dict[str, Any]:
     return out
 
 
+WRITE_ONCE = """
+import json, sys
+from pathlib import Path
+from cdi_plugin.cdi import codec
+from cdi_plugin.store.plan import encode_checked
+spec = codec.spec_from_obj(json.loads(sys.stdin.read()))
+encode_checked(spec, Path("bench.json"), "json", None)
+rss = next(line.split()[1] for line in open("/proc/self/status") if line.startswith("VmRSS:"))
+loaded = "jsonschema_rs" in sys.modules
+print(json.dumps({"VmRSS MiB after one write": int(rss) / 1024, "loads jsonschema-rs": loaded}))
+"""
+
+
+def write_once(python: str, devices: int) -> dict[str, Any]:
+    """A fresh writer process's memory after writing one spec (median VmRSS of 5 processes)."""
+    doc = json.dumps(build_spec(devices))
+    with tempfile.TemporaryDirectory() as elsewhere:  # not this checkout, which `-c` would import
+        runs = [
+            json.loads(subprocess.run([python, "-c", WRITE_ONCE], input=doc, capture_output=True, text=True,
+                                      check=True, cwd=elsewhere).stdout)
+            for _ in range(5)
+        ]  # fmt: skip
+    key = "VmRSS MiB after one write"
+    return {**runs[0], key: statistics.median(r[key] for r in runs)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--devices", type=int, default=1000)
@@ -67,6 +97,8 @@ def main() -> None:
         child = [args.compare, __file__, "--json", "--devices", str(args.devices), "--runs", str(args.runs)]
         done = subprocess.run(child, capture_output=True, text=True, check=True, cwd=Path(__file__).parent)
         columns.append(json.loads(done.stdout))
+    for column in columns:
+        column.update(write_once(column["python"], args.devices))
     print(f"writer's check, {args.devices} devices (spec) and one device (entry); median ms of {args.runs}")
     print(f"  {'':<44}" + "".join(f"{'this' if c is ours else 'compared':>12}" for c in columns))
     keys = [k for k in ours if k != "python"] + [k for c in columns[1:] for k in c if k not in ours]

@@ -25,7 +25,7 @@ from tests.cdi.helpers import spec as make_spec
 from tests.cdi.strategies import any_specs, mutated_specs
 
 ROOT = Path(__file__).resolve().parents[2]
-MANY = settings(deadline=None, max_examples=1000, suppress_health_check=[HealthCheck.too_slow])
+MANY = settings(deadline=None, max_examples=500, suppress_health_check=[HealthCheck.too_slow])
 
 
 def assert_same(spec: Spec, max_version: str | None = None) -> validate.Validation:
