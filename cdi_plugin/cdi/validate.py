@@ -386,19 +386,20 @@ def _collect_texts(value: Any, out: list[str]) -> None:
     if fields is None:
         fields = _FIELDS[type(value)] = operator.attrgetter(*type(value).__slots__)
     for item in fields(value):
-        kind = type(item)
-        if kind is str:
+        if item is None or isinstance(item, int):
+            continue
+        if isinstance(item, str):
             out.append(item)
-        elif kind is tuple:
+        elif isinstance(item, tuple):
             for entry in item:
-                if type(entry) is str:
+                if isinstance(entry, str):
                     out.append(entry)
-                elif type(entry) is not int:
+                elif not isinstance(entry, int):
                     _collect_texts(entry, out)
         elif isinstance(item, Mapping):
             out += item
             out += item.values()
-        elif item is not None and kind is not int and kind is not bool:
+        else:
             _collect_texts(item, out)
 
 
