@@ -316,10 +316,16 @@ def validate_object(obj: Any, max_version: str | None = None, source: str = "<sp
     cannot encode (a lone surrogate, e.g. from bytes decoded with ``surrogateescape``) is reported
     alone.
     """
+    try:
+        result: Validation | None = _validate_object(obj, max_version, source)
+    except UnicodeEncodeError:
+        result = None
+    if result is not None and result.spec is not None and _encodable(result.spec):
+        return result  # every string of the document is in the spec
     found = codec.find_unencodable(obj)
-    if found is not None:
-        return _unencodable(*found)
-    return _validate_object(obj, max_version, source)
+    if found is None and result is not None:
+        return result
+    return _unencodable(*(found or ("", "string")))
 
 
 def _unencodable(where: str, what: str) -> Validation:
