@@ -310,7 +310,7 @@ def validate_object(obj: Any, max_version: str | None = None, source: str = "<sp
 
     Semantic problems come first; a schema problem is added only where none stands yet (the
     schema restates semantic rules, in vaguer words: for a document :func:`codec.spec_to_obj`
-    makes, it adds no error, which ``tests/cdi/test_writer_check.py`` checks).
+    makes, it adds no problem, which ``tests/cdi/test_writer_check.py`` checks).
     An unknown field or an integer out of range stops the runtime's loader, but the semantic rules
     still run on the rest (decoded leniently), so one pass reports everything. A string UTF-8
     cannot encode (a lone surrogate, e.g. from bytes decoded with ``surrogateescape``) is reported
