@@ -22,7 +22,7 @@ from cdi_plugin.errors import CdiPluginError
 from cdi_plugin.generate.config import DeviceClass
 from cdi_plugin.generate.match import query_for
 from cdi_plugin.scan.livespecs import Change, LiveSpec, Uncertain, index_class
-from cdi_plugin.scan.pipeline import FileReport, ScanOptions, ScanReport, run_scan
+from cdi_plugin.scan.pipeline import FileReport, Placed, ScanOptions, ScanReport, placing, run_scan
 from cdi_plugin.store.dirlock import locked
 from cdi_plugin.store.files import spec_file_name
 from cdi_plugin.store.ownership import digest
@@ -63,10 +63,15 @@ class BatchWork:
         self.live: dict[str, LiveSpec] = {}
 
     def run(
-        self, classes: Sequence[DeviceClass], scope: set[str] | None, devices: Iterable[DeviceEvent]
+        self,
+        classes: Sequence[DeviceClass],
+        scope: set[str] | None,
+        devices: Iterable[DeviceEvent],
+        placed: Placed | None = None,
     ) -> tuple[list[Outcome], BaseException | None]:
         """What was written, and the error that stopped the batch (the device updates already
-        written are in the outcomes). ``scope`` None rescans every class."""
+        written are in the outcomes). ``scope`` None rescans every class. ``placed`` hears of each
+        file as soon as it is in place."""
         outcomes: list[Outcome] = []
         try:
             if scope is not None:
@@ -75,13 +80,13 @@ class BatchWork:
                     for kind in event.kinds - scope:
                         by_kind.setdefault(kind, set()).add(event.sys_path)
                 if by_kind:
-                    outcome, rescan = self._update(classes, by_kind)
+                    outcome, rescan = self._update(classes, by_kind, placed)
                     if outcome is not None:
                         outcomes.append(outcome)
                     scope |= rescan
                 if not scope:
                     return outcomes, None
-            report = run_scan(self.options, self.source, classes, scope)
+            report = run_scan(self.options, self.source, classes, scope, placed)
             self._index(classes, scope, report)
             outcomes.append(Outcome(report, scope, False))
         except Exception as exc:
@@ -107,7 +112,7 @@ class BatchWork:
                 self.live[cls.kind] = live
 
     def _update(
-        self, classes: Sequence[DeviceClass], by_kind: Mapping[str, set[str]]
+        self, classes: Sequence[DeviceClass], by_kind: Mapping[str, set[str]], placed: Placed | None
     ) -> tuple[Outcome | None, set[str]]:
         """Update the devices' entries; returns what was written and the kinds to rescan."""
         lookup = getattr(self.source, "lookup", None)
@@ -138,10 +143,11 @@ class BatchWork:
             return (Outcome(report, updated, True) if updated else None), rescan
         names = {kind: spec_file_name(parse_kind(kind), self.options.fmt) for kind in changes}
         updates = {names[k]: (k, c.data, live.digest) for k, (live, c) in changes.items()}
+        specs = {k: c.spec.spec for k, (_, c) in changes.items() if c.spec is not None}
         try:
             with locked(out, self.options.lock_timeout) as held:
                 plan = plan_updates(out, updates)
-                applied = apply(plan, tidy=held.held)
+                applied = apply(plan, tidy=held.held, placed=placing(placed, specs))
         except CdiPluginError as exc:
             log.debug("device updates of %s: %s; rescanning", ", ".join(sorted(changes)), exc)
             for kind in changes:
@@ -151,7 +157,7 @@ class BatchWork:
             if change.data is None:
                 del self.live[kind]  # no file: the next device of the kind is a rescan
             else:
-                live.digest = digest(change.data)
+                live.digest = plan.record_after[names[kind]].sha256
         files = tuple(
             FileReport(c.path, c.kind, DONE[c.action], changes[c.kind][1].spec) for c in plan.changes
         )

@@ -273,13 +273,13 @@ def plan_writes(
     return Plan(output_dir, tuple(changes), dict(record), after, tuple(conflicts))
 
 
-def _entry(change: FileChange, before: OwnedFile | None, owned: bool) -> OwnedFile:
+def _entry(change: FileChange, before: OwnedFile | None, owned: bool, old: str | None = None) -> OwnedFile:
     """The record entry of a file written (or left) as ``change`` says; a file of cdi-gen's
-    that changes keeps its old digest as ``previous``."""
+    that changes keeps its old digest (``old``, when known) as ``previous``."""
     assert change.data is not None
     name, new = change.path.name, digest(change.data)
-    if owned and change.old is not None and digest(change.old) != new:
-        return OwnedFile(name, change.kind, new, digest(change.old))
+    if owned and change.old is not None and (old := old or digest(change.old)) != new:
+        return OwnedFile(name, change.kind, new, old)
     previous = before.previous if before is not None and before.sha256 == new else None
     return OwnedFile(name, change.kind, new, previous)
 
@@ -311,5 +311,5 @@ def plan_updates(output_dir: Path, updates: Mapping[str, tuple[str, bytes | None
         else:
             change = FileChange(path, kind, "unchanged" if old == data else "change", data, old)
             changes.append(change)
-            after[name] = _entry(change, entry, owned=True)
+            after[name] = _entry(change, entry, owned=True, old=now)
     return Plan(output_dir, tuple(changes), dict(record), after)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import os
 import stat
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -88,12 +88,15 @@ def _discard(*groups: Iterable[StagedFile]) -> None:
             s.discard()
 
 
-def apply(plan: Plan, *, tidy: bool = False) -> Applied:
+def apply(plan: Plan, *, tidy: bool = False, placed: Callable[[FileChange], None] | None = None) -> Applied:
     """Carry out ``plan``; raises :class:`SpecWriteError` (nothing changed) or
     :class:`PartialWriteError` (some files were written: the message lists them).
 
     ``tidy`` (only while holding :func:`~cdi_plugin.store.dirlock.locked`) first removes the
     temporary files that killed runs left of the record and of the files the plan names.
+    ``placed(change)`` is called as soon as a file is renamed into place or removed, before the
+    record that follows a removal and before the directory is synced (which only make it durable):
+    runtimes see the file from then on.
     """
     directory = plan.output_dir
     if tidy:
@@ -122,6 +125,8 @@ def apply(plan: Plan, *, tidy: bool = False) -> Applied:
         for change, s in staged:
             s.commit()
             done.append((change.path, change.action))
+            if placed is not None:
+                placed(change)
         for change in plan.removals:
             try:
                 os.unlink(change.path)
@@ -130,6 +135,8 @@ def apply(plan: Plan, *, tidy: bool = False) -> Applied:
             except OSError as exc:
                 raise SpecWriteError(f"{change.path}: cannot remove: {exc.strerror or exc}") from None
             done.append((change.path, "remove"))
+            if placed is not None:
+                placed(change)
         for record in records[1:]:
             record.commit()
     except SpecWriteError as exc:

@@ -9,17 +9,23 @@ pool, so names collide and the updates fall back to rescans too.
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from cdi_plugin.cdi.model import Spec
 from cdi_plugin.discovery.model import DiscoveredDevice, StaticSource
-from cdi_plugin.scan import ScanOptions, run_scan
+from cdi_plugin.scan import ScanOptions, livespecs, run_scan
+from cdi_plugin.scan import updates as updates_module
 from cdi_plugin.scan.livespecs import indexable
 from cdi_plugin.scan.updates import MAX_DEVICES, BatchWork, DeviceEvent
+from cdi_plugin.store import plan as plan_module
 from cdi_plugin.store.plan import ConflictError
+from cdi_plugin.store.registry import Stat, file_stat
 from tests.generate.helpers import classes
 from tests.generate.hosts import misc, usb_tty
 
@@ -118,6 +124,53 @@ def test_adding_a_device_to_an_indexed_class_enumerates_nothing(tmp_path: Path) 
     assert source.enumerations == enumerations
     assert [(o.updated, sorted(o.scope or ())) for o in outcomes] == [(True, sorted(work.live))]
     assert [f.action for f in outcomes[0].report.files] == ["changed", "changed"]
+
+
+def test_an_update_sorts_nothing_and_hands_each_file_over_once_in_place(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Entries are kept in name order as devices come and go: rendering the spec after one
+    device's event does not sort the class's names again; the file is hashed once before and
+    once after (for the record), each file handed over with its stat once it is in place."""
+    indexed = CLASSES[1:2]
+    source = StaticSource([adapter(i, f"S{i}", None) for i in range(0, 200, 2)])
+    work = BatchWork(options(tmp_path), source)
+    _, error = work.run(indexed, None, [])
+    assert error is None
+
+    def no_sorting(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("sorted() called while rendering")
+
+    monkeypatch.setattr(livespecs, "sorted", no_sorting, raising=False)
+    hashed: list[int] = []
+    for module in (plan_module, updates_module):
+
+        def counted(data: bytes, digest: Any = module.digest) -> str:
+            hashed.append(len(data))
+            return str(digest(data))
+
+        monkeypatch.setattr(module, "digest", counted)
+    placed: list[tuple[str, list[str]]] = []
+    for i in (51, 199, 1):
+        source.devices.append(adapter(i, f"S{i}", None))
+        event = DeviceEvent(adapter(i, None, None).sys_path, frozenset(work.live))
+
+        def tell(path: Path, spec: Spec | None, stat: Stat | None) -> None:
+            assert spec is not None
+            assert stat == file_stat(path)
+            placed.append((path.name, [d.name for d in spec.devices]))
+
+        outcomes, error = work.run(indexed, set(), [event], tell)
+        assert error is None
+        assert [o.updated for o in outcomes] == [True]
+    monkeypatch.undo()
+    assert len(hashed) == 2 * 3
+    fresh = tmp_path / "fresh"
+    run_scan(options(fresh), StaticSource(source.devices), indexed)
+    assert files(tmp_path) == files(fresh)
+    names = [json.loads(data)["devices"] for data in files(fresh).values()]
+    assert [n for _, n in placed][-1] == [d["name"] for d in names[0]]
+    assert len(placed) == 3
 
 
 def test_a_burst_of_devices_is_rescanned_by_class(tmp_path: Path) -> None:
