@@ -38,6 +38,7 @@ from cdi_plugin.generate.builder import BuiltDevice, BuiltSpec, Host, Notes, bui
 from cdi_plugin.generate.config import DeviceClass
 from cdi_plugin.generate.match import matches
 from cdi_plugin.generate.naming import candidate, describe
+from cdi_plugin.store.registry import Stat
 
 #: Stands for the devices in the JSON text of a spec until the devices' cached text replaces it.
 _DEVICES = "@DEVICES@"
@@ -100,8 +101,9 @@ class LiveSpec:
         self.versions = Counter(e.version for e in entries.values())
         top = Spec(cdi_version=EARLIEST, kind=cls.kind, devices=(), container_edits=self.top)
         self.top_version = version_key(minimum_version(top))
-        #: The digest of the file as last written.
+        #: The digest of the file as last written, and its stat just after (None: not known).
         self.digest = ""
+        self.stat: Stat | None = None
 
     @property
     def kind(self) -> str:

@@ -15,7 +15,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
+from cdi_plugin.cdi.model import Spec
 from cdi_plugin.cdi.names import parse_kind
 from cdi_plugin.discovery.model import DeviceSource
 from cdi_plugin.errors import CdiPluginError
@@ -27,6 +29,7 @@ from cdi_plugin.store.dirlock import locked
 from cdi_plugin.store.files import spec_file_name
 from cdi_plugin.store.ownership import digest
 from cdi_plugin.store.plan import DONE, Plan, plan_updates
+from cdi_plugin.store.registry import Stat
 from cdi_plugin.store.writer import apply
 
 log = logging.getLogger(__name__)
@@ -143,11 +146,19 @@ class BatchWork:
             return (Outcome(report, updated, True) if updated else None), rescan
         names = {kind: spec_file_name(parse_kind(kind), self.options.fmt) for kind in changes}
         updates = {names[k]: (k, c.data, live.digest) for k, (live, c) in changes.items()}
+        known = {names[k]: live.stat for k, (live, _) in changes.items() if live.stat is not None}
         specs = {k: c.spec.spec for k, (_, c) in changes.items() if c.spec is not None}
+        stats: dict[Path, Stat | None] = {}
+
+        def tell(path: Path, spec: Spec | None, stat: Stat | None) -> None:
+            stats[path] = stat
+            if placed is not None:
+                placed(path, spec, stat)
+
         try:
             with locked(out, self.options.lock_timeout) as held:
-                plan = plan_updates(out, updates)
-                applied = apply(plan, tidy=held.held, placed=placing(placed, specs))
+                plan = plan_updates(out, updates, known)
+                applied = apply(plan, tidy=held.held, placed=placing(tell, specs))
         except CdiPluginError as exc:
             log.debug("device updates of %s: %s; rescanning", ", ".join(sorted(changes)), exc)
             for kind in changes:
@@ -158,6 +169,7 @@ class BatchWork:
                 del self.live[kind]  # no file: the next device of the kind is a rescan
             else:
                 live.digest = plan.record_after[names[kind]].sha256
+                live.stat = stats.get(out / names[kind], live.stat)  # unchanged: not written
         files = tuple(
             FileReport(c.path, c.kind, DONE[c.action], changes[c.kind][1].spec) for c in plan.changes
         )

@@ -23,6 +23,7 @@ from cdi_plugin.store.atomic import StagedFile, fsync_dir, remove_stale
 from cdi_plugin.store.mkdirs import make_dirs
 from cdi_plugin.store.ownership import RECORD_NAME, encode_record, read_record
 from cdi_plugin.store.plan import DONE, Action, FileChange, Plan, read_existing
+from cdi_plugin.store.registry import file_stat
 
 
 class PartialWriteError(SpecWriteError):
@@ -46,11 +47,14 @@ def _verify(plan: Plan) -> None:
         if stat.S_ISDIR(os.lstat(record).st_mode):
             raise SpecWriteError(f"{record}: is a directory; nothing was written", nothing_written=True)
     for change in plan.changes:
-        try:
-            now = read_existing(change.path)
-        except SpecWriteError:
-            now = b"\0unreadable"
-        if now != change.old:
+        if change.old_stat is not None:
+            same = file_stat(change.path) == change.old_stat
+        else:
+            try:
+                same = read_existing(change.path) == change.old
+            except SpecWriteError:
+                same = False
+        if not same:
             raise SpecWriteError(
                 f"{change.path} changed since the plan was made; nothing was written, run again",
                 nothing_written=True,
