@@ -30,9 +30,11 @@ with the watcher), and the process's resident memory (VmRSS) before and after th
 peak (VmHWM). The baseline the anchors offer is a rescan every 5 s (generic-device-plugin, Intel),
 i.e. 2.5 s on average and 5 s at worst.
 
-``--trace`` runs ``serve --scan`` with time marks around its steps from the watcher's hand-over to
-the bytes of the list (patched in at start) and prints the time of each step; ``--crowded-only``
-skips the cycles with the anchor alone and the CPU rounds; ``--storm 0`` skips the storm.
+``--trace`` runs ``serve --scan`` with time marks around its steps from the uevent to the bytes of
+the list (patched in at start) and prints the time of each step; ``--crowded-only`` skips the
+cycles with the anchor alone and the CPU rounds; ``--storm 0`` skips the storm; ``--code CHECKOUT``
+runs ``serve --scan`` from another checkout (its ``.venv``), to compare with the code before a
+change in one run.
 
 Run as root (loop devices; numbers from 10000 up, removed again at the end, which takes the kernel
 about 50 s for 1000):
@@ -75,6 +77,8 @@ SPEC = "cdi-plugin.io-loop.json"
 ADD_TARGET_MS, REMOVE_TARGET_MS = 25.0, 15.0
 BURST, BURST_WRITES, BURST_MS = 1000, 5, 500.0
 SPACING = 0.15  # seconds between steps: more than the coalescing window (100 ms)
+#: A mark this long before this process received the uevent counts: the watcher may read it first.
+EARLY = 0.002
 
 #: The separate gRPC client: one JSON line per ListAndWatch response (time parsed, healthy IDs, all
 #: IDs, time its bytes arrived). It asks gRPC for the bytes and parses them itself, to tell the
@@ -99,9 +103,10 @@ import atexit, json, runpy, sys, time
 import grpc
 from cdi_plugin.deviceplugin import servicer
 from cdi_plugin.deviceplugin.state import DeviceState
-from cdi_plugin.inventory.source import SpecSource
-from cdi_plugin.inventory.spec_inventory import SpecInventory
-from cdi_plugin.scan.watcher import Watcher
+from cdi_plugin.discovery.udev import UdevSource
+from cdi_plugin.inventory import source, spec_inventory
+from cdi_plugin.scan import livespecs, updates, watcher
+from cdi_plugin.store import atomic, writer
 
 marks, clock = [], time.perf_counter
 
@@ -115,11 +120,18 @@ def timed(label, call):
     return traced
 
 for owner, name, label in (
-    (Watcher, "_applied", "handover"), (SpecSource, "current", "read"),
-    (SpecInventory, "_reconcile", "apply"), (SpecInventory, "recheck_health", "nodes"),
+    (watcher.Watcher, "_on_uevent", "uevent"), (updates.BatchWork, "run", "batch"),
+    (UdevSource, "lookup", "lookup"), (livespecs.LiveSpec, "update", "entry"),
+    (livespecs.LiveSpec, "render", "render"), (updates, "plan_updates", "plan"),
+    (updates, "apply", "write"), (writer, "_verify", "verify"), (writer, "_stage", "stage"),
+    (atomic.StagedFile, "commit", "commit"),
+    (spec_inventory.SpecInventory, "accept", "handover"), (source.SpecSource, "current", "read"),
+    (spec_inventory.SpecInventory, "_reconcile", "apply"),
+    (spec_inventory.SpecInventory, "recheck_health", "nodes"),
     (DeviceState, "_show", "advertise"), (servicer.ListBuilder, "response", "response"),
 ):
-    setattr(owner, name, timed(label, getattr(owner, name)))
+    if hasattr(owner, name):  # the code measured may lack a step
+        setattr(owner, name, timed(label, getattr(owner, name)))
 stream_handler = grpc.unary_stream_rpc_method_handler
 
 def traced_handler(behavior, request_deserializer=None, response_serializer=None):
@@ -132,13 +144,24 @@ atexit.register(lambda: open(out, "w").write(json.dumps(marks)))
 runpy.run_module("cdi_plugin.cli.plugin", run_name="__main__")
 """
 
-#: The steps of ``--trace``, in order: (label, from, to); a mark is (step, 0: start / 1: end).
+#: The steps of ``--trace``, in order: (label, from, to); a mark is (step, 0: start / 1: end), the
+#: first of each between a change's uevent and its list.
 SEGMENTS = (
+    ("uevent -> the watcher reads it (loop)", "event", ("uevent", 0)),
+    ("uevent read -> batch starts (worker thread)", ("uevent", 0), ("batch", 0)),
+    ("device read from udev", ("lookup", 0), ("lookup", 1)),
+    ("entry built and validated", ("entry", 0), ("entry", 1)),
+    ("spec rendered (1000 entries)", ("render", 0), ("render", 1)),
+    ("write planned (record, file read, hashed)", ("plan", 0), ("plan", 1)),
+    ("write: checked again (record, file)", ("verify", 0), ("verify", 1)),
+    ("write: file and record staged, fsynced", ("stage", 0), ("stage", 1)),
+    ("staged -> spec file in place (renames)", ("stage", 1), "spec"),
     ("uevent -> spec file in place (watcher)", "event", "spec"),
     ("spec file -> hand-over (writer's tail, loop)", "spec", ("handover", 0)),
     ("hand-over -> reading starts (worker thread)", ("handover", 0), ("read", 0)),
     ("reading (registry, worker thread)", ("read", 0), ("read", 1)),
     ("reading -> applied on the loop", ("read", 1), ("apply", 0)),
+    ("hand-over -> applied (total)", ("handover", 0), ("apply", 0)),
     ("inventory applies it (plugin state included)", ("apply", 0), ("apply", 1)),
     ("  of which the plugin's state (advertised IDs)", ("advertise", 0), ("advertise", 1)),
     ("/dev watch: uevent -> node re-checked", "event", ("nodes", 0)),
@@ -148,6 +171,7 @@ SEGMENTS = (
     ("response -> serialized", ("response", 1), ("serialize", 1)),
     ("serialized -> bytes in the reader (gRPC)", ("serialize", 1), "arrived"),
     ("reader parses them (Python client)", "arrived", "listed"),
+    ("spec file -> list parsed", "spec", "listed"),
 )
 
 
@@ -305,7 +329,7 @@ def traced_steps(marks: list[tuple[str, int, float]], moments: list[Moments]) ->
     for m in moments:
         at: dict[str | tuple[str, int], float] = {**m}
         for label, phase, t in marks:
-            if m["event"] <= t <= m["arrived"]:
+            if m["event"] - EARLY <= t <= m["arrived"]:
                 at.setdefault((label, phase), t)  # the first of each in the window
         # the change that made the list: the last one applied before the stream built it
         done = [
@@ -396,7 +420,13 @@ def event_cpu(loops: Loops, base: int, raw: Path, others: int, rounds: int) -> d
 
 
 async def bench(
-    count: int, storm_events: int, *, crowded_only: bool, trace: bool, kubelet_follows: bool
+    count: int,
+    storm_events: int,
+    *,
+    crowded_only: bool,
+    trace: bool,
+    kubelet_follows: bool,
+    code: Path | None = None,
 ) -> int:
     base = free_range()
     anchor, n = base + BURST, base + BURST + 1
@@ -421,12 +451,13 @@ async def bench(
             if not crowded_only:
                 cpu[1] = await asyncio.to_thread(event_cpu, loops, base, Path(raw), 1, 100)
             start = ["-c", TRACER, str(marks_file)] if trace else ["-m", "cdi_plugin.cli.plugin"]
+            python = str(code / ".venv" / "bin" / "python") if code is not None else sys.executable
             async with FakeKubelet(layout.plugin_dir) as kubelet:
                 proc = await asyncio.create_subprocess_exec(
-                    sys.executable, *start, "serve", "--scan",
+                    python, *start, "serve", "--scan",
                     "--config", str(config), "--spec-dir", str(layout.etc), "--spec-dir", str(layout.run),
                     "--plugin-dir", str(layout.plugin_dir), "--sysfs-root", str(layout.sysfs),
-                    "--log-format", "json", stderr=log_file, cwd=ROOT,
+                    "--log-format", "json", stderr=log_file, cwd=code or ROOT,
                 )  # fmt: skip
                 reader = None
                 try:
@@ -463,8 +494,10 @@ async def bench(
                     rss = [status_kib(proc.pid, "VmRSS")]
                     started = time.perf_counter()
                     if storm_events:
-                        code = f"from tests.watch.loops import storm; storm({anchor}, {storm_events})"
-                        storming = await asyncio.create_subprocess_exec(sys.executable, "-c", code, cwd=ROOT)
+                        storm_code = f"from tests.watch.loops import storm; storm({anchor}, {storm_events})"
+                        storming = await asyncio.create_subprocess_exec(
+                            sys.executable, "-c", storm_code, cwd=ROOT
+                        )
                         during = await rpc_latencies(client, lambda: time.perf_counter() - started > 1.0, 20)
                         await storming.wait()
                         await asyncio.sleep(2.0)  # the last batches
@@ -483,7 +516,8 @@ async def bench(
         monitor.close()
 
     head = f"  {{:<48}} {'p50':>8} {'p99':>8} {'max':>8} {'n':>6}"
-    print(f"hot-plug through cdi-plugin serve --scan: real loop devices, python {sys.version.split()[0]}")
+    print(f"hot-plug through cdi-plugin serve --scan: real loop devices, python {sys.version.split()[0]}, "
+          f"code {code or ROOT}")  # fmt: skip
     print("  baseline: a rescan every 5 s (generic-device-plugin, Intel): 2500 ms mean, 5000 ms worst;")
     print("  this design before the leading edge: 110 ms p50 (100 ms coalescing window + a rescan)")
     worst_add = worst_remove = 0.0
@@ -554,6 +588,10 @@ def main() -> int:
         "--kubelet-follows", action="store_true",
         help="the fake kubelet (this process) keeps its own ListAndWatch stream, parsing every list",
     )  # fmt: skip
+    parser.add_argument(
+        "--code", type=Path, metavar="CHECKOUT",
+        help="run serve --scan from this checkout with its .venv (e.g. the code before a change)",
+    )  # fmt: skip
     args = parser.parse_args()
     if not AVAILABLE:
         print("bench_hotplug: needs root and /dev/loop-control", file=sys.stderr)
@@ -565,6 +603,7 @@ def main() -> int:
             crowded_only=args.crowded_only,
             trace=args.trace,
             kubelet_follows=args.kubelet_follows,
+            code=args.code,
         )
     )
 

@@ -2,10 +2,11 @@
 
 This is the usual DaemonSet shape: one container per node both generates the specs and serves
 them. The watcher writes into one of the plugin's spec directories (the first one by default),
-atomically, so that runtimes find the names, and then hands each spec it wrote to the plugin's
-inventory (:meth:`~cdi_plugin.inventory.SpecInventory.accept`): the plugin serves it at once,
-without waiting for its own inotify event, and without reading, parsing, validating or hashing
-the file again; that event then finds the file unchanged. The plugin follows the directory as it
+atomically, so that runtimes find the names, and hands each spec file to the plugin's inventory
+(:meth:`~cdi_plugin.inventory.SpecInventory.accept`) as soon as it is renamed into place (the
+directory sync and the rest of the batch follow): the plugin serves it at once, without waiting
+for its own inotify event, and without reading, parsing, validating or hashing the file again;
+that event then finds the file unchanged. The plugin follows the directory as it
 follows any other for every other change. Both run in one event loop (the watcher's scans in a
 worker thread) and stop together on SIGTERM, SIGINT or SIGHUP, or when one of them fails.
 """
@@ -15,6 +16,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from cdi_plugin.cdi.model import Spec
 from cdi_plugin.deviceplugin.settings import Settings
 from cdi_plugin.discovery.udev import MonitorSource
 from cdi_plugin.errors import ConfigError
@@ -22,6 +24,7 @@ from cdi_plugin.inventory import SpecInventory
 from cdi_plugin.metrics import ScanMetrics
 from cdi_plugin.scan import DEFAULT_MAX_VERSION, ScanOptions
 from cdi_plugin.scan.watcher import Watcher, WatchOptions
+from cdi_plugin.store.registry import Stat
 
 
 def make_watcher(
@@ -65,5 +68,10 @@ def make_watcher(
         uevent_source=events,
         plugin_section_used=config_file is not None,
     )
-    on_applied = None if inventory is None else (lambda _applied, written: inventory.accept(written))
-    return Watcher(options, metrics=metrics, on_applied=on_applied)
+    if inventory is None:
+        return Watcher(options, metrics=metrics)
+
+    def written(path: Path, spec: Spec | None, stat: Stat | None) -> None:
+        inventory.accept({path: spec}, {path: stat})
+
+    return Watcher(options, metrics=metrics, on_written=written)

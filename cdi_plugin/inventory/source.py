@@ -172,6 +172,42 @@ class SpecSource:
                     self._dirty[i].add(path.name)
                     self._given[(i, path.name)] = spec
 
+    def take(self, written: Mapping[Path, Spec | None], stats: Mapping[Path, Stat | None]) -> bool:
+        """Apply files this process has just put in place now, on the calling thread (the event
+        loop), as :meth:`give` would have the next reading do, but without stat'ing, reading,
+        parsing or hashing anything: ``stats`` holds each file's stat just after its rename.
+
+        Only a file of cdi-gen's read before, rewritten with the same kind, is taken so, while no
+        reading is under way; otherwise nothing is done and False returned (then :meth:`give`).
+        """
+        reading = self.reading
+        if reading is None or not self.watched or not self._lock.acquire(blocking=False):
+            return False
+        try:
+            taken: dict[tuple[int, str], tuple[Spec, Stat]] = {}
+            for path, spec in written.items():
+                stat = stats.get(path)
+                where = self._index.get(Path(os.path.abspath(path.parent)), ())
+                if spec is None or stat is None or spec.kind not in reading.owned or not where:
+                    return False
+                for i in where:
+                    if self._registry.kind_of(i, path.name) != spec.kind:
+                        return False
+                    taken[(i, path.name)] = (spec, stat)
+            snapshot = self._registry.take(taken)
+            with self._marks:
+                for key in taken:
+                    self._given.pop(key, None)  # handed over earlier: this one is newer
+            for key, (_, stat) in taken.items():
+                self._digests[key] = (stat, None)
+            self._snapshot = snapshot
+            self._stamps = None
+            self.reading = Reading(snapshot, reading.owned, reading.recorded)
+            self.generation += 1
+            return True
+        finally:
+            self._lock.release()
+
     def moved(self) -> bool:
         """True when a directory's entries may have changed since the last reading began (O(1)).
 

@@ -23,7 +23,8 @@ applied.
 With a watch, readings look only at the files its events named (:meth:`note`), and a writer in
 this process (``serve --scan``) hands over the specs it has just written (:meth:`accept`): they are
 applied at once, without waiting for the watch, and without reading, parsing, validating or
-hashing them again.
+hashing them again (a rewrite of one of its files on the event loop itself, before
+:meth:`accept` returns).
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ from cdi_plugin.inventory.problems import ProblemLog
 from cdi_plugin.inventory.record import NO_FACTS, ServedDevice, UdevFacts
 from cdi_plugin.inventory.selection import KindSelection
 from cdi_plugin.inventory.source import Reading, SpecSource
-from cdi_plugin.store.registry import ResolvedDevice, Snapshot
+from cdi_plugin.store.registry import ResolvedDevice, Snapshot, Stat
 
 Devices = Mapping[str, ServedDevice]
 #: Event loop turns a reading waits for the watch to read the events the kernel holds.
@@ -188,11 +189,21 @@ class SpecInventory:
         """The watch saw entry ``name`` of ``directory`` change; False when readings ignore it."""
         return self.source.note(directory, name)
 
-    def accept(self, written: Mapping[Path, Spec | None]) -> None:
+    def accept(
+        self, written: Mapping[Path, Spec | None], stats: Mapping[Path, Stat | None] | None = None
+    ) -> None:
         """Files this process has just written into a spec directory (atomically, recorded as
-        cdi-gen's): path -> the spec written, or None for a file removed. They are applied in a
-        reading begun now, which takes the specs as given; the watch's events for the same files
-        then find them unchanged. Call on the event loop."""
+        cdi-gen's): path -> the spec written, or None for a file removed. Call on the event loop.
+
+        With ``stats`` (each file's stat just after its rename), a rewrite of a file of cdi-gen's
+        is applied before this returns, nothing read (:meth:`SpecSource.take`); otherwise, or
+        while a reading is under way, the files are applied in a reading begun now, which takes
+        the specs as given. Either way the watch's events for the same files then find them
+        unchanged."""
+        idle = self._reader is None and self._handed == self._handed_done
+        if stats is not None and idle and self.source.take(written, stats):
+            self._apply()
+            return
         self.source.give(written)
         self._handed += 1
         task = asyncio.ensure_future(self.refresh())  # readings asked for meanwhile are coalesced

@@ -4,7 +4,7 @@ After every scan, :func:`index_class` indexes each class's spec by the sysfs pat
 behind each entry. :meth:`LiveSpec.update` then takes a device as udev reports it now (None: gone)
 and adds, replaces or removes that one entry; :meth:`LiveSpec.render` then renders the file's bytes
 from cached pieces. The cost of an update does not grow with the devices of the class; that of
-rendering only by joining cached text and sorting names.
+rendering only by joining cached text.
 The bytes equal what a rescan of the class would write.
 
 Where one device's entry can depend on the others, a class is not indexed, and an update that
@@ -21,6 +21,7 @@ could change another entry raises :class:`Uncertain`; the watcher then rescans t
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import json
 from collections import Counter
@@ -37,6 +38,7 @@ from cdi_plugin.generate.builder import BuiltDevice, BuiltSpec, Host, Notes, bui
 from cdi_plugin.generate.config import DeviceClass
 from cdi_plugin.generate.match import matches
 from cdi_plugin.generate.naming import candidate, describe
+from cdi_plugin.store.registry import Stat
 
 #: Stands for the devices in the JSON text of a spec until the devices' cached text replaces it.
 _DEVICES = "@DEVICES@"
@@ -92,12 +94,16 @@ class LiveSpec:
         self.top = built.spec.container_edits
         self.entries = entries
         self.by_name = {e.device.name: path for path, e in entries.items()}
+        #: The names in order, and their entries: a device's entry is inserted where it belongs.
+        self._names = sorted(self.by_name)
+        self._ordered = [entries[self.by_name[n]] for n in self._names]
         self.counts = [Counter(e.candidates[j] for e in entries.values()) for j in range(len(cls.naming))]
         self.versions = Counter(e.version for e in entries.values())
         top = Spec(cdi_version=EARLIEST, kind=cls.kind, devices=(), container_edits=self.top)
         self.top_version = version_key(minimum_version(top))
-        #: The digest of the file as last written.
+        #: The digest of the file as last written, and its stat just after (None: not known).
         self.digest = ""
+        self.stat: Stat | None = None
 
     @property
     def kind(self) -> str:
@@ -162,6 +168,8 @@ class LiveSpec:
     def _drop(self, sys_path: str, entry: Entry) -> None:
         del self.entries[sys_path]
         del self.by_name[entry.device.name]
+        at = bisect.bisect_left(self._names, entry.device.name)
+        del self._names[at], self._ordered[at]
         for j, value in enumerate(entry.candidates):
             if value is not None:
                 self.counts[j][value] -= 1
@@ -174,6 +182,9 @@ class LiveSpec:
     def _add(self, sys_path: str, entry: Entry) -> None:
         self.entries[sys_path] = entry
         self.by_name[entry.device.name] = sys_path
+        at = bisect.bisect_left(self._names, entry.device.name)
+        self._names.insert(at, entry.device.name)
+        self._ordered.insert(at, entry)
         for j, value in enumerate(entry.candidates):
             if value is not None:
                 self.counts[j][value] += 1
@@ -183,7 +194,7 @@ class LiveSpec:
         """The spec and the file's bytes (JSON) as the entries stand."""
         if not self.entries:
             return Change(None, None)
-        ordered = [self.entries[self.by_name[n]] for n in sorted(self.by_name)]
+        ordered = self._ordered
         version = KNOWN_VERSIONS[max(self.top_version, *self.versions)]
         devices = tuple(e.device for e in ordered)
         spec = Spec(cdi_version=version, kind=self.kind, devices=devices, container_edits=self.top)
@@ -191,10 +202,10 @@ class LiveSpec:
             raise Uncertain(f"{self.kind}: cdiVersion {version} is above the maximum")
         head = codec.spec_to_obj(dataclasses.replace(spec, devices=()))
         head["devices"] = [_DEVICES]
-        text = json.dumps(head, indent=2, ensure_ascii=False)
-        text = text.replace(json.dumps(_DEVICES), ",\n    ".join(e.text for e in ordered), 1)
+        before, after = json.dumps(head, indent=2, ensure_ascii=False).split(json.dumps(_DEVICES), 1)
+        text = "".join([before, ",\n    ".join([e.text for e in ordered]), after, "\n"])
         built = BuiltSpec(self.cls, spec, tuple(e.built for e in ordered))
-        return Change(built, (text + "\n").encode())
+        return Change(built, text.encode())
 
 
 def _text(device: Device) -> str:

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from cdi_plugin.cdi import codec
+from cdi_plugin.cdi.model import Spec
 from cdi_plugin.discovery.model import DeviceSource, DiscoveredDevice, Discovery
 from cdi_plugin.errors import GenerateError
 from cdi_plugin.generate.builder import BuildResult, BuiltSpec, build_specs
@@ -22,11 +23,30 @@ from cdi_plugin.generate.match import query_for
 from cdi_plugin.store import files
 from cdi_plugin.store.configfile import read_config
 from cdi_plugin.store.dirlock import DEFAULT_LOCK_TIMEOUT, locked
-from cdi_plugin.store.plan import DONE, Plan, plan_writes
+from cdi_plugin.store.plan import DONE, FileChange, Plan, plan_writes
+from cdi_plugin.store.registry import Stat, file_stat
 from cdi_plugin.store.writer import Applied, apply
 from cdi_plugin.wording import plural
 
 DEFAULT_MAX_VERSION = "0.5.0"
+
+#: Told of each spec file as soon as it is in place (from the writing thread): its path, the spec
+#: it holds (None: removed) and its stat just after the rename.
+Placed = Callable[[Path, Spec | None, Stat | None], None]
+
+
+def placing(placed: Placed | None, specs: Mapping[str, Spec]) -> Callable[[FileChange], None] | None:
+    """The writer's ``placed`` callback telling ``placed`` of each file, with its spec (by kind)."""
+    if placed is None:
+        return None
+
+    def tell(change: FileChange) -> None:
+        if change.data is None:
+            placed(change.path, None, None)
+        else:
+            placed(change.path, specs[change.kind], file_stat(change.path))
+
+    return tell
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,12 +163,14 @@ def run_scan(
     source: DeviceSource,
     classes: Sequence[DeviceClass] | None = None,
     kinds: Collection[str] | None = None,
+    placed: Placed | None = None,
 ) -> ScanReport:
     """Scan, build, validate, plan and (unless ``dry_run``) write; raises a ``CdiPluginError``.
 
     ``classes`` replaces the configuration (``cdi-gen watch``, tests, benchmarks). ``kinds`` limits
     the scan to the classes of those kinds: the specs of other kinds are neither written nor
-    removed, and a kind without an enabled class (or without devices) loses its spec.
+    removed, and a kind without an enabled class (or without devices) loses its spec. ``placed``
+    hears of each file written or removed as soon as it is in place.
     """
     if classes is None:
         config = read_config(options.config) if options.config is not None else None
@@ -180,7 +202,8 @@ def run_scan(
             max_version=options.max_version,
             kinds=kinds,
         )
-        applied = None if held is None else apply(plan, tidy=held.held)
+        tell = placing(placed, {s.kind: s.spec for s in build.specs})
+        applied = None if held is None else apply(plan, tidy=held.held, placed=tell)
     replaced = {c.path for c in plan.changes if c.replaces_foreign}
     overridden = [(c.path in replaced, f"{c.kind}: {c.path} ({c.reason})") for c in plan.overridden]
     return ScanReport(

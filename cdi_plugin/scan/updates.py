@@ -15,18 +15,21 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
+from cdi_plugin.cdi.model import Spec
 from cdi_plugin.cdi.names import parse_kind
 from cdi_plugin.discovery.model import DeviceSource
 from cdi_plugin.errors import CdiPluginError
 from cdi_plugin.generate.config import DeviceClass
 from cdi_plugin.generate.match import query_for
 from cdi_plugin.scan.livespecs import Change, LiveSpec, Uncertain, index_class
-from cdi_plugin.scan.pipeline import FileReport, ScanOptions, ScanReport, run_scan
+from cdi_plugin.scan.pipeline import FileReport, Placed, ScanOptions, ScanReport, placing, run_scan
 from cdi_plugin.store.dirlock import locked
 from cdi_plugin.store.files import spec_file_name
 from cdi_plugin.store.ownership import digest
 from cdi_plugin.store.plan import DONE, Plan, plan_updates
+from cdi_plugin.store.registry import Stat
 from cdi_plugin.store.writer import apply
 
 log = logging.getLogger(__name__)
@@ -63,10 +66,15 @@ class BatchWork:
         self.live: dict[str, LiveSpec] = {}
 
     def run(
-        self, classes: Sequence[DeviceClass], scope: set[str] | None, devices: Iterable[DeviceEvent]
+        self,
+        classes: Sequence[DeviceClass],
+        scope: set[str] | None,
+        devices: Iterable[DeviceEvent],
+        placed: Placed | None = None,
     ) -> tuple[list[Outcome], BaseException | None]:
         """What was written, and the error that stopped the batch (the device updates already
-        written are in the outcomes). ``scope`` None rescans every class."""
+        written are in the outcomes). ``scope`` None rescans every class. ``placed`` hears of each
+        file as soon as it is in place."""
         outcomes: list[Outcome] = []
         try:
             if scope is not None:
@@ -75,13 +83,13 @@ class BatchWork:
                     for kind in event.kinds - scope:
                         by_kind.setdefault(kind, set()).add(event.sys_path)
                 if by_kind:
-                    outcome, rescan = self._update(classes, by_kind)
+                    outcome, rescan = self._update(classes, by_kind, placed)
                     if outcome is not None:
                         outcomes.append(outcome)
                     scope |= rescan
                 if not scope:
                     return outcomes, None
-            report = run_scan(self.options, self.source, classes, scope)
+            report = run_scan(self.options, self.source, classes, scope, placed)
             self._index(classes, scope, report)
             outcomes.append(Outcome(report, scope, False))
         except Exception as exc:
@@ -107,7 +115,7 @@ class BatchWork:
                 self.live[cls.kind] = live
 
     def _update(
-        self, classes: Sequence[DeviceClass], by_kind: Mapping[str, set[str]]
+        self, classes: Sequence[DeviceClass], by_kind: Mapping[str, set[str]], placed: Placed | None
     ) -> tuple[Outcome | None, set[str]]:
         """Update the devices' entries; returns what was written and the kinds to rescan."""
         lookup = getattr(self.source, "lookup", None)
@@ -138,10 +146,19 @@ class BatchWork:
             return (Outcome(report, updated, True) if updated else None), rescan
         names = {kind: spec_file_name(parse_kind(kind), self.options.fmt) for kind in changes}
         updates = {names[k]: (k, c.data, live.digest) for k, (live, c) in changes.items()}
+        known = {names[k]: live.stat for k, (live, _) in changes.items() if live.stat is not None}
+        specs = {k: c.spec.spec for k, (_, c) in changes.items() if c.spec is not None}
+        stats: dict[Path, Stat | None] = {}
+
+        def tell(path: Path, spec: Spec | None, stat: Stat | None) -> None:
+            stats[path] = stat
+            if placed is not None:
+                placed(path, spec, stat)
+
         try:
             with locked(out, self.options.lock_timeout) as held:
-                plan = plan_updates(out, updates)
-                applied = apply(plan, tidy=held.held)
+                plan = plan_updates(out, updates, known)
+                applied = apply(plan, tidy=held.held, placed=placing(tell, specs))
         except CdiPluginError as exc:
             log.debug("device updates of %s: %s; rescanning", ", ".join(sorted(changes)), exc)
             for kind in changes:
@@ -151,7 +168,8 @@ class BatchWork:
             if change.data is None:
                 del self.live[kind]  # no file: the next device of the kind is a rescan
             else:
-                live.digest = digest(change.data)
+                live.digest = plan.record_after[names[kind]].sha256
+                live.stat = stats.get(out / names[kind], live.stat)  # unchanged: not written
         files = tuple(
             FileReport(c.path, c.kind, DONE[c.action], changes[c.kind][1].spec) for c in plan.changes
         )

@@ -13,7 +13,8 @@
    where it can be (:mod:`.livespecs`), else its classes are rescanned with :func:`~.pipeline.run_scan`. The
    writer is the one ``cdi-gen scan`` uses: atomic, ownership-respecting, only changed files are
    written, and the specs of classes outside the batch are left alone. Devices with hostile udev
-   data are always skipped and logged. ``on_applied`` hears of every write.
+   data are always skipped and logged. ``on_written`` hears of each file as soon as it is in
+   place, ``on_applied`` of every write once its batch is done.
 4. One log line per batch says which files were written or removed and which devices came and went.
 
 A batch that fails (a foreign spec of the same kind, a full disk) is logged once and retried with
@@ -52,12 +53,13 @@ from cdi_plugin.scan.batchlog import BatchLog
 from cdi_plugin.scan.configfollow import ConfigFollower
 from cdi_plugin.scan.memory import release_memory
 from cdi_plugin.scan.nodedirs import glob_dirs, host_path
-from cdi_plugin.scan.pipeline import ScanOptions, ScanReport
+from cdi_plugin.scan.pipeline import Placed, ScanOptions, ScanReport
 from cdi_plugin.scan.probe import PROBE_TIMEOUT, check_delivery
 from cdi_plugin.scan.targets import Kinds, targets_for
 from cdi_plugin.scan.uevents import Uevents
 from cdi_plugin.scan.updates import BatchWork, DeviceEvent
 from cdi_plugin.store.dirlock import LockTimeoutError
+from cdi_plugin.store.registry import Stat
 from cdi_plugin.store.writer import Applied
 from cdi_plugin.wording import plural
 
@@ -81,6 +83,9 @@ Key = frozenset[str] | DeviceEvent
 #: Called on the event loop after every write that changed files: what the store did, and each
 #: file written (the spec it holds) or removed (None).
 OnApplied = Callable[[Applied, Mapping[Path, Spec | None]], None]
+#: Called on the event loop as soon as a spec file is renamed into place or removed, before its
+#: batch ends (before the directory is synced): its path, its spec (None: removed), its stat then.
+OnWritten = Placed
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,7 +114,7 @@ class Watcher:
 
     ``source`` replaces the device source that ``options.source`` names (tests, benchmarks); what
     is watched still follows ``options.source``. ``on_applied`` follows every write (see
-    :data:`OnApplied`).
+    :data:`OnApplied`), ``on_written`` every file written (see :data:`OnWritten`).
     """
 
     def __init__(
@@ -118,10 +123,12 @@ class Watcher:
         source: DeviceSource | None = None,
         metrics: ScanMetrics | None = None,
         on_applied: OnApplied | None = None,
+        on_written: OnWritten | None = None,
     ) -> None:
         self.options = options
         self.metrics = metrics
         self.on_applied = on_applied
+        self.on_written = on_written
         self.config = ConfigFollower(
             options.scan.config,
             plugin_section_used=options.plugin_section_used,
@@ -358,7 +365,8 @@ class Watcher:
         if self.stalled_since is None:
             self.stalled_since = time.monotonic()
         self._busy = True
-        work = asyncio.ensure_future(asyncio.to_thread(self.work.run, classes, scope, devices))
+        placed = self._placed(asyncio.get_running_loop())
+        work = asyncio.ensure_future(asyncio.to_thread(self.work.run, classes, scope, devices, placed))
 
         def finish() -> None:
             self._busy = False
@@ -392,6 +400,17 @@ class Watcher:
             finish()
             raise
         finish()
+
+    def _placed(self, loop: asyncio.AbstractEventLoop) -> Placed | None:
+        """What the batch's thread calls as each file is in place: ``on_written``, on the loop."""
+        on_written = self.on_written
+        if on_written is None:
+            return None
+
+        def placed(path: Path, spec: Spec | None, stat: Stat | None) -> None:
+            loop.call_soon_threadsafe(on_written, path, spec, stat)
+
+        return placed
 
     def _applied(self, report: ScanReport) -> None:
         applied = report.applied

@@ -31,6 +31,7 @@ from cdi_plugin.store.files import (
     spec_format,
 )
 from cdi_plugin.store.ownership import OwnedFile, digest, read_record
+from cdi_plugin.store.registry import Stat, file_stat
 
 Action = Literal["create", "change", "unchanged", "remove"]
 
@@ -85,6 +86,9 @@ class FileChange:
     data: bytes | None  # the new contents; None when the file is removed
     old: bytes | None  # the contents on disk when planned; None when there is no file
     replaces_foreign: bool = False  # --force: the file at this path was not cdi-gen's
+    #: Where ``old`` was not read: the file's stat when planned, which stands for the contents its
+    #: writer put there (see :func:`plan_updates`); such a change has no diff to show.
+    old_stat: Stat | None = None
 
     def diff(self) -> str:
         """A unified diff from the file on disk to the new contents ("" when unchanged)."""
@@ -283,10 +287,16 @@ def _entry(change: FileChange, before: OwnedFile | None, owned: bool) -> OwnedFi
     return OwnedFile(name, change.kind, new, previous)
 
 
-def plan_updates(output_dir: Path, updates: Mapping[str, tuple[str, bytes | None, str]]) -> Plan:
+def plan_updates(
+    output_dir: Path,
+    updates: Mapping[str, tuple[str, bytes | None, str]],
+    known: Mapping[str, Stat] | None = None,
+) -> Plan:
     """A plan that rewrites or removes files of cdi-gen's own without a look at anything else:
     ``updates`` maps a file name to (kind, new contents or None to remove it, the digest of the
-    contents expected on disk). The bytes must already be valid specs.
+    contents expected on disk). The bytes must already be valid specs. ``known`` maps a file name
+    to its stat just after the caller wrote those contents: a file still at that stat is taken as
+    them, not read (a write, a rename or a removal since changes the stat).
 
     It reads only the record and those files. It refuses (:class:`SpecWriteError`, naming the file)
     a file that is not exactly what was expected and recorded as cdi-gen's: a full plan
@@ -297,18 +307,25 @@ def plan_updates(output_dir: Path, updates: Mapping[str, tuple[str, bytes | None
     after = dict(record)
     for name, (kind, data, expected) in sorted(updates.items()):
         path = output_dir / name
-        old = read_existing(path)
+        stat = (known or {}).get(name)
+        old: bytes | None = None
+        if stat is not None and file_stat(path) == stat:
+            now: str | None = expected
+        else:
+            stat, old = None, read_existing(path)
+            now = None if old is None else digest(old)
         entry = record.get(name)
-        now = None if old is None else digest(old)
         if now is None or entry is None or entry.kind != kind or not entry.owns(now) or now != expected:
             raise SpecWriteError(
                 f"{path}: not as cdi-gen last wrote it; nothing was written", nothing_written=True
             )
         if data is None:
-            changes.append(FileChange(path, kind, "remove", None, old))
+            changes.append(FileChange(path, kind, "remove", None, old, old_stat=stat))
             del after[name]
-        else:
-            change = FileChange(path, kind, "unchanged" if old == data else "change", data, old)
-            changes.append(change)
-            after[name] = _entry(change, entry, owned=True)
+            continue
+        new = digest(data)
+        action: Action = "unchanged" if new == now else "change"
+        changes.append(FileChange(path, kind, action, data, old, old_stat=stat))
+        previous = now if new != now else entry.previous if entry.sha256 == new else None
+        after[name] = OwnedFile(name, kind, new, previous)
     return Plan(output_dir, tuple(changes), dict(record), after)

@@ -168,6 +168,21 @@ class SpecRegistry:
         cached = self._files[priority].get(name)
         return None if cached is None else cached[0]
 
+    def kind_of(self, priority: int, name: str) -> str | None:
+        """The kind of a cached file that loaded (None: not cached, or it did not load)."""
+        cached = self._files[priority].get(name)
+        return None if cached is None or cached[1].spec is None else cached[1].spec.kind
+
+    def take(self, written: Mapping[tuple[int, str], tuple[Spec, Stat]]) -> Snapshot:
+        """Files their writer has just put in place, (priority, name) -> (the spec, the file's stat
+        then), taken as given: nothing is stat'ed, read or parsed."""
+        changed: list[tuple[int, str, Stat | None]] = []
+        for (priority, name), (spec, stat) in written.items():
+            cached = self._files[priority].get(name)
+            if cached is None or cached[0] != stat or cached[1].spec is not spec:
+                changed.append((priority, name, stat))
+        return self._apply(changed, {key: spec for key, (spec, _) in written.items()})
+
     def refresh(
         self,
         listing: Sequence[Mapping[str, Stat | None]] | None = None,

@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import os
 import stat
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,6 +23,7 @@ from cdi_plugin.store.atomic import StagedFile, fsync_dir, remove_stale
 from cdi_plugin.store.mkdirs import make_dirs
 from cdi_plugin.store.ownership import RECORD_NAME, encode_record, read_record
 from cdi_plugin.store.plan import DONE, Action, FileChange, Plan, read_existing
+from cdi_plugin.store.registry import file_stat
 
 
 class PartialWriteError(SpecWriteError):
@@ -46,11 +47,14 @@ def _verify(plan: Plan) -> None:
         if stat.S_ISDIR(os.lstat(record).st_mode):
             raise SpecWriteError(f"{record}: is a directory; nothing was written", nothing_written=True)
     for change in plan.changes:
-        try:
-            now = read_existing(change.path)
-        except SpecWriteError:
-            now = b"\0unreadable"
-        if now != change.old:
+        if change.old_stat is not None:
+            same = file_stat(change.path) == change.old_stat
+        else:
+            try:
+                same = read_existing(change.path) == change.old
+            except SpecWriteError:
+                same = False
+        if not same:
             raise SpecWriteError(
                 f"{change.path} changed since the plan was made; nothing was written, run again",
                 nothing_written=True,
@@ -88,12 +92,15 @@ def _discard(*groups: Iterable[StagedFile]) -> None:
             s.discard()
 
 
-def apply(plan: Plan, *, tidy: bool = False) -> Applied:
+def apply(plan: Plan, *, tidy: bool = False, placed: Callable[[FileChange], None] | None = None) -> Applied:
     """Carry out ``plan``; raises :class:`SpecWriteError` (nothing changed) or
     :class:`PartialWriteError` (some files were written: the message lists them).
 
     ``tidy`` (only while holding :func:`~cdi_plugin.store.dirlock.locked`) first removes the
     temporary files that killed runs left of the record and of the files the plan names.
+    ``placed(change)`` is called as soon as a file is renamed into place or removed, before the
+    record that follows a removal and before the directory is synced (which only make it durable):
+    runtimes see the file from then on.
     """
     directory = plan.output_dir
     if tidy:
@@ -122,6 +129,8 @@ def apply(plan: Plan, *, tidy: bool = False) -> Applied:
         for change, s in staged:
             s.commit()
             done.append((change.path, change.action))
+            if placed is not None:
+                placed(change)
         for change in plan.removals:
             try:
                 os.unlink(change.path)
@@ -130,6 +139,8 @@ def apply(plan: Plan, *, tidy: bool = False) -> Applied:
             except OSError as exc:
                 raise SpecWriteError(f"{change.path}: cannot remove: {exc.strerror or exc}") from None
             done.append((change.path, "remove"))
+            if placed is not None:
+                placed(change)
         for record in records[1:]:
             record.commit()
     except SpecWriteError as exc:

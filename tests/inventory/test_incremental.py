@@ -17,6 +17,7 @@ from cdi_plugin.cli.serve_scan import make_watcher
 from cdi_plugin.inventory import NumaLocator, SpecInventory, SpecSource
 from cdi_plugin.inventory import source as source_module
 from cdi_plugin.store import registry as registry_module
+from cdi_plugin.store.registry import file_stat
 from tests.deviceplugin.helpers import Layout, make_node, run, spec_of, write_spec
 from tests.watch.helpers import eventually, running
 
@@ -168,6 +169,70 @@ def test_a_spec_handed_over_is_served_unread_and_its_event_costs_nothing(
         inventory.accept({path: None})
         await inventory.settled()
         assert inventory.devices()[f"{KIND}=b"].gone_since is not None
+
+    run(scenario())
+
+
+def test_a_rewrite_handed_over_with_its_stat_is_applied_before_accept_returns(
+    layout: Layout, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    a, b = make_node(layout.dev / "a"), make_node(layout.dev / "b")
+    write_spec(layout.etc, spec_of(KIND, {"a": [a]}))
+    inventory, watch = _watched(layout)
+    disk = Disk(monkeypatch)
+    changes: list[list[str]] = []
+    inventory.follow(lambda: changes.append(sorted(inventory.devices())))
+
+    async def scenario() -> None:
+        spec = spec_of(KIND, {"a": [a], "b": [b]})
+        path = write_spec(layout.etc, spec)
+        inventory.accept({path: spec}, {path: file_stat(path)})
+        # no await: applied on the event loop, no reading in a worker thread
+        assert changes == [[f"{KIND}=a", f"{KIND}=b"]]
+        assert (disk.listed, disk.parsed, disk.hashed) == ([], [], 0)
+        snapshot = inventory.source.current()
+        resolved = snapshot.resolve(f"{KIND}=b")
+        assert resolved is not None
+        assert resolved.spec is spec
+
+        # the watch's events for the same files: the file is recognised by the stat handed over
+        _event(inventory, watch, layout.etc, ".cdi-gen-owned")
+        _event(inventory, watch, layout.etc, path.name)
+        await inventory.settled()
+        assert (disk.listed, disk.parsed, disk.hashed) == ([], [], 0)
+        assert len(changes) == 1
+        reading = inventory.reading
+        assert reading is not None
+        assert KIND in reading.owned
+
+    run(scenario())
+
+
+def test_a_hand_over_that_cannot_be_applied_at_once_waits_for_a_reading(layout: Layout) -> None:
+    """A reading under way (it holds the registry), or a file not read before (a new kind: its
+    ownership is not known yet): the specs are taken as given by the next reading."""
+    a, b = make_node(layout.dev / "a"), make_node(layout.dev / "b")
+    write_spec(layout.etc, spec_of(KIND, {"a": [a]}))
+    inventory, _ = _watched(layout)
+
+    async def scenario() -> None:
+        reading = asyncio.ensure_future(inventory.refresh())
+        await asyncio.sleep(0)  # the reading is under way
+        spec = spec_of(KIND, {"a": [a], "b": [b]})
+        path = write_spec(layout.etc, spec)
+        inventory.accept({path: spec}, {path: file_stat(path)})
+        assert f"{KIND}=b" not in inventory.devices()
+        assert inventory.pending()
+        await inventory.settled()
+        assert f"{KIND}=b" in inventory.devices()
+        await reading
+
+        other = spec_of("cdi-plugin.io/other", {"o": [b]})
+        path = write_spec(layout.etc, other)
+        inventory.accept({path: other}, {path: file_stat(path)})
+        assert "cdi-plugin.io/other=o" not in inventory.devices()
+        await inventory.settled()
+        assert "cdi-plugin.io/other=o" in inventory.devices()
 
     run(scenario())
 

@@ -9,17 +9,25 @@ pool, so names collide and the updates fall back to rescans too.
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from cdi_plugin.cdi.model import Spec
 from cdi_plugin.discovery.model import DiscoveredDevice, StaticSource
-from cdi_plugin.scan import ScanOptions, run_scan
+from cdi_plugin.errors import SpecWriteError
+from cdi_plugin.scan import ScanOptions, livespecs, run_scan
+from cdi_plugin.scan import updates as updates_module
 from cdi_plugin.scan.livespecs import indexable
 from cdi_plugin.scan.updates import MAX_DEVICES, BatchWork, DeviceEvent
+from cdi_plugin.store import plan as plan_module
 from cdi_plugin.store.plan import ConflictError
+from cdi_plugin.store.registry import Stat, file_stat
+from cdi_plugin.store.writer import apply
 from tests.generate.helpers import classes
 from tests.generate.hosts import misc, usb_tty
 
@@ -120,6 +128,63 @@ def test_adding_a_device_to_an_indexed_class_enumerates_nothing(tmp_path: Path) 
     assert [f.action for f in outcomes[0].report.files] == ["changed", "changed"]
 
 
+def test_an_update_sorts_nothing_and_hands_each_file_over_once_in_place(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Entries are kept in name order as devices come and go: rendering the spec after one
+    device's event does not sort the class's names again. The file is read and hashed before the
+    first update only: later ones know it by the stat taken just after their last rename (only
+    the new bytes are hashed, for the record). Each file is handed over with that stat."""
+    indexed = CLASSES[1:2]
+    source = StaticSource([adapter(i, f"S{i}", None) for i in range(0, 200, 2)])
+    work = BatchWork(options(tmp_path), source)
+    _, error = work.run(indexed, None, [])
+    assert error is None
+
+    def no_sorting(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("sorted() called while rendering")
+
+    monkeypatch.setattr(livespecs, "sorted", no_sorting, raising=False)
+    hashed: list[int] = []
+    for module in (plan_module, updates_module):
+
+        def counted(data: bytes, digest: Any = module.digest) -> str:
+            hashed.append(len(data))
+            return str(digest(data))
+
+        monkeypatch.setattr(module, "digest", counted)
+    read: list[str] = []
+    read_spec = plan_module.read_spec_bytes
+
+    def counted_read(path: Path) -> bytes:
+        read.append(path.name)
+        return read_spec(path)
+
+    monkeypatch.setattr(plan_module, "read_spec_bytes", counted_read)
+    placed: list[tuple[str, list[str]]] = []
+    for i in (51, 199, 1):
+        source.devices.append(adapter(i, f"S{i}", None))
+        event = DeviceEvent(adapter(i, None, None).sys_path, frozenset(work.live))
+
+        def tell(path: Path, spec: Spec | None, stat: Stat | None) -> None:
+            assert spec is not None
+            assert stat == file_stat(path)
+            placed.append((path.name, [d.name for d in spec.devices]))
+
+        outcomes, error = work.run(indexed, set(), [event], tell)
+        assert error is None
+        assert [o.updated for o in outcomes] == [True]
+    monkeypatch.undo()
+    assert len(hashed) == 2 + 1 + 1
+    assert read == [CLASSES[1].kind.replace("/", "-") + ".json"] * 2  # planned, then checked again
+    fresh = tmp_path / "fresh"
+    run_scan(options(fresh), StaticSource(source.devices), indexed)
+    assert files(tmp_path) == files(fresh)
+    names = [json.loads(data)["devices"] for data in files(fresh).values()]
+    assert [n for _, n in placed][-1] == [d["name"] for d in names[0]]
+    assert len(placed) == 3
+
+
 def test_a_burst_of_devices_is_rescanned_by_class(tmp_path: Path) -> None:
     source = StaticSource([adapter(i, f"S{i}", None) for i in range(MAX_DEVICES + 1)])
     work = BatchWork(options(tmp_path), source)
@@ -146,3 +211,49 @@ def test_a_spec_file_changed_behind_the_watchers_back_is_left_to_a_rescan(tmp_pa
     assert isinstance(error, ConflictError), error  # what a rescan says: the update wrote nothing
     assert "mine" in spec.read_text()
     assert CLASSES[1].kind not in work.live
+
+
+def test_a_file_edited_after_an_update_is_not_taken_for_the_one_written(tmp_path: Path) -> None:
+    """Known by its stat after an update, the file edited in place (same size) is seen all the
+    same: its stat moved. Likewise between the plan and the write."""
+    source = StaticSource([adapter(i, f"S{i}", None) for i in range(3)])
+    work = BatchWork(options(tmp_path), source)
+    work.run(CLASSES[1:2], None, [])
+    kind = CLASSES[1].kind
+    for i in (3, 4):
+        source.devices.append(adapter(i, f"S{i}", None))
+        outcomes, error = work.run(
+            CLASSES[1:2], set(), [DeviceEvent(adapter(i, None, None).sys_path, frozenset({kind}))]
+        )
+        assert error is None
+        assert [o.updated for o in outcomes] == [True]
+    live = work.live[kind]
+    assert live.stat is not None
+    spec = tmp_path / "example.com-c1.json"
+    spec.write_text(spec.read_text().replace("ttyUSB0", "ttyUSBX"))  # edited in place, same size
+    with pytest.raises(SpecWriteError, match="not as cdi-gen last wrote it"):
+        plan_module.plan_updates(tmp_path, {spec.name: (kind, b"{}", live.digest)}, {spec.name: live.stat})
+    source.devices.append(adapter(5, "S5", None))
+    outcomes, error = work.run(
+        CLASSES[1:2], set(), [DeviceEvent(adapter(5, None, None).sys_path, frozenset({kind}))]
+    )
+    assert outcomes == []
+    assert isinstance(error, ConflictError), error  # the rescan refuses the edited file
+    assert "ttyUSBX" in spec.read_text()
+
+    # between the plan and the write
+    spec.unlink()
+    work = BatchWork(options(tmp_path), source)
+    work.run(CLASSES[1:2], None, [])
+    source.devices.append(adapter(6, "S6", None))
+    work.run(CLASSES[1:2], set(), [DeviceEvent(adapter(6, None, None).sys_path, frozenset({kind}))])
+    live = work.live[kind]
+    assert live.stat is not None
+    planned = plan_module.plan_updates(
+        tmp_path, {spec.name: (kind, b"{}\n", live.digest)}, {spec.name: live.stat}
+    )
+    assert planned.changes[0].old is None  # not read
+    spec.write_text(spec.read_text().replace("ttyUSB0", "ttyUSBX"))
+    with pytest.raises(SpecWriteError, match="changed since the plan was made"):
+        apply(planned)
+    assert "ttyUSBX" in spec.read_text()

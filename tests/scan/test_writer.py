@@ -16,7 +16,7 @@ from cdi_plugin.errors import SpecWriteError
 from cdi_plugin.store import writer
 from cdi_plugin.store.dirlock import LOCK_NAME, locked
 from cdi_plugin.store.ownership import RECORD_NAME, owned_kinds, read_record
-from cdi_plugin.store.plan import ConflictError, Plan, plan_writes
+from cdi_plugin.store.plan import ConflictError, FileChange, Plan, plan_writes
 from cdi_plugin.store.writer import PartialWriteError, apply
 from tests.generate.hosts import WORKSTATION
 from tests.scan.helpers import CDI_GEN, snapshot, spec
@@ -271,3 +271,34 @@ def test_created_directories_are_0755_whatever_the_umask(tmp_path: Path) -> None
         os.umask(old)
     for d in (tmp_path / "a", tmp_path / "a" / "b", out):
         assert stat.S_IMODE(d.stat().st_mode) == 0o755, d
+
+
+def test_each_file_is_told_as_soon_as_it_is_in_place_before_the_directory_sync(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``placed`` follows the rename (or unlink) at once: the file is what runtimes now read, and
+    the syncs that only make it durable, and the record that follows a removal, come after."""
+    out = tmp_path / "cdi"
+    write([FUSE, TUN], out)
+    syncs: list[Path] = []
+    monkeypatch.setattr(writer, "fsync_dir", syncs.append)
+    seen: list[tuple[str, str, object, int, set[str]]] = []
+
+    def placed(change: object) -> None:
+        assert isinstance(change, FileChange)
+        on_disk = None
+        if change.path.exists():
+            on_disk = sorted(d["name"] for d in json.loads(change.path.read_bytes())["devices"])
+        seen.append((change.path.name, change.action, on_disk, len(syncs), set(read_record(out))))
+
+    kvm = spec("cdi-plugin.io/kvm", "kvm")
+    new_tun = spec("cdi-plugin.io/tun", "tun", "tap")
+    apply(plan_writes([kvm, new_tun], out, spec_dirs=()), placed=placed)
+    recorded = {"cdi-plugin.io-fuse.json", "cdi-plugin.io-kvm.json", "cdi-plugin.io-tun.json"}
+    assert seen == [
+        ("cdi-plugin.io-kvm.json", "create", ["kvm"], 1, recorded),
+        ("cdi-plugin.io-tun.json", "change", ["tap", "tun"], 1, recorded),
+        ("cdi-plugin.io-fuse.json", "remove", None, 1, recorded),  # the last record comes after
+    ]
+    assert syncs == [out, out]
+    assert set(read_record(out)) == recorded - {"cdi-plugin.io-fuse.json"}

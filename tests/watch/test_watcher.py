@@ -15,6 +15,7 @@ import pytest
 
 from cdi_plugin.cdi.model import Spec
 from cdi_plugin.scan.watcher import Watcher
+from cdi_plugin.store.registry import Stat, file_stat
 from cdi_plugin.store.writer import Applied
 from tests.deviceplugin.helpers import run
 from tests.generate.hosts import WORKSTATION
@@ -267,5 +268,33 @@ def test_on_applied_follows_every_write_with_the_specs_written_and_removed(
             write_host(host, without("tun"))
             await eventually(lambda: len(calls) == 2, "the removal applied")
             assert calls[1] == (((out / TUN, "remove"),), {out / TUN: None})
+
+    run(scenario())
+
+
+def test_on_written_hears_of_each_file_as_soon_as_it_is_in_place(setup: tuple[Path, Path, Path]) -> None:
+    """Before its batch ends: the file on disk is the spec handed over, with the stat given."""
+    config, host, out = setup
+    seen: list[tuple[str, str | None, bool, bool]] = []
+
+    def on_written(path: Path, spec: Spec | None, stat: Stat | None) -> None:
+        if spec is None:
+            on_disk = not path.exists() and stat is None
+        else:
+            on_disk = json.loads(path.read_bytes())["kind"] == spec.kind and stat == file_stat(path)
+        seen.append((path.name, None if spec is None else spec.kind, watcher.settled(), on_disk))
+
+    watcher = Watcher(watch_options(out, config, source=f"fixture:{host}"), on_written=on_written)
+
+    async def scenario() -> None:
+        async with running(watcher):
+            assert seen == [
+                (FUSE, "cdi-plugin.io/fuse", False, True),
+                (KVM, "cdi-plugin.io/kvm", False, True),
+                (TUN, "cdi-plugin.io/tun", False, True),
+            ]
+            write_host(host, without("tun"))
+            await eventually(lambda: len(seen) == 4, "the removal placed")
+            assert seen[3] == (TUN, None, False, True)
 
     run(scenario())
