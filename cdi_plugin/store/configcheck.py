@@ -16,10 +16,13 @@ size, floats (``NaN`` and ``Infinity`` too, which jsonschema-rs sees as ``null``
 strings, escaped to ASCII. The parser refuses UTF-16 surrogates, which would not all cross (a
 lone one does, a high one followed by a low one comes back as one character).
 
-The answer for the last document checked is kept, so that reading the same file again (``serve
---scan`` reads it for the plugin and for the scanner; a reload finds it unchanged) starts no
-process. A child that cannot start, is killed, answers with something else than problems or
-does not answer within :data:`TIMEOUT` seconds makes a :class:`ConfigError` naming the file.
+The answers for the last two documents checked are kept, so that reading the same file again
+starts no process: ``serve --scan`` reads it for the plugin and for the scanner, a file without
+``classes`` brings in the embedded default classes (the second document), and an event in the
+file's directory may find it unchanged.
+
+A child that cannot start, is killed, answers with something else than problems or does not
+answer within :data:`TIMEOUT` seconds makes a :class:`ConfigError` naming the file.
 """
 
 from __future__ import annotations
@@ -40,7 +43,9 @@ TIMEOUT = 10.0
 COMMAND: tuple[str, ...] = (sys.executable, "-P", "-m", __name__)
 
 _FIELDS = frozenset(("pointer", "rule", "severity", "message", "hint"))
-#: The last document checked and its problems.
+#: How many documents :data:`_last` keeps.
+KEPT = 2
+#: The last documents checked and their problems, oldest first.
 _last: dict[bytes, tuple[Problem, ...]] = {}
 
 
@@ -57,11 +62,11 @@ def problems(document: Any, source: str) -> list[Problem]:
     """The schema problems of a parsed configuration, found by a child process; raises
     :class:`ConfigError` naming ``source`` when the child gives no answer."""
     data = encode(document)
-    if data not in _last:
-        answer = _ask(data, source)
-        _last.clear()
-        _last[data] = answer
-    return list(_last[data])
+    answer = _last.pop(data) if data in _last else _ask(data, source)
+    _last[data] = answer
+    while len(_last) > KEPT:
+        del _last[next(iter(_last))]
+    return list(answer)
 
 
 def _ask(data: bytes, source: str) -> tuple[Problem, ...]:

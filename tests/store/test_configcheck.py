@@ -126,7 +126,11 @@ def test_a_document_checked_again_starts_no_process(tmp_path: Path, monkeypatch:
     with pytest.raises(ConfigError, match=r"^b\.yaml: plugin\.replicas: 0 is less than the minimum of 1"):
         parse_config(b"plugin: {replicas: 0}\n", "b.yaml")
     parse_config(GOOD.encode(), "a.yaml")
-    assert log.read_text() == "run\n" * 3
+    assert log.read_text() == "run\n" * 2, "the last two documents are kept"
+    parse_config(b"plugin: {replicas: 3}\n", "a.yaml")
+    with pytest.raises(ConfigError):
+        parse_config(b"plugin: {replicas: 0}\n", "a.yaml")
+    assert log.read_text() == "run\n" * 4, "the oldest is dropped"
 
 
 FAILING = {
