@@ -93,7 +93,12 @@ def test_serve_refuses_a_bad_configuration_with_the_message_of_cdi_gen(tmp_path:
         "classes: [{vendor: cdi-plugin.io, class: x1, match: {}, extra: 1}]\nplugin: {replicas: 0}"
     )
     serve = _serve(tmp_path, "--config", str(config))
-    stderr = serve.communicate(timeout=30)[1]
+    try:
+        stderr = serve.communicate(timeout=30)[1]
+    finally:
+        if serve.poll() is None:
+            serve.kill()
+            serve.wait()
     gen = subprocess.run(
         [str(CDI_GEN), "scan", "--dry-run", "--config", str(config)],
         capture_output=True, text=True, timeout=30, check=False,

@@ -105,7 +105,7 @@ def test_serve_scan_keeps_the_schema_validator_and_openssl_out_and_refuses_a_bad
                 assert _mapped(proc.pid) == []
 
                 make_node(layout.dev / "binder0")
-                host.write_text(json.dumps(_binders(layout.dev, 1)))
+                replace_file(host, json.dumps(_binders(layout.dev, 1)))
                 kept = await kubelet.wait_registered("cdi-plugin.io/androidbinder", timeout=30)
                 await kept.wait_until(lambda d: set(d) == {"binder0"}, timeout=30)
 
