@@ -6,16 +6,18 @@ Prints, in one run:
   and serves one gRPC method on a unix socket (VmRSS once serving), beside every figure below;
   and the same floor without OpenSSL, as ``serve`` runs when it needs no TLS;
 * ``cdi-plugin serve`` serving 1000 devices to a fake kubelet, without and with
-  ``--metrics-address``: VmRSS once registered, and VmRSS and VmHWM (the peak) after a workload of
-  Allocate calls, spec rewrites (the 1000-device spec rewritten as cdi-gen does) and, with
-  metrics, scrapes of /metrics, /healthz and /readyz;
+  ``--metrics-address``, and with the DaemonSet's ``--config``: VmRSS once registered, and VmRSS
+  and VmHWM (the peak) after a workload of Allocate calls, spec rewrites (the 1000-device spec
+  rewritten as cdi-gen does) and, with metrics, scrapes of /metrics, /healthz and /readyz;
 * ``cdi-gen scan`` as a process (peak RSS from wait4): the real host, the bundled simulated
   workstation, and 1000 recorded binder devices;
 * ``cdi-plugin serve --scan`` generating the specs of 1000 devices (recorded in a fixture, which it
-  watches as it watches the host) and serving them: once registered, and after Allocates and
-  rewrites of the fixture that add and remove a device (rescan, spec rewrite, ListAndWatch); then
-  the same serving one device, which splits the figure into what any node pays and what the
-  devices add;
+  watches as it watches the host) and serving them, with the embedded default classes and with
+  the DaemonSet's ``--config``: once registered, and after Allocates and rewrites of the fixture
+  that add and remove a device (rescan, spec rewrite, ListAndWatch); then the same serving one
+  device, which splits the figure into what any node pays and what the devices add;
+* what reading the configuration costs, its schema check in the process and in a child process
+  (as ``serve`` does): the first reading (at start) and the next ones (reloads);
 * where the memory goes: VmRSS of a fresh interpreter after each import ``serve`` (then
   ``--metrics-address``, then ``--scan``) needs, in order, and the Python heap the 1000-device
   inventory holds (tracemalloc).
@@ -23,7 +25,7 @@ Prints, in one run:
 Run as root (device nodes are made with mknod in a temporary directory):
 
     .venv/bin/python bench/bench_memory.py [--devices 1000] [--calls 2000] [--rewrites 20]
-        [--repeat N] [--compare OTHER/.venv/bin]
+        [--repeat N] [--compare OTHER/.venv/bin] [--scan-only]
 """
 
 from __future__ import annotations
@@ -40,7 +42,9 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Callable, Coroutine
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -67,16 +71,35 @@ def mib(kib: int) -> str:
     return f"{kib / 1024:6.1f} MiB"
 
 
+def daemonset_config(directory: Path) -> list[str]:
+    """``--config FILE``, FILE the configuration of deploy/configmap.yaml (a ``plugin`` section;
+    the embedded default device classes)."""
+    import yaml
+
+    path = directory / "config.yaml"
+    configmap = yaml.safe_load((ROOT / "deploy" / "configmap.yaml").read_text())
+    path.write_text(configmap["data"]["config.yaml"])
+    return ["--config", str(path)]
+
+
 async def plugin(
-    devices: int, calls: int, rewrites: int, with_metrics: bool, bin_dir: Path = VENV_BIN
+    devices: int,
+    calls: int,
+    rewrites: int,
+    with_metrics: bool,
+    bin_dir: Path = VENV_BIN,
+    *,
+    config: bool = False,
 ) -> tuple[int, int, int]:
-    """(VmRSS once registered, VmRSS after the workload, VmHWM) in KiB of ``bin_dir``'s cdi-plugin."""
+    """(VmRSS once registered, VmRSS after the workload, VmHWM) in KiB of ``bin_dir``'s cdi-plugin
+    (``config``: with the DaemonSet's configuration file)."""
     with tempfile.TemporaryDirectory(prefix="cdi-bench-mem-") as raw:
         layout = Layout.under(Path(raw))
         nodes = {f"dev{i}": [make_node(layout.dev / f"n{i}", os.makedev(1, 3))] for i in range(devices)}
         spec = spec_of(KIND, nodes)
         write_spec(layout.etc, spec)
         extra = ["--metrics-address", "127.0.0.1:0"] if with_metrics else []
+        extra += daemonset_config(Path(raw)) if config else []
         async with FakeKubelet(layout.plugin_dir) as kubelet:
             proc = await asyncio.create_subprocess_exec(
                 str(bin_dir / "cdi-plugin"), "serve", "--spec-dir", str(layout.etc),
@@ -173,11 +196,14 @@ def binder_nodes(directory: Path, n: int, prefix: str = "binder") -> list[dict[s
     return devices
 
 
-async def serve_scan(devices: int, calls: int, rewrites: int) -> tuple[int, int, int]:
-    """``cdi-plugin serve --scan`` generating and serving ``devices`` binder devices from a fixture
-    (watched like the host): (VmRSS once registered, VmRSS after the workload, VmHWM) in KiB. The
-    workload: Allocates, then fixture rewrites that add and remove a device, each followed
-    through rescan, spec rewrite and ListAndWatch."""
+async def serve_scan(
+    devices: int, calls: int, rewrites: int, bin_dir: Path = VENV_BIN, *, config: bool = False
+) -> tuple[int, int, int]:
+    """``bin_dir``'s ``cdi-plugin serve --scan`` generating and serving ``devices`` binder devices
+    from a fixture (watched like the host), metrics endpoint on, with the DaemonSet's
+    configuration file if ``config``: (VmRSS once registered, VmRSS after the workload, VmHWM) in
+    KiB. The workload: Allocates, then fixture rewrites that add and remove a device, each
+    followed through rescan, spec rewrite and ListAndWatch."""
     with tempfile.TemporaryDirectory(prefix="cdi-bench-mem-") as raw:
         layout = Layout.under(Path(raw))
         fixture = Path(raw) / "host.json"
@@ -186,10 +212,10 @@ async def serve_scan(devices: int, calls: int, rewrites: int) -> tuple[int, int,
         fixture.write_text(json.dumps(base))
         async with FakeKubelet(layout.plugin_dir) as kubelet:
             proc = await asyncio.create_subprocess_exec(
-                str(VENV_BIN / "cdi-plugin"), "serve", "--scan", "--spec-dir", str(layout.etc),
+                str(bin_dir / "cdi-plugin"), "serve", "--scan", "--spec-dir", str(layout.etc),
                 "--plugin-dir", str(layout.plugin_dir), "--sysfs-root", str(layout.sysfs),
                 "--source", f"fixture:{fixture}", "--metrics-address", "127.0.0.1:0",
-                stderr=asyncio.subprocess.DEVNULL,
+                *(daemonset_config(Path(raw)) if config else []), stderr=asyncio.subprocess.DEVNULL,
             )  # fmt: skip
             try:
                 client = await kubelet.wait_registered("cdi-plugin.io/binder", timeout=60)
@@ -332,6 +358,43 @@ def where_it_goes(devices: int) -> None:
           f"{peak / 2**20:.1f} MiB at the peak of reading the spec")  # fmt: skip
 
 
+_CHECK_TIME = """
+import json, statistics, sys, time
+from pathlib import Path
+from cdi_plugin.process import check_config_in_child
+from cdi_plugin.store import configcheck
+from cdi_plugin.store.configfile import parse_config
+data = Path(sys.argv[1]).read_bytes()
+check_config_in_child(sys.argv[2] == "child")
+times = []
+for _ in range(11):
+    configcheck._last.clear()  # each reading a changed file
+    start = time.perf_counter()
+    parse_config(data, "config.yaml")
+    times.append(time.perf_counter() - start)
+print(json.dumps([times[0], statistics.median(times[1:])]))
+"""
+
+
+def config_check_time(runs: int = 11) -> None:
+    """What reading the DaemonSet's configuration (parsing, checking against the schema) costs
+    with the check in the process and in a child process: the first reading in a fresh
+    interpreter (as ``serve`` starts), then readings of a changed file (reloads)."""
+    with tempfile.TemporaryDirectory(prefix="cdi-bench-mem-") as raw:
+        path = Path(daemonset_config(Path(raw))[1])
+        measured: dict[str, list[list[float]]] = {"in-process": [], "child": []}
+        for _ in range(runs):
+            for how, results in measured.items():
+                command = [sys.executable, "-c", _CHECK_TIME, str(path), how]
+                done = subprocess.run(command, capture_output=True, text=True, check=True)
+                results.append([t * 1000 for t in json.loads(done.stdout)])
+    print("reading the DaemonSet's configuration (parse, schema check), medians, first (start) and again:")
+    for how, results in measured.items():
+        first, again = (statistics.median(column) for column in zip(*results, strict=True))
+        print(f"  {'checked ' + ('in a child process' if how == 'child' else 'in the process'):40} "
+              f"{first:6.1f} ms {again:6.2f} ms")  # fmt: skip
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -339,54 +402,74 @@ def main() -> int:
     parser.add_argument("--devices", type=int, default=1000)
     parser.add_argument("--calls", type=int, default=2000)
     parser.add_argument("--rewrites", type=int, default=20)
-    parser.add_argument("--repeat", type=int, default=1, help="runs of plain serve; medians printed")
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="runs of serve (with and without --config) and of serve --scan; medians printed",
+    )
     parser.add_argument(
         "--compare", type=Path, metavar="BIN_DIR",
-        help="also measure plain serve of another installation (e.g. an older checkout's .venv/bin), "
-        "its runs alternating with this one's",
+        help="also measure serve and serve --scan of another installation (e.g. an older checkout's "
+        ".venv/bin), its runs alternating with this one's",
     )  # fmt: skip
+    parser.add_argument("--scan-only", action="store_true", help="measure serve --scan alone")
     args = parser.parse_args()
     print(f"python {sys.version.split()[0]}, {time.strftime('%Y-%m-%d')}")
     base = floor()
     print(f"baseline: python + asyncio + grpcio serving one method on a unix socket: {mib(base)}; "
           f"without OpenSSL: {mib(floor('--forgo-openssl')).strip()}")  # fmt: skip
-    print(f"cdi-plugin serve, {args.devices} devices, {args.calls} Allocates, {args.rewrites} spec rewrites:")
-    print(f"  {'':28} {'registered':>12} {'after':>12} {'peak (HWM)':>12} {'baseline':>12}")
-    plain = {
-        VENV_BIN: "without metrics endpoint",
-        **({args.compare: str(args.compare)} if args.compare else {}),
-    }
-    runs: dict[Path, list[tuple[int, int, int]]] = {bin_dir: [] for bin_dir in plain}
-    for _ in range(args.repeat):
+    bins = [VENV_BIN, *([args.compare] if args.compare else [])]
+
+    def compare(
+        label: str, measure: Callable[[Path], Coroutine[Any, Any, tuple[int, int, int]]]
+    ) -> tuple[int, ...]:
+        """``measure`` of each installation, ``--repeat`` times alternating; prints the medians and
+        returns this installation's."""
+        runs: dict[Path, list[tuple[int, int, int]]] = {bin_dir: [] for bin_dir in bins}
+        for _ in range(args.repeat):
+            for bin_dir, results in runs.items():
+                results.append(asyncio.run(measure(bin_dir)))
         for bin_dir, results in runs.items():
-            results.append(asyncio.run(plugin(args.devices, args.calls, args.rewrites, False, bin_dir)))
-    for bin_dir, results in runs.items():
-        registered, after, peak = (int(statistics.median(column)) for column in zip(*results, strict=True))
-        print(f"  {plain[bin_dir]:28} {mib(registered):>12} {mib(after):>12} {mib(peak):>12} {mib(base):>12}")
-    registered, after, peak = asyncio.run(plugin(args.devices, args.calls, args.rewrites, True))
-    label = "with --metrics-address"
-    print(f"  {label:28} {mib(registered):>12} {mib(after):>12} {mib(peak):>12} {mib(base):>12}")
-    print("cdi-gen scan, one process each (peak RSS):")
-    with tempfile.TemporaryDirectory(prefix="cdi-bench-mem-") as raw:
-        fixture = Path(raw) / "binders.json"
-        binder_fixture(fixture, args.devices)
-        cases = [
-            ("real host (embedded default)", "udev"),
-            ("simulated workstation", "simulated"),
-            (f"{args.devices} recorded binder devices", f"fixture:{fixture}"),
-        ]
-        for i, (label, source) in enumerate(cases):
-            code, peak = peak_of(
-                [str(VENV_BIN / "cdi-gen"), "scan", "--source", source, "--output-dir", f"{raw}/out{i}"]
-            )
-            print(f"  {label:40} {mib(peak)}   (exit {code})")
-    registered, after, peak = asyncio.run(serve_scan(args.devices, args.calls, args.rewrites))
+            registered, after, peak = (int(statistics.median(c)) for c in zip(*results, strict=True))
+            name = label if bin_dir == VENV_BIN else f"  {bin_dir}"
+            print(f"  {name:40} {mib(registered):>12} {mib(after):>12} {mib(peak):>12} {mib(base):>12}")
+        return tuple(int(statistics.median(column)) for column in zip(*runs[VENV_BIN], strict=True))
+
+    work = (args.devices, args.calls, args.rewrites)
+    header = f"  {'':40} {'registered':>12} {'after':>12} {'peak (HWM)':>12} {'baseline':>12}"
+    if not args.scan_only:
+        print(f"cdi-plugin serve, {args.devices} devices, {args.calls} Allocates, {args.rewrites} rewrites:")
+        print(header)
+        compare("without metrics endpoint", lambda bin_dir: plugin(*work, False, bin_dir))
+        compare("with --config (the DaemonSet's)", lambda bin_dir: plugin(*work, False, bin_dir, config=True))
+        registered, after, peak = asyncio.run(plugin(*work, True))
+        label = "with --metrics-address"
+        print(f"  {label:40} {mib(registered):>12} {mib(after):>12} {mib(peak):>12} {mib(base):>12}")
+        print("cdi-gen scan, one process each (peak RSS):")
+        with tempfile.TemporaryDirectory(prefix="cdi-bench-mem-") as raw:
+            fixture = Path(raw) / "binders.json"
+            binder_fixture(fixture, args.devices)
+            cases = [
+                ("real host (embedded default)", "udev"),
+                ("simulated workstation", "simulated"),
+                (f"{args.devices} recorded binder devices", f"fixture:{fixture}"),
+            ]
+            for i, (label, source) in enumerate(cases):
+                code, peak = peak_of(
+                    [str(VENV_BIN / "cdi-gen"), "scan", "--source", source, "--output-dir", f"{raw}/out{i}"]
+                )
+                print(f"  {label:40} {mib(peak)}   (exit {code})")
     print(f"cdi-plugin serve --scan, generating and serving {args.devices} devices, metrics endpoint on:")
-    print(f"  {'':28} {mib(registered):>12} {mib(after):>12} {mib(peak):>12} {mib(base):>12}")
+    print(header)
+    registered, *_ = compare("the embedded default classes", lambda bin_dir: serve_scan(*work, bin_dir))
+    compare("with --config (the DaemonSet's)", lambda bin_dir: serve_scan(*work, bin_dir, config=True))
     one, _, _ = asyncio.run(serve_scan(1, 0, 0))
     added = mib(registered - one).strip()
-    print(f"  {'one device, registered':28} {mib(one):>12}   (so {args.devices} devices add {added})")
-    where_it_goes(args.devices)
+    print(f"  {'one device, registered':40} {mib(one):>12}   (so {args.devices} devices add {added})")
+    if not args.scan_only:
+        config_check_time()
+        where_it_goes(args.devices)
     return 0
 
 

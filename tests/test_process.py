@@ -1,4 +1,5 @@
-"""cdi_plugin.process: OpenSSL kept out of a process, which still has asyncio and SHA-256."""
+"""cdi_plugin.process: OpenSSL kept out of a process, which still has asyncio and SHA-256; the
+configuration checked in a child process."""
 
 from __future__ import annotations
 
@@ -43,3 +44,23 @@ def test_nothing_is_changed_once_openssl_is_loaded() -> None:
         "asyncio runs",
         "libcrypto",
     ]
+
+
+_CONFIG = """
+import sys
+from cdi_plugin import process
+if sys.argv[1:] == ["child"]:
+    process.check_config_in_child()
+from cdi_plugin.store.configfile import parse_config
+print(parse_config(b"plugin: {replicas: 2}", "c.yaml"), "jsonschema_rs" in sys.modules)
+"""
+
+
+def _config_check(*flags: str) -> str:
+    done = subprocess.run([sys.executable, "-c", _CONFIG, *flags], capture_output=True, text=True, check=True)
+    return done.stdout.strip()
+
+
+def test_the_configuration_is_checked_in_the_process_unless_a_child_process_is_asked_for() -> None:
+    assert _config_check() == "{'plugin': {'replicas': 2}} True"
+    assert _config_check("child") == "{'plugin': {'replicas': 2}} False"

@@ -249,7 +249,9 @@ def serve(
     from cdi_plugin.cli.logs import configure
     from cdi_plugin.deviceplugin import settings
     from cdi_plugin.errors import CdiPluginError
+    from cdi_plugin.process import check_config_in_child
 
+    check_config_in_child()  # jsonschema-rs stays out of this long-running process
     configure("json" if log_format == "json" else "text", logging.DEBUG if verbose else logging.INFO)
     try:
         section = None

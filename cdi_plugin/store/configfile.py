@@ -5,7 +5,8 @@ The file is parsed strictly (duplicate keys are errors) and validated as a whole
 schema before either program uses its section, so a bad file is refused before anything is
 written. Errors name the file, the key (``classes[0].match.subsystem``) and the reason. Each
 section is then typed by the layer that uses it: ``classes`` by :mod:`cdi_plugin.generate.config`,
-``plugin`` by :mod:`cdi_plugin.deviceplugin.settings`.
+``plugin`` by :mod:`cdi_plugin.deviceplugin.settings`. A serving process checks the schema in a
+short-lived child process (:mod:`.configcheck`), with the same verdicts and messages.
 """
 
 from __future__ import annotations
@@ -14,9 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cdi_plugin.cdi import codec, schema
+from cdi_plugin.cdi import codec
 from cdi_plugin.cdi.problems import Problem, pointer_parts
 from cdi_plugin.errors import ConfigError, SpecLoadError
+from cdi_plugin.process import config_checked_in_child
 from cdi_plugin.store.files import read_file
 
 MAX_CONFIG_BYTES = 1024 * 1024
@@ -48,10 +50,23 @@ def parse_config(data: bytes, source: str) -> dict[str, Any]:
         raise ConfigError(f"{source}: {where}{exc.message}") from None
     if not isinstance(obj, dict):
         raise ConfigError(f"{source}: the configuration must be a mapping with 'classes' and/or 'plugin'")
-    problems = schema.problems(obj, schema.CONFIG_SCHEMA)
+    problems = schema_problems(obj, source)
     if problems:
         raise config_error(source, problems)
     return obj
+
+
+def schema_problems(obj: dict[str, Any], source: str) -> list[Problem]:
+    """The configuration's schema problems, found in this process or, in a serving process, in a
+    child process (:func:`cdi_plugin.process.check_config_in_child`); raises :class:`ConfigError`
+    only when the child gives no answer."""
+    if config_checked_in_child():
+        from cdi_plugin.store import configcheck
+
+        return configcheck.problems(obj, source)
+    from cdi_plugin.cdi import schema
+
+    return schema.problems(obj, schema.CONFIG_SCHEMA)
 
 
 def read_config_bytes(path: Path) -> bytes:
