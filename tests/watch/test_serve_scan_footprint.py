@@ -1,6 +1,7 @@
 """``cdi-plugin serve --scan --config`` as a real process: its configuration is checked in a child
-process, so neither jsonschema-rs nor OpenSSL is mapped into it, and a bad edit is refused with the
-message of the check in the process, keeping the configuration in force."""
+process and the specs it builds without the JSON Schema, so neither jsonschema-rs nor OpenSSL is
+mapped into it, even after it has written specs; a bad edit is refused with the message of the check
+in the process, keeping the configuration in force."""
 
 from __future__ import annotations
 
@@ -108,11 +109,14 @@ def test_serve_scan_keeps_the_schema_validator_and_openssl_out_and_refuses_a_bad
                 replace_file(host, json.dumps(_binders(layout.dev, 1)))
                 kept = await kubelet.wait_registered("cdi-plugin.io/androidbinder", timeout=30)
                 await kept.wait_until(lambda d: set(d) == {"binder0"}, timeout=30)
+                assert (layout.etc / "cdi-plugin.io-androidbinder.json").exists()
+                assert _mapped(proc.pid) == []  # a spec built, checked and written
 
                 replace_file(config, _config("binder"))
                 await log.until("reloaded, 1 device classes")
                 renamed = await kubelet.wait_registered("cdi-plugin.io/binder", timeout=30)
                 await renamed.wait_until(lambda d: set(d) == {"binder0"}, timeout=30)
+                assert _mapped(proc.pid) == []
             finally:
                 if proc.returncode is None:
                     proc.send_signal(signal.SIGTERM)
