@@ -251,7 +251,7 @@ SERVE_IMPORTS = (
     "cdi_plugin.cdi.codec", "cdi_plugin.deviceplugin.daemon", "cdi_plugin.cli.service",
 )  # fmt: skip
 METRICS_IMPORTS = ("prometheus_client",)
-SCAN_IMPORTS = ("yaml", "jsonschema_rs", "pyudev", "cdi_plugin.cli.serve_scan")
+SCAN_IMPORTS = ("yaml", "pyudev", "cdi_plugin.cli.serve_scan")
 
 #: The floor: Python, asyncio and grpcio serving one method on a unix socket, nothing else.
 _FLOOR = """

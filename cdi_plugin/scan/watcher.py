@@ -32,7 +32,7 @@ import dataclasses
 import logging
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -190,9 +190,9 @@ class Watcher:
                     relevant=lambda _d, name: name in self.written.files,
                 )
             )
-            follow: list[tuple[DirWatch, Callable[[], None], bool]] = [
+            follow: list[tuple[DirWatch, Callable[[], Awaitable[None]], bool]] = [
                 (nodes, lambda: self._on_nodes(nodes), False),
-                (output, lambda: self._add(OUTPUT), False),
+                (output, self._on_output, False),
             ]
             if self.config.path is not None:
                 config = await stack.enter_async_context(
@@ -209,7 +209,7 @@ class Watcher:
                         relevant=lambda _d, name: name == fixture.name or name.startswith(".."),
                     )
                 )
-                follow.append((watch, lambda: self._add(ALL), True))
+                follow.append((watch, self._on_fixture, True))
             if self.options.source == "udev":
                 self.feed.start()
             self._log_start(output_dir)
@@ -257,14 +257,16 @@ class Watcher:
             self._retry_handle = None
         self.feed.stop()
 
-    async def _follow(self, watch: DirWatch, on_change: Callable[[], None], settle: bool, seen: int) -> None:
+    async def _follow(
+        self, watch: DirWatch, on_change: Callable[[], Awaitable[None]], settle: bool, seen: int
+    ) -> None:
         while True:
             if settle:
                 seen = await watch.pulse.settle(seen, FILE_SETTLE_QUIET, FILE_SETTLE_MAX)
             else:
                 await watch.pulse.wait_after(seen)
                 seen = watch.pulse.count
-            on_change()
+            await on_change()
 
     async def _batches(self) -> None:
         while True:
@@ -322,14 +324,22 @@ class Watcher:
         self._node_kinds |= kinds
         return bool(kinds)
 
-    def _on_nodes(self, nodes: DirWatch) -> None:
+    async def _on_output(self) -> None:
+        self._add(OUTPUT)
+
+    async def _on_fixture(self) -> None:
+        self._add(ALL)
+
+    async def _on_nodes(self, nodes: DirWatch) -> None:
         kinds = self._node_kinds or set(self.targets.glob_kinds)
         self._node_kinds = set()
         self._add(*kinds)
         nodes.set_dirs(self._node_dirs())
 
-    def _on_config(self, config: DirWatch, nodes: DirWatch) -> None:
-        if self.config.reload():
+    async def _on_config(self, config: DirWatch, nodes: DirWatch) -> None:
+        # in a worker thread: reading the file, checking it (in a child process once serve has
+        # asked for that) and building the classes take up to about 0.1 s
+        if await asyncio.to_thread(self.config.reload):
             before = self.targets
             self.targets = targets_for(self.config.classes)
             if (before.subsystems, before.every_subsystem) != (

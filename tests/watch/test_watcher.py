@@ -8,12 +8,14 @@ import logging
 import os
 import re
 import shutil
+import threading
 from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
 
 from cdi_plugin.cdi.model import Spec
+from cdi_plugin.scan.configfollow import ConfigFollower
 from cdi_plugin.scan.watcher import Watcher
 from cdi_plugin.store.registry import Stat, file_stat
 from cdi_plugin.store.writer import Applied
@@ -118,6 +120,40 @@ def test_configuration_edits_apply_without_a_restart_and_bad_ones_are_ignored(
     assert len(errors) == 1
     assert errors[0].startswith(f"{config}: classes[1].match.kernel: invalid 'kernel'")
     assert errors[0].endswith("; keeping the last good configuration")
+
+
+def test_a_configuration_being_read_does_not_hold_up_the_event_loop(
+    setup: tuple[Path, Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Reading a changed configuration (its check runs in a child process in ``serve``) happens in
+    a worker thread: while it is under way, a host change is still handled."""
+    config, host, out = setup
+    reading, release = threading.Event(), threading.Event()
+    reload = ConfigFollower.reload
+
+    def slow_reload(self: ConfigFollower) -> bool:
+        reading.set()
+        release.wait(10)
+        return reload(self)
+
+    monkeypatch.setattr(ConfigFollower, "reload", slow_reload)
+
+    async def scenario() -> None:
+        watcher = Watcher(watch_options(out, config, source=f"fixture:{host}"))
+        async with running(watcher):
+            replace_file(config, MISC3.replace("class: kvm", "class: kvm2"))
+            await eventually(reading.is_set, "the configuration being read")
+            write_host(host, without("fuse"))
+            await eventually(lambda: specs(out) == {TUN, KVM}, "fuse removed during the reading")
+            release.set()
+            await eventually(
+                lambda: specs(out) == {TUN, "cdi-plugin.io-kvm2.json"}, "the new classes applied"
+            )
+
+    try:
+        run(scenario())
+    finally:
+        release.set()
 
 
 def test_a_configmap_update_swaps_the_data_symlink(tmp_path: Path) -> None:
