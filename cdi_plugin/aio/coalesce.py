@@ -48,6 +48,8 @@ class Coalescer(Generic[K]):
         self._free_since = -math.inf  # when the consumer, done with a batch, asked for the next
         self._released = False
         self._pending = asyncio.Event()
+        #: The last batch was released by ``max_delay`` while events kept coming (a burst goes on).
+        self.cut = False
 
     def add(self, key: K) -> None:
         """Record an event; cheap enough to call for every uevent."""
@@ -68,13 +70,15 @@ class Coalescer(Generic[K]):
             self._free_since = self._clock()
         while True:
             await self._pending.wait()
+            self.cut = False
             if self.leading and self._first >= self._free_since + self.quiet:
                 break  # the first event after a quiet spell
             deadline = min(self._last + self.quiet, self._first + self.max_delay)
-            delay = deadline - self._clock()
-            if delay <= 0:
+            now = self._clock()
+            if deadline <= now:
+                self.cut = now < self._last + self.quiet
                 break
-            await self._sleep(delay)
+            await self._sleep(deadline - now)
         keys, events = frozenset(self._keys), self._events
         self._keys.clear()
         self._events = 0
