@@ -40,9 +40,10 @@ from cdi_plugin.store.writer import apply
 
 log = logging.getLogger(__name__)
 
-#: A batch with more devices of a class than this that were not read ahead, and than half the
-#: devices the class had, rescans the class rather than update them one by one (a device's update
-#: costs about what a rescan spends on two devices).
+#: A batch with more devices of a class than this that were not read ahead, and more than half as
+#: many as a rescan of the class would read (the devices it had and those of the batch), rescans
+#: the class rather than update them one by one (reading and building one device's entry alone
+#: costs up to what a rescan spends on two devices).
 MAX_DEVICES = 64
 
 Kinds = frozenset[str]
@@ -179,7 +180,8 @@ class BatchWork:
                 rescan.add(kind)
                 continue
             read = {p: a.entry for p in paths if (a := ahead.get((kind, p))) and a.cls is live.cls}
-            if len(paths) - len(read) > max(MAX_DEVICES, len(live.entries) // 2):
+            unread = len(paths) - len(read)
+            if unread > MAX_DEVICES and 2 * unread > len(live.entries.keys() | paths):
                 rescan.add(kind)  # a burst: one rescan costs less
                 continue
             query = query_for([live.cls])
