@@ -77,7 +77,7 @@ OUTPUT = "?"
 RETRY_FIRST = 1.0
 RETRY_MAX = 60.0
 #: Devices read ahead per trip to the worker thread, while a batch gathers.
-READ_AHEAD = 64
+READ_AHEAD = 16
 #: Editors and ConfigMaps change a file in several steps; read it once they are done.
 FILE_SETTLE_QUIET = 0.05
 FILE_SETTLE_MAX = 0.25
