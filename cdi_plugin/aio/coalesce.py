@@ -4,7 +4,8 @@ The first event after a quiet spell (the common case: one device plugged in) is 
 Events that arrive while its batch is being handled (until the consumer asks for the next
 one), or within ``quiet`` seconds after that, are coalesced: such a batch is released once no new event
 arrived for ``quiet`` seconds, or ``max_delay`` seconds after its first event even while events
-keep coming, so a sustained storm cannot postpone the update forever. A burst (a USB hub with many
+keep coming, so a sustained storm cannot postpone the update forever (:attr:`Coalescer.cut` then
+tells the consumer that the burst goes on). A burst (a USB hub with many
 devices, a thousand binder nodes created at once) thus costs a handful of batches, not one per
 event. Only the distinct keys of a batch are kept, so memory does not grow with the number of
 events. The clock, and the sleep that waits on it, can be replaced (tests drive a batch's timing
