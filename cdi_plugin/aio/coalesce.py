@@ -4,7 +4,8 @@ The first event after a quiet spell (the common case: one device plugged in) is 
 Events that arrive while its batch is being handled (until the consumer asks for the next
 one), or within ``quiet`` seconds after that, are coalesced: such a batch is released once no new event
 arrived for ``quiet`` seconds, or ``max_delay`` seconds after its first event even while events
-keep coming, so a sustained storm cannot postpone the update forever. A burst (a USB hub with many
+keep coming, so a sustained storm cannot postpone the update forever (:attr:`Coalescer.cut` then
+tells the consumer that the burst goes on). A burst (a USB hub with many
 devices, a thousand binder nodes created at once) thus costs a handful of batches, not one per
 event. Only the distinct keys of a batch are kept, so memory does not grow with the number of
 events. The clock, and the sleep that waits on it, can be replaced (tests drive a batch's timing
@@ -48,6 +49,8 @@ class Coalescer(Generic[K]):
         self._free_since = -math.inf  # when the consumer, done with a batch, asked for the next
         self._released = False
         self._pending = asyncio.Event()
+        #: The last batch was released by ``max_delay`` while events kept coming (a burst goes on).
+        self.cut = False
 
     def add(self, key: K) -> None:
         """Record an event; cheap enough to call for every uevent."""
@@ -68,13 +71,15 @@ class Coalescer(Generic[K]):
             self._free_since = self._clock()
         while True:
             await self._pending.wait()
+            self.cut = False
             if self.leading and self._first >= self._free_since + self.quiet:
                 break  # the first event after a quiet spell
             deadline = min(self._last + self.quiet, self._first + self.max_delay)
-            delay = deadline - self._clock()
-            if delay <= 0:
+            now = self._clock()
+            if deadline <= now:
+                self.cut = now < self._last + self.quiet
                 break
-            await self._sleep(delay)
+            await self._sleep(deadline - now)
         keys, events = frozenset(self._keys), self._events
         self._keys.clear()
         self._events = 0

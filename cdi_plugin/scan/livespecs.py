@@ -112,40 +112,16 @@ class LiveSpec:
     def update(self, sys_path: str, device: DiscoveredDevice | None) -> bool:
         """Take ``device`` (at ``sys_path``; None: gone) as it is now; whether its entry changed
         (:meth:`render` gives the new spec). Raises :class:`Uncertain`, changing nothing."""
-        old = self.entries.get(sys_path)
-        if device is not None and not (device.subsystem and matches(self.cls.match, device)):
-            device = None
-        if old is not None:
-            for j, value in enumerate(old.candidates):
-                if value is not None and self.counts[j][value] > 1:
-                    raise Uncertain(f"{value!r} is shared with another device")
-        new = None if device is None else self._entry(device, old)
-        if new == old:
-            return False
-        if old is not None:
-            self._drop(sys_path, old)
-        if new is not None:
-            self._add(sys_path, new)
-        return True
+        return self.put(sys_path, self.entry_of(device))
 
-    def _name(self, device: DiscoveredDevice, old: Entry | None) -> tuple[tuple[str | None, ...], str]:
-        """The device's naming candidates and its name, which no other device may share."""
-        cls = self.cls
-        candidates = tuple(candidate(cls, s.template, device, 0) for s in cls.naming)
-        name = None
-        for j, value in enumerate(candidates):
-            if value is None:
-                continue
-            others = self.counts[j][value] - (old is not None and old.candidates[j] == value)
-            if others:
-                raise Uncertain(f"{value!r} is shared with another device")
-            name = name or value
-        if name is None or self.by_name.get(name, device.sys_path) != device.sys_path:
+    def entry_of(self, device: DiscoveredDevice | None) -> Entry | None:
+        """The entry the class gives ``device`` on its own, whatever the other devices (None: no
+        device, or one the class does not match); :meth:`put` takes it. Raises :class:`Uncertain`."""
+        if device is None or not (device.subsystem and matches(self.cls.match, device)):
+            return None
+        candidates = self._candidates(device)
+        if all(value is None for value in candidates):
             raise Uncertain(f"{describe(device)}: no name of its own")
-        return candidates, name
-
-    def _entry(self, device: DiscoveredDevice, old: Entry | None) -> Entry:
-        candidates, name = self._name(device, old)
         notes = Notes()
         try:
             single = build_spec(self.cls, [device], Host.of([device]), self.max_version, notes)
@@ -156,12 +132,54 @@ class LiveSpec:
         if not check_spec(single.spec).valid:
             raise Uncertain(f"{describe(device)}: its entry is not valid")
         (entry,), (built,) = single.spec.devices, single.devices
-        assert entry.name == name
+        assert entry.name == next(value for value in candidates if value is not None)
         return Entry(candidates, entry, built, _text(entry), version_key(single.spec.cdi_version))
+
+    def put(self, sys_path: str, new: Entry | None) -> bool:
+        """Make ``new`` (from :meth:`entry_of`) the entry of the device at ``sys_path``; whether it
+        changed. Raises :class:`Uncertain`, changing nothing, where it may change other entries."""
+        old = self.entries.get(sys_path)
+        if old is not None:
+            for j, value in enumerate(old.candidates):
+                if value is not None and self.counts[j][value] > 1:
+                    raise Uncertain(f"{value!r} is shared with another device")
+        if new is not None:
+            self._check_name(sys_path, new.candidates, new.device.name, old)
+        if new == old:
+            return False
+        if old is not None:
+            self._drop(sys_path, old)
+        if new is not None:
+            self._add(sys_path, new)
+        return True
+
+    def _candidates(self, device: DiscoveredDevice) -> tuple[str | None, ...]:
+        return tuple(candidate(self.cls, s.template, device, 0) for s in self.cls.naming)
+
+    def _check_name(
+        self, sys_path: str, candidates: tuple[str | None, ...], name: str | None, old: Entry | None
+    ) -> None:
+        """Raises :class:`Uncertain` when another device shares a naming candidate or the name."""
+        for j, value in enumerate(candidates):
+            if value is None:
+                continue
+            others = self.counts[j][value] - (old is not None and old.candidates[j] == value)
+            if others:
+                raise Uncertain(f"{value!r} is shared with another device")
+        if name is None or self.by_name.get(name, sys_path) != sys_path:
+            raise Uncertain(f"{sys_path}: no name of its own")
+
+    def _name(self, device: DiscoveredDevice) -> tuple[tuple[str | None, ...], str]:
+        """The device's naming candidates and its name, which no other device may share."""
+        candidates = self._candidates(device)
+        name = next((value for value in candidates if value is not None), None)
+        self._check_name(device.sys_path, candidates, name, None)
+        assert name is not None
+        return candidates, name
 
     def _built(self, device: DiscoveredDevice, entry: Device, built: BuiltDevice) -> Entry:
         """The entry of a device as a scan built (and validated) it."""
-        candidates, _ = self._name(device, None)
+        candidates, _ = self._name(device)
         spec = Spec(cdi_version=EARLIEST, kind=self.kind, devices=(entry,), container_edits=self.top)
         return Entry(candidates, entry, built, _text(entry), version_key(minimum_version(spec)))
 
@@ -235,7 +253,7 @@ def index_class(
                 if not device.subsystem and device.devnode and matches(cls.match, device):
                     return None  # a node found by a devnode glob only: it has no sysfs path
                 continue
-            _, name = live._name(device, None)
+            _, name = live._name(device)
             if name not in by_name:
                 return None  # left out of the spec: a rescan explains why
             live._add(device.sys_path, live._built(device, *by_name[name]))

@@ -6,8 +6,14 @@ would read it, and the file is rewritten through the store without enumerating t
 reading the other spec files. A class is rescanned instead when its spec is not indexed (see
 :mod:`.livespecs`), when the update is :class:`~.livespecs.Uncertain`, when the source cannot read
 single devices, when the file on disk is not what was last written, or when a batch holds many
-devices of a class (a burst, see :data:`MAX_DEVICES`: one rescan is cheaper). Every rescan
-indexes the specs it built again.
+devices of a class that were not read ahead (a burst, see :data:`MAX_DEVICES`: one rescan is
+cheaper). Every rescan indexes the specs it built again.
+
+While a batch is still gathering (the coalescer waits for a burst to end), :meth:`BatchWork.read_ahead`
+reads the devices of its events so far and builds their entries, so that the batch, once released,
+has little left to do: it takes what was read ahead of a device unless an event about the device
+came after that reading started (each event has a number; the batch is given the last one of each
+device), and reads the others itself.
 """
 
 from __future__ import annotations
@@ -19,11 +25,11 @@ from pathlib import Path
 
 from cdi_plugin.cdi.model import Spec
 from cdi_plugin.cdi.names import parse_kind
-from cdi_plugin.discovery.model import DeviceSource
+from cdi_plugin.discovery.model import DeviceSource, Query
 from cdi_plugin.errors import CdiPluginError
 from cdi_plugin.generate.config import DeviceClass
 from cdi_plugin.generate.match import query_for
-from cdi_plugin.scan.livespecs import Change, LiveSpec, Uncertain, index_class
+from cdi_plugin.scan.livespecs import Change, Entry, LiveSpec, Uncertain, index_class
 from cdi_plugin.scan.pipeline import FileReport, Placed, ScanOptions, ScanReport, placing, run_scan
 from cdi_plugin.store.dirlock import locked
 from cdi_plugin.store.files import spec_file_name
@@ -34,9 +40,10 @@ from cdi_plugin.store.writer import apply
 
 log = logging.getLogger(__name__)
 
-#: A batch with more devices of a class than this, and than half the devices the class had, rescans
-#: the class rather than update them one by one (a device's update costs about what a rescan spends
-#: on two devices).
+#: A batch with more devices of a class than this that were not read ahead, and more than half as
+#: many as a rescan of the class would read (the devices it had and those of the batch), rescans
+#: the class rather than update them one by one (reading and building one device's entry alone
+#: costs up to what a rescan spends on two devices).
 MAX_DEVICES = 64
 
 Kinds = frozenset[str]
@@ -48,6 +55,15 @@ class DeviceEvent:
 
     sys_path: str
     kinds: Kinds
+
+
+@dataclass(frozen=True, slots=True)
+class Ahead:
+    """A device read ahead of its batch, for one class."""
+
+    number: int  # the number of the device's last event when the reading started
+    cls: DeviceClass
+    entry: Entry | Uncertain | None  # what the class makes of it (None: nothing)
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +80,29 @@ class BatchWork:
         self.options = options
         self.source = source
         self.live: dict[str, LiveSpec] = {}
+        #: (kind, sys path) -> the device read ahead of the next batch.
+        self.ahead: dict[tuple[str, str], Ahead] = {}
+
+    def read_ahead(self, events: Iterable[tuple[DeviceEvent, int]]) -> None:
+        """Read the devices of ``events`` (each with the number of its device's last event) for the
+        classes indexed now, and build their entries, for the next :meth:`run` to take."""
+        lookup = getattr(self.source, "lookup", None)
+        if lookup is None:
+            return
+        queries: dict[str, Query] = {}
+        for event, number in events:
+            for kind in event.kinds:
+                live = self.live.get(kind)
+                if live is None:
+                    continue
+                query = queries.get(kind) or queries.setdefault(kind, query_for([live.cls]))
+                try:
+                    entry: Entry | Uncertain | None = live.entry_of(lookup(event.sys_path, query))
+                except Uncertain as exc:
+                    entry = exc
+                except CdiPluginError:
+                    continue  # the batch reads it again, and reports what is wrong
+                self.ahead[(kind, event.sys_path)] = Ahead(number, live.cls, entry)
 
     def run(
         self,
@@ -71,11 +110,14 @@ class BatchWork:
         scope: set[str] | None,
         devices: Iterable[DeviceEvent],
         placed: Placed | None = None,
+        numbers: Mapping[str, int] | None = None,
     ) -> tuple[list[Outcome], BaseException | None]:
         """What was written, and the error that stopped the batch (the device updates already
         written are in the outcomes). ``scope`` None rescans every class. ``placed`` hears of each
-        file as soon as it is in place."""
+        file as soon as it is in place. ``numbers`` holds the number of each device's last event
+        (by sys path): what was read ahead of a device since is taken, the rest is dropped."""
         outcomes: list[Outcome] = []
+        ahead, self.ahead = self.ahead, {}
         try:
             if scope is not None:
                 by_kind: dict[str, set[str]] = {}
@@ -83,7 +125,12 @@ class BatchWork:
                     for kind in event.kinds - scope:
                         by_kind.setdefault(kind, set()).add(event.sys_path)
                 if by_kind:
-                    outcome, rescan = self._update(classes, by_kind, placed)
+                    fresh = {
+                        key: a
+                        for key, a in ahead.items()
+                        if numbers is not None and a.number == numbers.get(key[1])
+                    }
+                    outcome, rescan = self._update(classes, by_kind, placed, fresh)
                     if outcome is not None:
                         outcomes.append(outcome)
                     scope |= rescan
@@ -115,9 +162,14 @@ class BatchWork:
                 self.live[cls.kind] = live
 
     def _update(
-        self, classes: Sequence[DeviceClass], by_kind: Mapping[str, set[str]], placed: Placed | None
+        self,
+        classes: Sequence[DeviceClass],
+        by_kind: Mapping[str, set[str]],
+        placed: Placed | None,
+        ahead: Mapping[tuple[str, str], Ahead],
     ) -> tuple[Outcome | None, set[str]]:
-        """Update the devices' entries; returns what was written and the kinds to rescan."""
+        """Update the devices' entries (taking what was read ``ahead`` of them); returns what was
+        written and the kinds to rescan."""
         lookup = getattr(self.source, "lookup", None)
         current = {c.kind: c for c in classes if c.enabled}
         rescan: set[str] = set()
@@ -127,12 +179,19 @@ class BatchWork:
             if lookup is None or live is None or current.get(kind) is not live.cls:
                 rescan.add(kind)
                 continue
-            if len(paths) > max(MAX_DEVICES, len(live.entries) // 2):
+            read = {p: a.entry for p in paths if (a := ahead.get((kind, p))) and a.cls is live.cls}
+            unread = len(paths) - len(read)
+            if unread > MAX_DEVICES and 2 * unread > len(live.entries.keys() | paths):
                 rescan.add(kind)  # a burst: one rescan costs less
                 continue
             query = query_for([live.cls])
             try:
-                changed = [live.update(path, lookup(path, query)) for path in sorted(paths)]
+                changed = []
+                for path in sorted(paths):
+                    entry = read[path] if path in read else live.entry_of(lookup(path, query))
+                    if isinstance(entry, Uncertain):
+                        raise entry
+                    changed.append(live.put(path, entry))
                 if any(changed):
                     changes[kind] = (live, live.render())
             except Uncertain as exc:

@@ -7,7 +7,9 @@
    of devnode globs, a receive-buffer overflow (every class), a valid configuration edit (every
    class), a changed fixture file (every class), one of our spec files deleted behind our back or
    the output directory re-created (the kinds whose files are missing), and a full rescan every
-   ``resync`` seconds add kinds to rescan.
+   ``resync`` seconds add kinds to rescan. While a batch gathers (a burst), the devices of its
+   events are read ahead in a worker thread (:meth:`~.updates.BatchWork.read_ahead`), so that
+   little is left to do once it is released.
 3. Each batch runs in a worker thread (:mod:`.updates`), so that the event loop keeps serving
    (the device plugin's gRPC in ``cdi-plugin serve --scan``): a device's entry is updated alone
    where it can be (:mod:`.livespecs`), else its classes are rescanned with :func:`~.pipeline.run_scan`. The
@@ -74,6 +76,8 @@ ALL = "*"
 OUTPUT = "?"
 RETRY_FIRST = 1.0
 RETRY_MAX = 60.0
+#: Devices read ahead per trip to the worker thread, while a batch gathers.
+READ_AHEAD = 16
 #: Editors and ConfigMaps change a file in several steps; read it once they are done.
 FILE_SETTLE_QUIET = 0.05
 FILE_SETTLE_MAX = 0.25
@@ -154,6 +158,16 @@ class Watcher:
             fail=self._fail,
         )
         self.work = BatchWork(dataclasses.replace(options.scan, skip_refused=True, dry_run=False), source)
+        #: The number of the last device event, and of each device's last one since the last batch.
+        self._number = 0
+        self._numbers: dict[str, int] = {}
+        #: Device events of the gathering batch not read ahead yet, and those seen.
+        self._unread: list[DeviceEvent] = []
+        self._seen: set[DeviceEvent] = set()
+        self._more = asyncio.Event()  # set when _unread grows
+        self._gathering = False  # a batch gathers: its devices may be read ahead
+        self._deferred: set[DeviceEvent] = set()  # left to this batch by the one before
+        self._reading = False  # some are being read ahead in a worker thread
         self._busy = False
         self.written = BatchLog()
         self._node_kinds: set[str] = set()
@@ -270,8 +284,66 @@ class Watcher:
 
     async def _batches(self) -> None:
         while True:
-            keys, events = await self.coalescer.next_batch()
-            await self._process(keys, events)
+            self._gathering = True
+            ahead = asyncio.ensure_future(self._read_ahead())
+            try:
+                keys, events = await self.coalescer.next_batch()
+            except asyncio.CancelledError:
+                ahead.cancel()
+                raise
+            self._gathering = False
+            numbers, self._numbers = self._numbers, {}  # from here on, events are the next batch's
+            self._unread, self._seen = [], set()
+            if self._reading:
+                await ahead  # the devices being read ahead (at most READ_AHEAD)
+            else:
+                ahead.cancel()  # it waits for events: nothing to wait for
+            deferred, self._deferred = self._deferred, set()
+            if self.coalescer.cut:
+                keys = self._defer(keys, numbers, deferred)
+            await self._process(keys, events, numbers)
+
+    def _defer(
+        self, keys: frozenset[Key], numbers: Mapping[str, int], deferred: set[DeviceEvent]
+    ) -> frozenset[Key]:
+        """Of a batch released while a burst goes on, leave the devices not read ahead yet to the
+        next batch, where they are read ahead in turn: the batch writes what is ready. A device is
+        left over once (those in ``deferred`` were left over by the batch before)."""
+        live, ahead = self.work.live, self.work.ahead
+        later = {
+            key
+            for key in keys
+            if isinstance(key, DeviceEvent)
+            and key not in deferred
+            and any(
+                kind in live
+                and ((a := ahead.get((kind, key.sys_path))) is None or a.number != numbers.get(key.sys_path))
+                for kind in key.kinds
+            )
+        }
+        for key in later:
+            self.coalescer.add(key)
+            self._numbers.setdefault(key.sys_path, numbers[key.sys_path])  # unless an event came since
+            if key not in self._seen:
+                self._seen.add(key)
+                self._unread.append(key)
+        self._deferred = later
+        return keys - later
+
+    async def _read_ahead(self) -> None:
+        """While a batch gathers, read its devices ahead, a few at a time in a worker thread."""
+        while self._gathering:
+            if self._unread and self.work.live:
+                chunk, self._unread = self._unread[:READ_AHEAD], self._unread[READ_AHEAD:]
+                numbered = [(event, self._numbers[event.sys_path]) for event in chunk]
+                self._reading = True
+                try:
+                    await asyncio.to_thread(self.work.read_ahead, numbered)
+                finally:
+                    self._reading = False
+            else:
+                self._more.clear()
+                await self._more.wait()
 
     async def _resync(self, interval: float) -> None:
         while True:
@@ -309,7 +381,14 @@ class Watcher:
 
     def _on_uevent(self, event: UdevEvent, kinds: Kinds) -> None:
         if event.sys_path and event.subsystem and event.action != "move":  # a move renames: rescan
-            self.coalescer.add(DeviceEvent(event.sys_path, kinds))
+            key = DeviceEvent(event.sys_path, kinds)
+            self._number += 1
+            self._numbers[event.sys_path] = self._number
+            self.coalescer.add(key)  # released at once after a quiet spell, before anything is read ahead
+            if key not in self._seen:
+                self._seen.add(key)
+                self._unread.append(key)
+                self._more.set()
         else:
             self._add(*kinds)
 
@@ -357,7 +436,14 @@ class Watcher:
 
     # -- batches --------------------------------------------------------------------------------
 
-    async def _process(self, keys: frozenset[Key], events: int, *, initial: bool = False) -> None:
+    async def _process(
+        self,
+        keys: frozenset[Key],
+        events: int,
+        numbers: Mapping[str, int] | None = None,
+        *,
+        initial: bool = False,
+    ) -> None:
         wanted: set[str] = set().union(*(k for k in keys if isinstance(k, frozenset)))
         devices = [k for k in keys if isinstance(k, DeviceEvent)]
         self.feed.lost_logged = False
@@ -376,7 +462,9 @@ class Watcher:
             self.stalled_since = time.monotonic()
         self._busy = True
         placed = self._placed(asyncio.get_running_loop())
-        work = asyncio.ensure_future(asyncio.to_thread(self.work.run, classes, scope, devices, placed))
+        work = asyncio.ensure_future(
+            asyncio.to_thread(self.work.run, classes, scope, devices, placed, numbers)
+        )
 
         def finish() -> None:
             self._busy = False

@@ -138,3 +138,30 @@ def test_a_storm_cannot_postpone_the_batch_past_max_delay(leading: bool) -> None
     # each batch comes max_delay after its first event, with the 17 events of that quarter second
     first = [(0.0, 1)] if leading else [(0.25, 17)]
     assert run(scenario()) == first + [(0.25, 17)] * 2
+
+
+def test_cut_says_whether_max_delay_released_a_batch_while_events_kept_coming() -> None:
+    async def scenario() -> list[bool]:
+        clock = ManualClock()
+        c = coalescer(clock, quiet=0.05, max_delay=0.2)
+        clock.advance(1.0)
+        c.add("a")
+        await c.next_batch()  # the leading edge
+        cuts = [c.cut]
+        for _ in range(2):
+            c.add("b")
+            batch = asyncio.create_task(c.next_batch())
+            for _ in range(5):  # an event every 40 ms: the quiet period never comes
+                await clock.sleeping.wait()
+                clock.advance(0.04)
+                c.add("b")
+            await batch
+            cuts.append(c.cut)
+        c.add("c")
+        batch = asyncio.create_task(c.next_batch())
+        await clock.sleeping.wait()
+        clock.advance(0.05)  # quiet: the burst is over
+        await batch
+        return [*cuts, c.cut]
+
+    assert run(scenario()) == [False, True, True, False]

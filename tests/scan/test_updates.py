@@ -257,3 +257,67 @@ def test_a_file_edited_after_an_update_is_not_taken_for_the_one_written(tmp_path
     with pytest.raises(SpecWriteError, match="changed since the plan was made"):
         apply(planned)
     assert "ttyUSBX" in spec.read_text()
+
+
+class Counting(StaticSource):
+    """Counts the devices read one by one."""
+
+    def __init__(self, devices: list[DiscoveredDevice]) -> None:
+        super().__init__(devices)
+        self.lookups: list[str] = []
+
+    def lookup(self, sys_path: str, query: Any) -> DiscoveredDevice | None:
+        self.lookups.append(sys_path)
+        return super().lookup(sys_path, query)
+
+
+def test_devices_read_ahead_are_taken_unless_an_event_came_since(tmp_path: Path) -> None:
+    """A batch takes each device read ahead of it (numbered by its last event then) without reading
+    it again, unless a later event moved the device's number; the file is what a rescan writes."""
+    source = Counting([adapter(0, "S0", None)])
+    work = BatchWork(options(tmp_path), source)
+    work.run(CLASSES[:1], None, [])
+    kind = CLASSES[0].kind
+    source.devices += [adapter(i, f"S{i}", None) for i in range(1, 5)]
+    events = [DeviceEvent(adapter(i, None, None).sys_path, frozenset({kind})) for i in range(1, 5)]
+    work.read_ahead([(event, n) for n, event in enumerate(events, 1)])
+    assert len(source.lookups) == 4
+    source.devices[2] = adapter(2, "S2", "FT232R")  # a change after it was read ahead: event 5
+    enumerations = source.enumerations
+    outcomes, error = work.run(
+        CLASSES[:1],
+        set(),
+        events,
+        numbers={e.sys_path: n for n, e in enumerate(events, 1)} | {events[1].sys_path: 5},
+    )
+    assert error is None
+    assert [o.updated for o in outcomes] == [True]
+    assert source.enumerations == enumerations
+    assert source.lookups[4:] == [events[1].sys_path], "only the device with a later event is read again"
+    assert work.ahead == {}
+    fresh = tmp_path / "fresh"
+    run_scan(options(fresh), StaticSource(source.devices), CLASSES[:1])
+    assert files(tmp_path) == files(fresh)
+    assert b"FT232R" in files(tmp_path)["example.com-c0.json"]
+
+
+def test_a_burst_read_ahead_is_updated_rather_than_rescanned(tmp_path: Path) -> None:
+    """Only devices not read ahead count towards a rescan: a burst of many new devices read ahead
+    of their batch is written as updates, without enumerating the class."""
+    source = Counting([adapter(0, "S0", None)])
+    work = BatchWork(options(tmp_path), source)
+    work.run(CLASSES[:1], None, [])
+    kind = CLASSES[0].kind
+    source.devices += [adapter(i, f"S{i}", None) for i in range(1, 4 * MAX_DEVICES)]
+    events = [DeviceEvent(d.sys_path, frozenset({kind})) for d in source.devices[1:]]
+    work.read_ahead([(event, 1) for event in events])
+    enumerations, lookups = source.enumerations, len(source.lookups)
+    outcomes, error = work.run(
+        CLASSES[:1], set(), events, numbers=dict.fromkeys((e.sys_path for e in events), 1)
+    )
+    assert error is None
+    assert [o.updated for o in outcomes] == [True]
+    assert (source.enumerations, len(source.lookups)) == (enumerations, lookups)
+    fresh = tmp_path / "fresh"
+    run_scan(options(fresh), StaticSource(source.devices), CLASSES[:1])
+    assert files(tmp_path) == files(fresh)
