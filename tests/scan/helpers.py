@@ -8,9 +8,10 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from cdi_plugin.cdi.model import ContainerEdits, Device, DeviceNode, Spec
-from cdi_plugin.discovery.model import DiscoveredDevice
+from cdi_plugin.discovery.model import DiscoveredDevice, StaticSource
 from tests.generate.hosts import WORKSTATION
 
 REPO = Path(__file__).resolve().parents[2]
@@ -77,3 +78,15 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+
+
+class Counting(StaticSource):
+    """Counts the devices read one by one."""
+
+    def __init__(self, devices: list[DiscoveredDevice]) -> None:
+        super().__init__(devices)
+        self.lookups: list[str] = []
+
+    def lookup(self, sys_path: str, query: Any) -> DiscoveredDevice | None:
+        self.lookups.append(sys_path)
+        return super().lookup(sys_path, query)

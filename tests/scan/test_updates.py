@@ -30,6 +30,7 @@ from cdi_plugin.store.registry import Stat, file_stat
 from cdi_plugin.store.writer import apply
 from tests.generate.helpers import classes
 from tests.generate.hosts import misc, usb_tty
+from tests.scan.helpers import Counting
 
 CLASSES = classes(
     {  # updated device by device
@@ -257,18 +258,6 @@ def test_a_file_edited_after_an_update_is_not_taken_for_the_one_written(tmp_path
     with pytest.raises(SpecWriteError, match="changed since the plan was made"):
         apply(planned)
     assert "ttyUSBX" in spec.read_text()
-
-
-class Counting(StaticSource):
-    """Counts the devices read one by one."""
-
-    def __init__(self, devices: list[DiscoveredDevice]) -> None:
-        super().__init__(devices)
-        self.lookups: list[str] = []
-
-    def lookup(self, sys_path: str, query: Any) -> DiscoveredDevice | None:
-        self.lookups.append(sys_path)
-        return super().lookup(sys_path, query)
 
 
 def test_devices_read_ahead_are_taken_unless_an_event_came_since(tmp_path: Path) -> None:

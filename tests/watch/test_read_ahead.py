@@ -9,16 +9,16 @@ by the test.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from cdi_plugin.aio.coalesce import Coalescer
-from cdi_plugin.discovery.model import DiscoveredDevice, StaticSource, UdevEvent
+from cdi_plugin.discovery.model import DiscoveredDevice, UdevEvent
 from cdi_plugin.scan.watcher import Watcher
 from tests.aio.clock import ManualClock
 from tests.deviceplugin.helpers import run
 from tests.generate.hosts import usb_tty
+from tests.scan.helpers import Counting
 from tests.watch.helpers import device_names, eventually, running, watch_options, write_host
 
 KIND = "example.com/serial"
@@ -27,18 +27,6 @@ CONFIG = (
     "    match: {subsystem: tty, kernel: 'ttyUSB*'}\n    naming: [kernel]\n"
 )
 SPEC = "example.com-serial.json"
-
-
-class Counting(StaticSource):
-    """Counts the devices read one by one."""
-
-    def __init__(self, devices: list[DiscoveredDevice]) -> None:
-        super().__init__(devices)
-        self.lookups: list[str] = []
-
-    def lookup(self, sys_path: str, query: Any) -> DiscoveredDevice | None:
-        self.lookups.append(sys_path)
-        return super().lookup(sys_path, query)
 
 
 def port(i: int) -> DiscoveredDevice:
