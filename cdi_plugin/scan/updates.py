@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -83,21 +84,23 @@ class BatchWork:
         #: (kind, sys path) -> the device read ahead of the next batch.
         self.ahead: dict[tuple[str, str], Ahead] = {}
 
-    def read_ahead(self, events: Iterable[tuple[DeviceEvent, int]]) -> None:
-        """Read the devices of ``events`` (each with the number of its device's last event) for the
-        classes indexed now, and build their entries, for the next :meth:`run` to take."""
+    def read_ahead(self, events: Iterable[tuple[DeviceEvent, int, bool]]) -> None:
+        """Read the devices of ``events`` (each with the number of its device's last event, and
+        whether that event was a removal) for the classes indexed now, and build their entries, for
+        the next :meth:`run` to take."""
         lookup = getattr(self.source, "lookup", None)
         if lookup is None:
             return
         queries: dict[str, Query] = {}
-        for event, number in events:
+        for event, number, gone in events:
             for kind in event.kinds:
                 live = self.live.get(kind)
                 if live is None:
                     continue
                 query = queries.get(kind) or queries.setdefault(kind, query_for([live.cls]))
                 try:
-                    entry: Entry | Uncertain | None = live.entry_of(lookup(event.sys_path, query))
+                    device = None if gone else lookup(event.sys_path, query)
+                    entry: Entry | Uncertain | None = live.entry_of(device)
                 except Uncertain as exc:
                     entry = exc
                 except CdiPluginError:
@@ -110,12 +113,16 @@ class BatchWork:
         scope: set[str] | None,
         devices: Iterable[DeviceEvent],
         placed: Placed | None = None,
+        *,
         numbers: Mapping[str, int] | None = None,
+        gone: AbstractSet[str] = frozenset(),
     ) -> tuple[list[Outcome], BaseException | None]:
         """What was written, and the error that stopped the batch (the device updates already
         written are in the outcomes). ``scope`` None rescans every class. ``placed`` hears of each
         file as soon as it is in place. ``numbers`` holds the number of each device's last event
-        (by sys path): what was read ahead of a device since is taken, the rest is dropped."""
+        (by sys path): what was read ahead of a device since is taken, the rest is dropped. A device
+        in ``gone`` (its last event a removal) is taken as gone without reading it: the kernel sends
+        ``remove`` before it deletes the device's directory."""
         outcomes: list[Outcome] = []
         ahead, self.ahead = self.ahead, {}
         try:
@@ -130,7 +137,7 @@ class BatchWork:
                         for key, a in ahead.items()
                         if numbers is not None and a.number == numbers.get(key[1])
                     }
-                    outcome, rescan = self._update(classes, by_kind, placed, fresh)
+                    outcome, rescan = self._update(classes, by_kind, placed, fresh, gone)
                     if outcome is not None:
                         outcomes.append(outcome)
                     scope |= rescan
@@ -167,6 +174,7 @@ class BatchWork:
         by_kind: Mapping[str, set[str]],
         placed: Placed | None,
         ahead: Mapping[tuple[str, str], Ahead],
+        gone: AbstractSet[str],
     ) -> tuple[Outcome | None, set[str]]:
         """Update the devices' entries (taking what was read ``ahead`` of them); returns what was
         written and the kinds to rescan."""
@@ -188,7 +196,10 @@ class BatchWork:
             try:
                 changed = []
                 for path in sorted(paths):
-                    entry = read[path] if path in read else live.entry_of(lookup(path, query))
+                    if path in read:
+                        entry = read[path]
+                    else:
+                        entry = live.entry_of(None if path in gone else lookup(path, query))
                     if isinstance(entry, Uncertain):
                         raise entry
                     changed.append(live.put(path, entry))

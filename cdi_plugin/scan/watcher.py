@@ -35,6 +35,7 @@ import logging
 import os
 import time
 from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -161,6 +162,9 @@ class Watcher:
         #: The number of the last device event, and of each device's last one since the last batch.
         self._number = 0
         self._numbers: dict[str, int] = {}
+        #: The devices whose last event since the last batch was ``remove``: gone, even while
+        #: sysfs still shows them (the kernel announces a removal before it deletes the directory).
+        self._gone: set[str] = set()
         #: Device events of the gathering batch not read ahead yet, and those seen.
         self._unread: list[DeviceEvent] = []
         self._seen: set[DeviceEvent] = set()
@@ -293,6 +297,7 @@ class Watcher:
                 raise
             self._gathering = False
             numbers, self._numbers = self._numbers, {}  # from here on, events are the next batch's
+            gone, self._gone = self._gone, set()
             self._unread, self._seen = [], set()
             if self._reading:
                 await ahead  # the devices being read ahead (at most READ_AHEAD)
@@ -300,11 +305,15 @@ class Watcher:
                 ahead.cancel()  # it waits for events: nothing to wait for
             deferred, self._deferred = self._deferred, set()
             if self.coalescer.cut:
-                keys = self._defer(keys, numbers, deferred)
-            await self._process(keys, events, numbers)
+                keys = self._defer(keys, numbers, gone, deferred)
+            await self._process(keys, events, numbers, gone)
 
     def _defer(
-        self, keys: frozenset[Key], numbers: Mapping[str, int], deferred: set[DeviceEvent]
+        self,
+        keys: frozenset[Key],
+        numbers: Mapping[str, int],
+        gone: AbstractSet[str],
+        deferred: set[DeviceEvent],
     ) -> frozenset[Key]:
         """Of a batch released while a burst goes on, leave the devices not read ahead yet to the
         next batch, where they are read ahead in turn: the batch writes what is ready. A device is
@@ -323,7 +332,10 @@ class Watcher:
         }
         for key in later:
             self.coalescer.add(key)
-            self._numbers.setdefault(key.sys_path, numbers[key.sys_path])  # unless an event came since
+            if key.sys_path not in self._numbers:  # unless an event came since
+                self._numbers[key.sys_path] = numbers[key.sys_path]
+                if key.sys_path in gone:
+                    self._gone.add(key.sys_path)
             if key not in self._seen:
                 self._seen.add(key)
                 self._unread.append(key)
@@ -335,7 +347,9 @@ class Watcher:
         while self._gathering:
             if self._unread and self.work.live:
                 chunk, self._unread = self._unread[:READ_AHEAD], self._unread[READ_AHEAD:]
-                numbered = [(event, self._numbers[event.sys_path]) for event in chunk]
+                numbered = [
+                    (event, self._numbers[event.sys_path], event.sys_path in self._gone) for event in chunk
+                ]
                 self._reading = True
                 try:
                     await asyncio.to_thread(self.work.read_ahead, numbered)
@@ -384,6 +398,10 @@ class Watcher:
             key = DeviceEvent(event.sys_path, kinds)
             self._number += 1
             self._numbers[event.sys_path] = self._number
+            if event.action == "remove":
+                self._gone.add(event.sys_path)
+            else:
+                self._gone.discard(event.sys_path)
             self.coalescer.add(key)  # released at once after a quiet spell, before anything is read ahead
             if key not in self._seen:
                 self._seen.add(key)
@@ -441,6 +459,7 @@ class Watcher:
         keys: frozenset[Key],
         events: int,
         numbers: Mapping[str, int] | None = None,
+        gone: AbstractSet[str] = frozenset(),
         *,
         initial: bool = False,
     ) -> None:
@@ -463,7 +482,7 @@ class Watcher:
         self._busy = True
         placed = self._placed(asyncio.get_running_loop())
         work = asyncio.ensure_future(
-            asyncio.to_thread(self.work.run, classes, scope, devices, placed, numbers)
+            asyncio.to_thread(self.work.run, classes, scope, devices, placed, numbers=numbers, gone=gone)
         )
 
         def finish() -> None:

@@ -31,6 +31,7 @@ from cdi_plugin.store.writer import apply
 from tests.generate.helpers import classes
 from tests.generate.hosts import misc, usb_tty
 from tests.scan.helpers import Counting
+from tests.watch.helpers import device_names
 
 CLASSES = classes(
     {  # updated device by device
@@ -269,7 +270,7 @@ def test_devices_read_ahead_are_taken_unless_an_event_came_since(tmp_path: Path)
     kind = CLASSES[0].kind
     source.devices += [adapter(i, f"S{i}", None) for i in range(1, 5)]
     events = [DeviceEvent(adapter(i, None, None).sys_path, frozenset({kind})) for i in range(1, 5)]
-    work.read_ahead([(event, n) for n, event in enumerate(events, 1)])
+    work.read_ahead([(event, n, False) for n, event in enumerate(events, 1)])
     assert len(source.lookups) == 4
     source.devices[2] = adapter(2, "S2", "FT232R")  # a change after it was read ahead: event 5
     enumerations = source.enumerations
@@ -290,6 +291,30 @@ def test_devices_read_ahead_are_taken_unless_an_event_came_since(tmp_path: Path)
     assert b"FT232R" in files(tmp_path)["example.com-c0.json"]
 
 
+def test_a_device_whose_last_event_was_a_removal_is_gone_though_sysfs_still_shows_it(tmp_path: Path) -> None:
+    """The kernel sends ``remove`` before it deletes the device's directory: a device in ``gone``
+    is removed from its spec without being read, in a batch and when read ahead."""
+    source = Counting([adapter(i, f"S{i}", None) for i in range(3)])
+    work = BatchWork(options(tmp_path), source)
+    work.run(CLASSES[:1], None, [])
+    kind = CLASSES[0].kind
+    spec = tmp_path / "example.com-c0.json"
+    first, second = (DeviceEvent(adapter(i, None, None).sys_path, frozenset({kind})) for i in (1, 2))
+    outcomes, error = work.run(
+        CLASSES[:1], set(), [first], numbers={first.sys_path: 1}, gone={first.sys_path}
+    )
+    assert error is None
+    assert [o.updated for o in outcomes] == [True]
+    assert device_names(spec) == {"S0", "S2"}
+    work.read_ahead([(second, 2, True)])
+    outcomes, error = work.run(
+        CLASSES[:1], set(), [second], numbers={second.sys_path: 2}, gone={second.sys_path}
+    )
+    assert error is None
+    assert device_names(spec) == {"S0"}
+    assert source.lookups == [], "neither device was read"
+
+
 def test_a_burst_read_ahead_is_updated_rather_than_rescanned(tmp_path: Path) -> None:
     """Only devices not read ahead count towards a rescan: a burst of many new devices read ahead
     of their batch is written as updates, without enumerating the class."""
@@ -299,7 +324,7 @@ def test_a_burst_read_ahead_is_updated_rather_than_rescanned(tmp_path: Path) -> 
     kind = CLASSES[0].kind
     source.devices += [adapter(i, f"S{i}", None) for i in range(1, 4 * MAX_DEVICES)]
     events = [DeviceEvent(d.sys_path, frozenset({kind})) for d in source.devices[1:]]
-    work.read_ahead([(event, 1) for event in events])
+    work.read_ahead([(event, 1, False) for event in events])
     enumerations, lookups = source.enumerations, len(source.lookups)
     outcomes, error = work.run(
         CLASSES[:1], set(), events, numbers=dict.fromkeys((e.sys_path for e in events), 1)

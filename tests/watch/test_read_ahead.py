@@ -107,3 +107,36 @@ def test_a_batch_cut_by_max_delay_leaves_what_was_not_read_ahead_to_the_next_onc
             await eventually(lambda: device_names(spec) == names(range(102)), "the rest")
 
     run(scenario())
+
+
+def test_a_removal_announced_before_sysfs_drops_the_device_still_removes_it(tmp_path: Path) -> None:
+    """The kernel (and umockdev) send ``remove`` before the device's directory is deleted: the
+    watcher takes the device as gone, at once and when the removal comes within a burst."""
+    watcher, source, clock, spec = setup(tmp_path)
+
+    def unplug(i: int) -> None:  # the event only: the source still has the device
+        device = port(i)
+        watcher._on_uevent(
+            UdevEvent("remove", "tty", device.sys_name, device.devnode, device.sys_path), frozenset({KIND})
+        )
+
+    async def scenario() -> None:
+        async with running(watcher):
+            clock.advance(1.0)
+            plug(watcher, source, range(1, 4))  # one batch, at once
+            await eventually(lambda: device_names(spec) == names(range(4)), "plugged")
+            read = len(source.lookups)
+            clock.advance(1.0)
+            unplug(1)  # the leading edge
+            await eventually(lambda: device_names(spec) == names(range(4)) - {"ttyUSB1"}, "removed at once")
+            unplug(2)  # gathered, and read ahead
+            plug(watcher, source, range(4, 6))
+            await clock.sleeping.wait()
+            clock.advance(0.1)
+            await eventually(
+                lambda: device_names(spec) == {"ttyUSB0", "ttyUSB3", "ttyUSB4", "ttyUSB5"}, "burst"
+            )
+            assert port(1).sys_path not in source.lookups[read:]
+            assert port(2).sys_path not in source.lookups[read:]
+
+    run(scenario())
