@@ -314,6 +314,7 @@ def serve(
                 allow_hooks_and_mounts=bool(allow_hooks_and_mounts),
                 metrics=None if metrics.registry is None else ScanMetrics(metrics.registry),
                 inventory=plugin.state.inventory,
+                check_plugin=lambda section, source: settings.build(section, source, **flags),
             )
         except CdiPluginError as exc:
             fail(PROGRAM, str(exc))

@@ -5,7 +5,10 @@ each serve only the kinds the configuration gives them, and each side's log spea
 from __future__ import annotations
 
 import json
+import os
+import stat
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -14,7 +17,7 @@ from tests.deviceplugin.fake_kubelet import FakeKubelet as DevicePluginKubelet
 from tests.deviceplugin.helpers import make_node, run
 from tests.dra.conftest import DRIVER, NODE, write_spec
 from tests.dra.fakeapiserver import running
-from tests.dra.serving import DraNode, Serve, dra_node, published, register
+from tests.dra.serving import CDI_PLUGIN, DraNode, Serve, dra_node, published, register
 from tests.dra.test_kubelet import claim_obj
 
 __all__ = ["dra_node"]
@@ -123,3 +126,46 @@ def test_an_exclusive_kind_named_for_both_apis_is_refused_at_start_in_one_line(d
     )
     assert dra_node.kubelet_sockets() == []
     assert not list(dra_node.device_plugins.iterdir())
+
+
+def test_the_scanner_refuses_a_reloaded_configuration_naming_an_exclusive_kind_for_both_apis(
+    dra_node: DraNode, tmp_path: Path
+) -> None:
+    """serve --scan follows its configuration: the bad edit is refused in one line, the last good
+    configuration stays, and the device plugin keeps serving."""
+    fuse = dra_node.dev / "fuse"
+    os.mknod(fuse, stat.S_IFCHR | 0o666, os.makedev(1, 3))
+    fixture = tmp_path / "host.json"
+    node = {"type": "c", "major": 1, "minor": 3, "mode": "0666", "uid": 0, "gid": 0}
+    fixture.write_text(json.dumps([{
+        "subsystem": "misc", "sys_name": "fuse", "sys_path": "/sys/devices/virtual/misc/fuse",
+        "devnode": str(fuse), "node": node, "properties": {"MAJOR": "1", "MINOR": "3"},
+    }]))  # fmt: skip
+    config = _config(dra_node, f'{{resources: {{"{FUSE}": {{api: device-plugin}}}}}}')
+    path = Path(config[1])
+    args = [
+        str(CDI_PLUGIN), "serve", "--scan", "--source", f"fixture:{fixture}",
+        "--spec-dir", str(dra_node.specs), "--plugin-dir", str(dra_node.device_plugins),
+        "--log-format", "json", *config,
+    ]  # fmt: skip
+
+    async def scenario() -> Serve:
+        async with DevicePluginKubelet(dra_node.device_plugins) as dp_kubelet:
+            serve = await Serve.start(args)
+            try:
+                client = await dp_kubelet.wait_registered(FUSE, timeout=30)
+                await client.wait_until(lambda d: "fuse" in d)
+                await serve.logged(f"; configuration {path}")
+                bad = path.with_name("bad.yaml")
+                bad.write_text(f'plugin: {{resources: {{"{FUSE}": {{api: both}}}}}}\n')
+                bad.rename(path)
+                await serve.logged("keeping the last good configuration")
+                answer = await client.allocate(["fuse"])
+                assert [d.name for d in answer.cdi_devices] == [f"{FUSE}=fuse"]
+            finally:
+                assert await serve.stop() == 0, serve.lines
+        return serve
+
+    serve = run(scenario(), timeout=60)
+    [refused] = [m for m in serve.messages() if "keeping the last good configuration" in m]
+    assert refused.startswith(f"{path}: plugin.resources.{FUSE}.api: both, but kind {FUSE} is exclusive")
