@@ -125,10 +125,9 @@ def test_the_driver_runs_as_its_service_account_with_only_the_rbac_it_needs() ->
         for g in rule["apiGroups"]
         for r in rule["resources"]
     }
-    slices = {"get", "list", "watch", "create", "update", "patch", "delete"}
     assert grants == {
-        ("resource.k8s.io", "resourceslices"): slices,
-        ("resource.k8s.io", "resourceclaims"): {"get", "list", "watch"},  # claims read-only
+        ("resource.k8s.io", "resourceslices"): {"get", "list", "watch", "create", "update", "delete"},
+        ("resource.k8s.io", "resourceclaims"): {"get"},
         ("", "nodes"): {"get"},
     }
     kinds = {d["kind"] for p in MANIFESTS for d in _documents(p)}
