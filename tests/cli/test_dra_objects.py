@@ -33,6 +33,7 @@ FUSE = "cdi-plugin.io/fuse"
 #: The checked-in files `cdi-plugin dra-objects` prints, with the command line in their header.
 GENERATED = [
     DEPLOY / "dra" / "rbac.yaml",
+    DEPLOY / "dra" / "admission-policy.yaml",
     DEPLOY / "dra" / "deviceclass-fuse.yaml",
     DEPLOY / "examples" / "claim-fuse.yaml",
 ]
