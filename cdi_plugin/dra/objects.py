@@ -123,7 +123,7 @@ def rbac(driver: str, namespace: str, service_account: str) -> list[Obj]:
 
 
 #: The user extra of a pod's service account token that names the pod's node
-#: (ServiceAccountTokenPodNodeInfo, GA in Kubernetes 1.32).
+#: (ServiceAccountTokenPodNodeInfo, GA).
 NODE_NAME_EXTRA = "authentication.kubernetes.io/node-name"
 
 
