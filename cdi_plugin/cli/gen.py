@@ -15,6 +15,7 @@ import click
 
 from cdi_plugin import __version__
 from cdi_plugin.cdi.version import SUPPORTED_VERSIONS
+from cdi_plugin.cli.inspect import inspect
 from cdi_plugin.cli.scanopts import (
     OUTPUT_DIR_HELP,
     cdi_spec_dirs_option,
@@ -87,6 +88,9 @@ def main(ctx: click.Context, debug: bool) -> None:
     /etc/cdi:/var/run/cdi:/opt/cdi, lowest priority first), which every command then uses.
     """
     ctx.meta["cdi_gen.debug"] = debug
+
+
+main.add_command(inspect)
 
 
 @main.command()
