@@ -2,8 +2,8 @@
 
 No I/O library and no other layer of the package. The model, names, versions and problems are
 here; the codec (``codec.decode``, ``codec.encode``), the schema, validation and injection
-(``inject``: what a runtime's CDI library gives a container for device names) are used as
-modules, imported where needed (the schema validator is loaded only then).
+(``inject``: what a runtime's CDI library gives a container for device names; ``oci``: an OCI
+runtime spec it edits) are used as modules, imported where needed (the schema validator is loaded only then).
 
 Public names:
 

@@ -16,7 +16,8 @@ import click
 from cdi_plugin.cli.scanopts import fail
 
 if TYPE_CHECKING:
-    from cdi_plugin.cdi.inject import HostNode, Requested
+    from cdi_plugin.cdi.inject import HostNode, HostNodes, Origin, Requested
+    from cdi_plugin.cdi.model import ContainerEdits
     from cdi_plugin.store.registry import Snapshot
 
 PROGRAM = "cdi-gen"
@@ -33,7 +34,18 @@ PROGRAM = "cdi-gen"
     "/etc/cdi /var/run/cdi].",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print a machine-readable JSON report.")
-def inspect(names: tuple[str, ...], spec_dirs: tuple[Path, ...], as_json: bool) -> None:
+@click.option(
+    "--oci",
+    "oci_path",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Also write the edits into this OCI runtime spec (a bundle's config.json), in place and "
+    "atomically, as a runtime does before it creates the container (like 'cdi inject'); for the "
+    "process user it names. Nothing is written when a name does not resolve or a node cannot be "
+    "created.",
+)
+def inspect(
+    names: tuple[str, ...], spec_dirs: tuple[Path, ...], as_json: bool, oci_path: Path | None
+) -> None:
     """Show what a runtime gives a container for fully-qualified CDI device names
     (vendor/class=name), as containerd, CRI-O, podman and Docker resolve and inject them.
 
@@ -75,7 +87,9 @@ def inspect(names: tuple[str, ...], spec_dirs: tuple[Path, ...], as_json: bool) 
     hosts = read_host_nodes(dict.fromkeys(paths))
     container = Container()
     errors = inject(container, edits, hosts)
-    report = render_inspect.Report(snapshot, requested, container, hosts, errors)
+    if oci_path is not None:
+        write_into_oci(oci_path, edits, hosts)
+    report = render_inspect.Report(snapshot, requested, container, hosts, errors, oci_path)
     if as_json:
         render_inspect.print_json(report)
     else:
@@ -133,6 +147,41 @@ def _some(items: list[str], most: int = 5) -> str:
     if len(items) <= most:
         return joined(items)
     return f"{', '.join(items[:most])} and {len(items) - most} more"
+
+
+#: An OCI runtime spec this large is not one (runc's default is 3 KiB).
+MAX_OCI_BYTES = 4 * 1024 * 1024
+
+
+def write_into_oci(path: Path, edits: Sequence[tuple[Origin, ContainerEdits]], hosts: HostNodes) -> None:
+    """Apply ``edits`` to the OCI runtime spec at ``path`` and replace it atomically."""
+    import json
+    import os
+
+    from cdi_plugin.cdi import textparse
+    from cdi_plugin.cdi.inject import inject
+    from cdi_plugin.cdi.oci import OciSpecError, container_of, has_user_namespace, with_container
+    from cdi_plugin.store.atomic import write_atomic
+    from cdi_plugin.store.files import read_file
+
+    data = read_file(path, MAX_OCI_BYTES, "OCI runtime spec", follow_links=False)
+    doc, fmt = textparse.parse(data, str(path), "json")
+    try:
+        if fmt != "json":
+            raise OciSpecError("not JSON")
+        container = container_of(doc)
+        if has_user_namespace(doc) and any(e.mounts for _, e in edits):
+            raise OciSpecError(
+                "it has a user namespace, where the CDI library gives the mounts it adds ID mappings, "
+                "which cdi-gen does not write"
+            )
+    except OciSpecError as exc:
+        raise OciSpecError(f"{path}: {exc}") from None
+    errors = inject(container, edits, hosts)
+    if errors:
+        raise OciSpecError(f"failed to inject devices: {errors[0]}; {path} is not changed")
+    text = json.dumps(with_container(doc, container), indent=2, ensure_ascii=False) + "\n"
+    write_atomic(path, text.encode(), os.stat(path).st_mode & 0o7777)
 
 
 def read_host_nodes(paths: Iterable[str]) -> dict[str, HostNode | str]:

@@ -7,6 +7,7 @@ import stat
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -41,6 +42,7 @@ class Report:
     container: Container
     hosts: HostNodes
     errors: Sequence[str]
+    oci: Path | None = None  # the OCI runtime spec the edits were written into
 
 
 def print_json(report: Report) -> None:
@@ -69,6 +71,7 @@ def to_json(report: Report) -> dict[str, Any]:
             for host, p in c.net_devices.items()
         ],
         "errors": list(report.errors),
+        "ociSpec": None if report.oci is None else str(report.oci),
     }
 
 
@@ -147,6 +150,8 @@ def print_report(report: Report) -> None:
                 line(f"  {text}")
     for error in report.errors:
         line(f"[red]error[/] {escape(error)}")
+    if report.oci is not None:
+        line(f"written into {escape(str(report.oci))}")
 
 
 def _from(origin: Origin | None) -> str:
