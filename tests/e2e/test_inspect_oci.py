@@ -48,7 +48,11 @@ def test_runc_runs_the_container_the_written_config_describes(tmp_path: Path) ->
         "kind": "acme.example/null",
         "devices": [{"name": "x", "containerEdits": {
             "env": ["CDI_DEVICE=x"],
-            "deviceNodes": [{"path": "/dev/cdi/null", "hostPath": "/dev/null", "fileMode": 0o660}],
+            "deviceNodes": [
+                {"path": "/dev/cdi/null", "hostPath": "/dev/null", "fileMode": 0o660},
+                {"path": "/dev/cdi/locked", "hostPath": "/dev/null", "fileMode": 0o660,
+                 "uid": 0, "gid": 1234},
+            ],
             "mounts": [{"hostPath": str(share), "containerPath": "/mnt/share", "options": ["rbind", "ro"]}],
             "hooks": [{"hookName": "createRuntime", "path": "/bin/sh",
                        "args": ["sh", "-c", f"echo ran > {hook_ran}"]}],
@@ -60,25 +64,34 @@ def test_runc_runs_the_container_the_written_config_describes(tmp_path: Path) ->
     (specs / "null.json").write_text(json.dumps(spec))
     script = (
         'echo "$CDI_KIND $CDI_DEVICE"; stat -c "%t:%T %a %u %g" /dev/cdi/null; cat /mnt/share/file; '
-        "echo data > /dev/cdi/null && echo write-ok"
+        "echo data > /dev/cdi/null && echo write-ok; "
+        "(echo data > /dev/cdi/locked) 2>/dev/null && echo locked-write-ok || echo locked-denied"
     )
     where = bundle(tmp_path, script)
     config = where / "config.json"
     before = json.loads(config.read_text())
-    done = run_cdi_gen("inspect", "--spec-dir", specs, "--oci", config, "acme.example/null=x")
+    done = run_cdi_gen("inspect", "--json", "--spec-dir", specs, "--oci", config, "acme.example/null=x")
     assert done.returncode == 0, done.stderr
-    assert done.stdout.splitlines()[-1] == f"written into {config}"
+    shown = json.loads(done.stdout)
+    assert shown["ociSpec"] == str(config)
+    # what inspect predicts for a container user other than root, checked below as user 1000
+    assert [n["nonRoot"] for n in shown["deviceNodes"]] == [
+        {"access": "rw", "via": "owner", "group": None},
+        {"access": "", "via": "other", "group": 1234},
+    ]
     after = json.loads(config.read_text())
     assert after["process"]["env"] == [*before["process"]["env"], "CDI_KIND=null", "CDI_DEVICE=x"]
     null = os.stat("/dev/null")
     major, minor = os.major(null.st_rdev), os.minor(null.st_rdev)
     assert after["linux"]["devices"] == [
         {"path": "/dev/cdi/null", "type": "c", "major": major, "minor": minor, "fileMode": 0o660,
-         "uid": 1000, "gid": 1000}
+         "uid": 1000, "gid": 1000},
+        {"path": "/dev/cdi/locked", "type": "c", "major": major, "minor": minor, "fileMode": 0o660,
+         "uid": 0, "gid": 1234},
     ]  # fmt: skip
     assert after["linux"]["resources"]["devices"] == [
         *before["linux"]["resources"]["devices"],
-        {"allow": True, "type": "c", "major": major, "minor": minor, "access": "rwm"},
+        *[{"allow": True, "type": "c", "major": major, "minor": minor, "access": "rwm"}] * 2,
     ]
     assert {k: v for k, v in after.items() if k not in ("process", "linux", "mounts", "hooks")} == {
         k: v for k, v in before.items() if k not in ("process", "linux", "mounts", "hooks")
@@ -97,6 +110,7 @@ def test_runc_runs_the_container_the_written_config_describes(tmp_path: Path) ->
         f"{major:x}:{minor:x} 660 1000 1000",
         "shared",
         "write-ok",
+        "locked-denied",
     ]
     assert hook_ran.read_text() == "ran\n"
 
