@@ -13,8 +13,8 @@ The steps are the library's (``Cache.InjectDevices``, ``ContainerEdits.Apply``):
 
 A device node's missing type and numbers come from the host node at ``hostPath`` (else ``path``),
 as the library reads them with ``lstat``; unless the node is "minimally specified" (a type and a
-major number, or the type ``p``). Reading the host is the caller's: it passes what
-:func:`host_paths` asks for. No I/O here.
+major number, or the type ``p``). Reading the host is the caller's: it passes what it read of
+each host path (:data:`HostNodes`). No I/O here.
 """
 
 from __future__ import annotations
@@ -126,12 +126,6 @@ def edits_in_order(requested: Iterable[Requested]) -> list[tuple[Origin, Contain
 
 def _needs_host(node: DeviceNode) -> bool:
     return not (node.type and (node.major or node.type == "p"))
-
-
-def host_paths(edits: Iterable[tuple[Origin, ContainerEdits]]) -> list[str]:
-    """The host paths :func:`inject` must be told about, without repeats."""
-    paths = (n.host_path or n.path for _, e in edits for n in e.device_nodes or () if _needs_host(n))
-    return list(dict.fromkeys(paths))
 
 
 class InjectError(CdiPluginError):

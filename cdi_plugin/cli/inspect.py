@@ -39,9 +39,9 @@ PROGRAM = "cdi-gen"
     "oci_path",
     type=click.Path(path_type=Path, dir_okay=False),
     help="Also write the edits into this OCI runtime spec (a bundle's config.json), in place and "
-    "atomically, as a runtime does before it creates the container (like 'cdi inject'); for the "
-    "process user it names. Nothing is written when a name does not resolve or a node cannot be "
-    "created.",
+    "atomically, as a runtime does before it creates the container (like 'cdi inject'). Nothing is "
+    "written when a name does not resolve, a node cannot be created or the file is not an OCI "
+    "runtime spec CDI can edit.",
 )
 def inspect(
     names: tuple[str, ...], spec_dirs: tuple[Path, ...], as_json: bool, oci_path: Path | None
@@ -200,13 +200,11 @@ def read_host_nodes(paths: Iterable[str]) -> dict[str, HostNode | str]:
             reason = exc.strerror or str(exc)
             out[path] = reason[:1].lower() + reason[1:]  # as the CDI library (Go) words it
             continue
-        mode = st.st_mode
-        kind = (
-            "c" if stat.S_ISCHR(mode) else "b" if stat.S_ISBLK(mode) else "p" if stat.S_ISFIFO(mode) else None
-        )
-        what = _WHAT.get(stat.filemode(mode)[0], "not a device node")
+        letter = stat.filemode(st.st_mode)[0]  # as ls shows it: c, b, p, d, -, l, s
+        kind = letter if letter in ("c", "b", "p") else None
         major, minor = (os.major(st.st_rdev), os.minor(st.st_rdev)) if kind in ("c", "b") else (0, 0)
-        out[path] = HostNode(kind, major, minor, mode, st.st_uid, st.st_gid, what)
+        what = _WHAT.get(letter, "not a device node")
+        out[path] = HostNode(kind, major, minor, st.st_mode, st.st_uid, st.st_gid, what)
     return out
 
 

@@ -151,7 +151,7 @@ def _one_field(text: str) -> str:
 
 
 def _conflict_line(c: NameConflict) -> str:
-    where = defined_in([str(p) for p in c.paths])
+    where = defined_in([_one_field(str(p)) for p in c.paths])
     return f"{c.qualified_name}: {where} (priority {c.priority}); it does not resolve"
 
 
@@ -161,7 +161,7 @@ def _listing_problems(snapshot: Snapshot) -> list[str]:
     lines += [f"conflict {_conflict_line(c)}" for c in snapshot.conflicts]
     for label, files in (("broken", snapshot.broken), ("warning", snapshot.warned)):
         for f in files:
-            lines += [f"{label} {f.path}: {_where(p)}{p.message}" for p in f.problems]
+            lines += [f"{label} {_one_field(str(f.path))}: {_where(p)}{p.message}" for p in f.problems]
     return lines
 
 

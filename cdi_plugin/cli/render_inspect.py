@@ -190,7 +190,7 @@ def _node_lines(report: Report, p: Placed) -> list[str]:
 
 def _non_root_text(a: NonRootAccess) -> str:
     can = _CAN.get(a.access, "cannot open it")
-    text = f"{can}, {_VIA[a.via]}" if a.access else f"{can} ({a.via} bits {a.mode:04o})"
+    text = f"{can}, {_VIA[a.via]}" if a.access else f"{can} (mode {a.mode:04o}, {_VIA[a.via]})"
     if a.group is not None:
         text += f"; with group {a.group} added (--group-add, supplementalGroups) it reads and writes it"
     return text

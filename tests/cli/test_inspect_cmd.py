@@ -79,7 +79,9 @@ def generated(tmp_path_factory: pytest.TempPathFactory) -> Path:
     base = tmp_path_factory.mktemp("generated")
     (base / "config.yaml").write_text(CONFIG)
     out = base / "specs"
-    done = run_cdi_gen("scan", "--config", base / "config.yaml", "--output-dir", out)
+    done = run_cdi_gen(
+        "scan", "--config", base / "config.yaml", "--output-dir", out, "--cdi-spec-dirs", base / "runtime"
+    )
     assert done.returncode == 0, done.stderr
     return out
 
