@@ -144,11 +144,11 @@ SERIAL = "cdi-plugin.io/serial=usb-FTDI_FT232R_USB_UART_A50285BI-if00"
 
 @pytest.fixture
 def short_dir() -> Iterator[Path]:
-    """A spec directory whose path has a fixed length (28 characters with the longest file name), so that
-    the columns' widths are known; pytest's tmp_path varies in length."""
+    """A spec directory whose path has a fixed length (28 characters with the longest file name),
+    so that the columns' widths are known; pytest's tmp_path varies in length."""
     directory = Path(tempfile.mkdtemp(prefix="cdi", dir="/tmp"))
-    assert len(str(directory)) == 16
     try:
+        assert len(str(directory)) == 16
         write_spec(directory, "serial.json", "cdi-plugin.io/serial", SERIAL.partition("=")[2])
         write_spec(directory, "gpu.json", "acme.example/gpu", "card0")
         yield directory
