@@ -55,7 +55,7 @@ def is_glob(pattern: str) -> bool:
 
 def may_overlap(a: str, b: str) -> bool:
     """False only when no value can match both patterns, because their fixed heads (before the
-    first wildcard) or tails (after the last) disagree; True promises no common value."""
+    first wildcard) or tails (after the last) disagree; True does not promise a common value."""
 
     def head(p: str) -> str:
         found = _WILDCARD.search(p)
