@@ -131,7 +131,7 @@ def main() -> None:
     default=None,
     metavar="FILE",
     help="Configuration file (YAML); its 'plugin' section sets the defaults of these options "
-    "and per-kind replicas.",
+    "and, per kind, replicas and the API serving it.",
 )
 @click.option(
     "--scan",
