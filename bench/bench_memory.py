@@ -72,12 +72,12 @@ def mib(kib: int) -> str:
 
 
 def daemonset_config(directory: Path) -> list[str]:
-    """``--config FILE``, FILE the configuration of deploy/configmap.yaml (a ``plugin`` section;
+    """``--config FILE``, FILE the configuration of deploy/base/configmap.yaml (a ``plugin`` section;
     the embedded default device classes)."""
     import yaml
 
     path = directory / "config.yaml"
-    configmap = yaml.safe_load((ROOT / "deploy" / "configmap.yaml").read_text())
+    configmap = yaml.safe_load((ROOT / "deploy" / "base" / "configmap.yaml").read_text())
     path.write_text(configmap["data"]["config.yaml"])
     return ["--config", str(path)]
 

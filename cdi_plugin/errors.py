@@ -16,6 +16,8 @@ CdiPluginError
  ├── GenerateError         devices could not become specs (name collision, version above the maximum)
  ├── TemplateError         (generate.template) a name or edit template is malformed
  ├── Refused               (generate.edits) a device or class cannot be given edits
+ ├── InjectError           (cdi.inject) a device node a runtime could not create for a container
+ ├── OciSpecError          (cdi.oci) an OCI runtime spec that CDI edits cannot be written into
  ├── RegistrationError     (deviceplugin.registration) the kubelet refused or did not answer Register
  ├── EndpointError         (deviceplugin.lifecycle) the plugin's socket cannot be served
  ├── AllocationError       (deviceplugin.allocate) an Allocate request cannot be served

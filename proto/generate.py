@@ -54,6 +54,8 @@ TARGETS = (
     _target("pluginregistration/v1/api.proto", "cdi_plugin.dra._proto.registration_v1", "cdi_plugin.dra.api"),
     _target("dra/v1/api.proto", "cdi_plugin.dra._proto.dra_v1", "cdi_plugin.dra.api"),
     _target("dra/v1beta1/api.proto", "cdi_plugin.dra._proto.dra_v1beta1", "cdi_plugin.dra.api"),
+    _target("dra-health/v1alpha1/api.proto", "cdi_plugin.dra._proto.health_v1alpha1", "cdi_plugin.dra.api"),
+    _target("dra-health/v1/api.proto", "cdi_plugin.dra._proto.health_v1", "cdi_plugin.dra.api"),
 )
 
 
@@ -87,7 +89,7 @@ def generate(target: Target, out: Path) -> None:
         if result.returncode != 0:
             sys.exit(f"generate.py: error: protoc failed: {result.stderr.strip()}")
         out.mkdir(parents=True, exist_ok=True)
-        src = tmp / Path(target.proto).parent
+        src = tmp / Path(target.proto).parent.as_posix().replace("-", "_")  # as protoc names modules
         protoc_import = f"from {src.relative_to(tmp).as_posix().replace('/', '.')} import api_pb2 as"
         for name in GENERATED:
             text = (src / name).read_text(encoding="utf-8")

@@ -1,8 +1,9 @@
 """The pure CDI core: the spec model, names, versions, decoding and encoding, validation.
 
 No I/O library and no other layer of the package. The model, names, versions and problems are
-here; the codec (``codec.decode``, ``codec.encode``), the schema and validation are used as
-modules, imported where needed (the schema validator is loaded only then).
+here; the codec (``codec.decode``, ``codec.encode``), the schema, validation and injection
+(``inject``: what a runtime's CDI library gives a container for device names; ``oci``: an OCI
+runtime spec it edits) are used as modules, imported where needed (the schema validator is loaded only then).
 
 Public names:
 

@@ -16,7 +16,7 @@ from cdi_plugin.cli.scanopts import fail
 from cdi_plugin.dra.names import DEFAULT_DRIVER
 
 PROGRAM = "cdi-plugin"
-PARTS = ("rbac", "classes", "examples")
+PARTS = ("rbac", "policy", "classes", "examples")
 
 
 def _kinds(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> tuple[str, ...] | None:
@@ -79,7 +79,9 @@ def _served_kinds(
     return served, paths
 
 
-@click.command("dra-objects", short_help="Print DeviceClasses, RBAC and example claims for DRA.")
+@click.command(
+    "dra-objects", short_help="Print DeviceClasses, RBAC, admission policy and example claims for DRA."
+)
 @click.option(
     "--spec-dir",
     "spec_dirs",
@@ -126,14 +128,14 @@ def _served_kinds(
     default="kube-system",
     show_default=True,
     metavar="NAME",
-    help="Namespace of the driver's ServiceAccount.",
+    help="Namespace of the driver's ServiceAccount (rbac, policy).",
 )
 @click.option(
     "--service-account",
     default="cdi-plugin",
     show_default=True,
     metavar="NAME",
-    help="The driver's ServiceAccount (the DaemonSet's serviceAccountName).",
+    help="The driver's ServiceAccount (the DaemonSet's serviceAccountName; rbac, policy).",
 )
 @click.option(
     "--examples",
@@ -145,7 +147,8 @@ def _served_kinds(
     "parts",
     multiple=True,
     type=click.Choice(PARTS),
-    help="Print only these parts; repeatable [default: rbac and classes, with examples if --examples].",
+    help="Print only these parts; repeatable [default: rbac, policy and classes, with examples if "
+    "--examples].",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON List instead of YAML documents.")
 def dra_objects(
@@ -165,7 +168,9 @@ def dra_objects(
 
     \b
     * rbac: the driver's ServiceAccount, ClusterRole and ClusterRoleBinding: ResourceSlices
-      read-write (the driver writes only its own node's), ResourceClaims read-only, Nodes get;
+      read-write, ResourceClaims and Nodes get;
+    * policy: a ValidatingAdmissionPolicy and its binding (Kubernetes >= 1.30) that let the
+      ServiceAccount write only ResourceSlices of this driver on the node named in its token;
     * classes: a DeviceClass per kind served, named <class>.<vendor>, whose CEL selector picks
       this driver's devices of that kind;
     * examples (--examples): per kind a ResourceClaimTemplate for one device and a pod using it.
@@ -184,7 +189,7 @@ def dra_objects(
     from cdi_plugin.dra.names import check_driver_name
     from cdi_plugin.errors import CdiPluginError
 
-    chosen = set(parts) if parts else {"rbac", "classes"}
+    chosen = set(parts) if parts else {"rbac", "policy", "classes"}
     if examples:
         chosen.add("examples")
     out: list[dict[str, Any]] = []
@@ -192,6 +197,8 @@ def dra_objects(
         check_driver_name(driver_name)
         if "rbac" in chosen:
             out += objects.rbac(driver_name, namespace, service_account)
+        if "policy" in chosen:
+            out += objects.admission_policy(driver_name, namespace, service_account)
         if chosen & {"classes", "examples"}:
             served, paths = _served_kinds(spec_dirs, kinds, config_file)
             out += _kind_objects(served, paths, driver_name, chosen, extended_resource=extended_resource)

@@ -15,6 +15,7 @@ import click
 
 from cdi_plugin import __version__
 from cdi_plugin.cdi.version import SUPPORTED_VERSIONS
+from cdi_plugin.cli.inspect import inspect
 from cdi_plugin.cli.scanopts import (
     OUTPUT_DIR_HELP,
     cdi_spec_dirs_option,
@@ -89,6 +90,9 @@ def main(ctx: click.Context, debug: bool) -> None:
     ctx.meta["cdi_gen.debug"] = debug
 
 
+main.add_command(inspect)
+
+
 @main.command()
 @click.argument("paths", nargs=-1, type=click.Path(path_type=Path, readable=False))
 @json_option
@@ -138,6 +142,15 @@ def list_(spec_dirs: tuple[Path, ...], as_json: bool) -> None:
     file with only warnings (e.g. a 'v' prefix on cdiVersion, which iSulad rejects) resolves,
     and its warnings are shown. A --spec-dir that does not exist is an error; a default
     directory that does not exist holds no specs, as for runtimes.
+
+    On a terminal: a table; a qualified name is never broken (a narrow terminal drops the name,
+    kind and priority columns, then folds the file column). Otherwise (a pipe, a file): one line per
+    device, no header, tab-separated: qualified name, file, priority, kind, name; conflicts,
+    broken files and warnings go to stderr.
+
+    Exit status: 0 when every file loads and no name conflicts, 1 when a file is broken or a
+    name conflicts (the rest is still listed, --json too) or a --spec-dir does not exist, 2 on
+    usage errors.
     """
     from cdi_plugin.cli import render
     from cdi_plugin.store.files import spec_dirs as default_spec_dirs
@@ -151,6 +164,7 @@ def list_(spec_dirs: tuple[Path, ...], as_json: bool) -> None:
         render.print_json(render.listing_json(snapshot))
     else:
         render.print_listing(snapshot)
+    sys.exit(1 if snapshot.broken or snapshot.conflicts else 0)
 
 
 @main.command()

@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Sequence
 from typing import Any
 
+from rich.cells import cell_len
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 from cdi_plugin.cdi.problems import Problem, Severity
-from cdi_plugin.store.registry import Snapshot, SpecFile
+from cdi_plugin.store.registry import NameConflict, Snapshot, SpecFile
 from cdi_plugin.store.validation import ValidationReport
-from cdi_plugin.wording import plural
+from cdi_plugin.wording import defined_in, plural
 
 _out = Console(highlight=False)
 if not _out.is_terminal:  # logs and pipes: no wrapping inside table cells
@@ -101,28 +103,95 @@ def _file_json(f: SpecFile) -> dict[str, Any]:
     return {"path": str(f.path), "priority": f.priority, "problems": [p.to_json() for p in f.problems]}
 
 
+#: The columns of ``cdi-gen list``, as the table heads them; the plain rows have the same order.
+_LIST_COLUMNS = ("qualified name", "file", "priority", "kind", "name")
+_GAP = 2  # between two columns of a table without a box
+_MIN_FOLDED_FILE = 12  # a narrower file column is dropped rather than folded
+
+
 def print_listing(snapshot: Snapshot) -> None:
-    if snapshot.devices:
-        table = Table(box=None, header_style="bold", pad_edge=False)
-        for name in ("kind", "name", "qualified name", "file", "priority"):
-            table.add_column(name, overflow="fold")
-        for d in sorted(snapshot.devices.values(), key=lambda d: d.qualified_name):
-            table.add_row(
-                escape(str(d.kind)), escape(d.device.name), escape(d.qualified_name),
-                escape(str(d.path)), str(d.priority),
-            )  # fmt: skip
-        _out.print(table)
+    """A table on a terminal; plain tab-separated rows on stdout otherwise, the rest on stderr.
+
+    A qualified name is never broken: on a narrow terminal the name and kind columns (which the
+    qualified name holds) go first, then the priority (which the file's directory tells), then
+    the file column folds, and goes last.
+    """
+    devices = sorted(snapshot.devices.values(), key=lambda d: d.qualified_name)
+    rows = [
+        (d.qualified_name, _one_field(str(d.path)), str(d.priority), str(d.kind), d.device.name)
+        for d in devices
+    ]
+    if not sys.stdout.isatty():
+        sys.stdout.writelines("\t".join(row) + "\n" for row in rows)
+        for line in _listing_problems(snapshot):
+            sys.stderr.write(line + "\n")
+        return
+    out = Console(highlight=False)
+    if rows:
+        _print_list_table(out, rows)
     else:
-        _line(f"no resolvable devices in {escape(', '.join(str(d) for d in snapshot.dirs))}")
+        out.print(escape(_no_devices(snapshot)), soft_wrap=True)
     for c in snapshot.conflicts:
-        files = ", ".join(str(p) for p in c.paths)
-        _line(
-            f"[red]conflict[/] {escape(c.qualified_name)}: defined in {escape(files)} "
-            f"(priority {c.priority}); it does not resolve"
-        )
+        out.print(f"[red]conflict[/] {escape(_conflict_line(c))}", soft_wrap=True)
     for f in snapshot.broken:
-        _line(f"[red]broken[/] {escape(str(f.path))}")
-        _out.print(_problem_table(list(f.problems)))
+        out.print(f"[red]broken[/] {escape(str(f.path))}", soft_wrap=True)
+        out.print(_problem_table(list(f.problems)))
     for f in snapshot.warned:
-        _line(f"[yellow]warning[/] {escape(str(f.path))}: loads, with {plural(len(f.problems), 'warning')}")
-        _out.print(_problem_table(list(f.problems)))
+        warned = f"loads, with {plural(len(f.problems), 'warning')}"
+        out.print(f"[yellow]warning[/] {escape(str(f.path))}: {warned}", soft_wrap=True)
+        out.print(_problem_table(list(f.problems)))
+
+
+_FIELD_ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})
+
+
+def _one_field(text: str) -> str:
+    """A file name as one field of one row: a backslash, tab, newline or return is escaped."""
+    return text.translate(_FIELD_ESCAPES)
+
+
+def _conflict_line(c: NameConflict) -> str:
+    where = defined_in([_one_field(str(p)) for p in c.paths])
+    return f"{c.qualified_name}: {where} (priority {c.priority}); it does not resolve"
+
+
+def _listing_problems(snapshot: Snapshot) -> list[str]:
+    """What the plain rows leave out, one line each: no devices, conflicts, broken files, warnings."""
+    lines = [] if snapshot.devices else [_no_devices(snapshot)]
+    lines += [f"conflict {_conflict_line(c)}" for c in snapshot.conflicts]
+    for label, files in (("broken", snapshot.broken), ("warning", snapshot.warned)):
+        for f in files:
+            lines += [f"{label} {_one_field(str(f.path))}: {_where(p)}{p.message}" for p in f.problems]
+    return lines
+
+
+def _no_devices(snapshot: Snapshot) -> str:
+    return f"no resolvable devices in {', '.join(str(d) for d in snapshot.dirs)}"
+
+
+def _where(p: Problem) -> str:
+    return f"{p.pointer}: " if p.pointer else ""
+
+
+def _print_list_table(out: Console, rows: Sequence[Sequence[str]]) -> None:
+    columns = _list_layout(rows, out.width)
+    if len(columns) == 1:  # not even the names fit beside a file: one per line, wrapped by the terminal
+        for row in rows:
+            out.print(escape(row[0]), soft_wrap=True)
+        return
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    for i, width in columns:  # only the file column is ever narrower than its cells: it folds
+        table.add_column(_LIST_COLUMNS[i], width=width, no_wrap=i == 0, overflow="fold")
+    for row in rows:
+        table.add_row(*(escape(row[i]) for i, _ in columns))
+    out.print(table)
+
+
+def _list_layout(rows: Sequence[Sequence[str]], width: int) -> list[tuple[int, int]]:
+    """The columns that fit ``width``: (index into :data:`_LIST_COLUMNS`, width) each."""
+    natural = [max(cell_len(head), *(cell_len(r[i]) for r in rows)) for i, head in enumerate(_LIST_COLUMNS)]
+    for shown in ([0, 1, 2, 3, 4], [0, 1, 2, 3], [0, 1, 2], [0, 1]):
+        if sum(natural[i] for i in shown) + _GAP * (len(shown) - 1) <= width:
+            return [(i, natural[i]) for i in shown]
+    rest = width - natural[0] - _GAP
+    return [(0, natural[0]), (1, rest)] if rest >= _MIN_FOLDED_FILE else [(0, natural[0])]

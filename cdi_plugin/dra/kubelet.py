@@ -2,7 +2,8 @@
 
 Sockets (absolute paths, the same inside and outside the container):
 
-* ``<plugins>/<driver>/dra.sock`` serves ``v1.DRAPlugin`` and ``v1beta1.DRAPlugin``;
+* ``<plugins>/<driver>/dra.sock`` serves ``v1.DRAPlugin`` and ``v1beta1.DRAPlugin``, and the
+  device health service (:mod:`~cdi_plugin.dra.health_service`) in v1 and v1alpha1;
 * ``<plugins_registry>/<driver>-reg.sock`` serves ``pluginregistration.Registration``.
 
 The DRA socket starts first, so the kubelet never registers an endpoint that does not answer;
@@ -31,6 +32,7 @@ import grpc
 
 from cdi_plugin.aio.sockets import someone_listens
 from cdi_plugin.dra import api
+from cdi_plugin.dra.health_service import HealthService
 from cdi_plugin.dra.inventory import Inventory, ServedDevice
 from cdi_plugin.dra.names import DEFAULT_PLUGINS_DIR, DEFAULT_REGISTRY_DIR
 from cdi_plugin.dra.prepare import by_device_name, prepare_claim
@@ -219,7 +221,7 @@ class Registrar:
             type=api.PLUGIN_TYPE,
             name=self.driver,
             endpoint=str(self.endpoint),
-            supported_versions=list(api.VERSIONS),
+            supported_versions=list(api.ADVERTISED),
         )
 
     async def NotifyRegistrationStatus(self, request: Any, context: Any) -> Any:
@@ -277,13 +279,22 @@ class KubeletPlugin:
         """``on_registered()`` is called each time the kubelet confirms the registration."""
         self.paths = paths
         self.service = service
-        self.registrar = Registrar(paths.driver, paths.dra_socket.absolute(), on_registered)
+        self.health = HealthService(service.pool, service.inventory)
+
+        def registered() -> None:
+            self.health.registered()
+            if on_registered is not None:
+                on_registered()
+
+        self.registrar = Registrar(paths.driver, paths.dra_socket.absolute(), registered)
         self._servers: list[tuple[Path, grpc.aio.Server, tuple[int, int] | None]] = []
 
     async def start(self) -> None:
         def add_dra(server: grpc.aio.Server) -> None:
             for version in api.VERSIONS:
                 api.add_dra_servicer(version, self.service, server)
+            for version in api.HEALTH_VERSIONS:
+                api.add_health_servicer(version, self.health, server)
 
         try:
             for path, add in (
@@ -297,6 +308,7 @@ class KubeletPlugin:
             raise
 
     async def stop(self, grace: float = 1.0) -> None:
+        self.health.shutdown()
         while self._servers:
             path, server, bound = self._servers.pop()
             await server.stop(grace)

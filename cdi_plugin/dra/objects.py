@@ -1,5 +1,6 @@
 """Kubernetes objects a cluster needs to use the driver: a DeviceClass per kind, the driver's
-RBAC, and an example ResourceClaimTemplate and pod per kind.
+RBAC and the admission policy that ties its slice writes to its node, and an example
+ResourceClaimTemplate and pod per kind.
 
 Pure functions returning plain dicts (printed as YAML or JSON by ``cdi-plugin dra-objects``). A
 DeviceClass selects the devices of one CDI kind published by this driver; with
@@ -77,13 +78,19 @@ def device_class(driver: str, kind: str, *, extended_resource: bool = False) -> 
     }
 
 
-def rbac(driver: str, namespace: str, service_account: str) -> list[Obj]:
-    """ServiceAccount, ClusterRole and ClusterRoleBinding: slices read-write, claims and nodes read."""
+def _check_account(driver: str, namespace: str, service_account: str) -> None:
     check_driver_name(driver)
     if not is_dns_label(namespace):
         raise DraConfigError(f"namespace {namespace!r}: not a DNS label")
     if not is_dns_subdomain(service_account):
         raise DraConfigError(f"service account {service_account!r}: not a DNS subdomain")
+
+
+def rbac(driver: str, namespace: str, service_account: str) -> list[Obj]:
+    """ServiceAccount, ClusterRole and ClusterRoleBinding: what the driver does and nothing more.
+    It GETs the claims the kubelet names and its own Node (for the slices' owner), and lists,
+    watches and writes its node's slices (no patch: it replaces them whole)."""
+    _check_account(driver, namespace, service_account)
     name = f"{driver}-dra"
     return [
         {
@@ -99,13 +106,9 @@ def rbac(driver: str, namespace: str, service_account: str) -> list[Obj]:
                 {
                     "apiGroups": ["resource.k8s.io"],
                     "resources": ["resourceslices"],
-                    "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"],
+                    "verbs": ["get", "list", "watch", "create", "update", "delete"],
                 },
-                {
-                    "apiGroups": ["resource.k8s.io"],
-                    "resources": ["resourceclaims"],
-                    "verbs": ["get", "list", "watch"],
-                },
+                {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims"], "verbs": ["get"]},
                 {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]},
             ],
         },
@@ -115,6 +118,83 @@ def rbac(driver: str, namespace: str, service_account: str) -> list[Obj]:
             "metadata": {"name": name, "labels": dict(PART_OF)},
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
             "subjects": [{"kind": "ServiceAccount", "name": service_account, "namespace": namespace}],
+        },
+    ]
+
+
+#: The user extra of a pod's service account token that names the pod's node
+#: (ServiceAccountTokenPodNodeInfo, GA).
+NODE_NAME_EXTRA = "authentication.kubernetes.io/node-name"
+
+
+def admission_policy(driver: str, namespace: str, service_account: str) -> list[Obj]:
+    """A ValidatingAdmissionPolicy and its binding: requests of the driver's service account that
+    create, update or delete a ResourceSlice (any API version) are denied unless the slice is of
+    this driver and its ``spec.nodeName`` is the node named in the requester's token (the stored
+    slice on DELETE). A token naming no node is denied, and so is a slice of no single node
+    (``nodeSelector``, ``allNodes``). Failing closed: an expression that cannot be evaluated denies."""
+    _check_account(driver, namespace, service_account)
+    name = f"{driver}-dra-node-slices"
+    extra = f"request.userInfo.extra[{json.dumps(NODE_NAME_EXTRA)}]"
+    user = f"system:serviceaccount:{namespace}:{service_account}"
+    variables = {
+        "requesterNode": f"has(request.userInfo.extra) && {json.dumps(NODE_NAME_EXTRA)} in "
+        f'request.userInfo.extra && size({extra}) == 1 ? {extra}[0] : ""',
+        "slice": 'request.operation == "DELETE" ? oldObject : object',
+        "sliceNode": 'has(variables.slice.spec.nodeName) ? variables.slice.spec.nodeName : ""',
+    }
+    policy = {
+        "failurePolicy": "Fail",
+        "matchConstraints": {
+            "resourceRules": [
+                {
+                    "apiGroups": ["resource.k8s.io"],
+                    "apiVersions": ["*"],
+                    "operations": ["CREATE", "UPDATE", "DELETE"],
+                    "resources": ["resourceslices"],
+                }
+            ]
+        },
+        "matchConditions": [
+            {
+                "name": "driver-service-account",
+                "expression": f"request.userInfo.username == {json.dumps(user)}",
+            }
+        ],
+        "variables": [{"name": k, "expression": v} for k, v in variables.items()],
+        "validations": [
+            {
+                "expression": 'variables.requesterNode != ""',
+                "message": f"{user} may write ResourceSlices only from a pod on a node: its token names "
+                f"no node ({NODE_NAME_EXTRA})",
+            },
+            {
+                "expression": f"variables.slice.spec.driver == {json.dumps(driver)}",
+                "messageExpression": f'"{user} may write only ResourceSlices of driver {driver}, not of " + '
+                "variables.slice.spec.driver",
+            },
+            {
+                # a token naming no node is denied above, with its own message
+                "expression": 'variables.requesterNode == "" || '
+                "variables.sliceNode == variables.requesterNode",
+                "messageExpression": '"the driver on node " + variables.requesterNode + " may not write " + '
+                '(variables.sliceNode == "" ? "a ResourceSlice of no single node" : '
+                '"a ResourceSlice of node " + variables.sliceNode)',
+            },
+        ],
+    }
+    return [
+        {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "ValidatingAdmissionPolicy",
+            "metadata": {"name": name, "labels": dict(PART_OF)},
+            "spec": policy,
+        },
+        {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "ValidatingAdmissionPolicyBinding",
+            "metadata": {"name": name, "labels": dict(PART_OF)},
+            "spec": {"policyName": name, "validationActions": ["Deny"]},
         },
     ]
 

@@ -113,6 +113,14 @@ def _one_node_per_path(nodes: Iterable[DeviceNode]) -> tuple[DeviceNode, ...]:
     return tuple(out.values())
 
 
+def _agreed_mounts(mounts: Iterable[Mount]) -> tuple[Mount, ...]:
+    """Each distinct mount once, but none on a container path that two different mounts claim."""
+    by_path: dict[str, set[Mount]] = {}
+    for m in mounts:
+        by_path.setdefault(m.container_path, set()).add(m)
+    return tuple(dict.fromkeys(m for group in by_path.values() if len(group) == 1 for m in group))
+
+
 def siblings_of(
     cls: DeviceClass, device: DiscoveredDevice, candidates: Sequence[DiscoveredDevice]
 ) -> list[DiscoveredDevice]:
@@ -174,8 +182,9 @@ def class_edits(cls: DeviceClass, nodes: Mapping[str, DiscoveredDevice]) -> Cont
 def merged(all_edits: Sequence[ContainerEdits]) -> ContainerEdits:
     """The edits of the ``all`` device: every device's nodes, mounts and hooks.
 
-    An env variable set to different values by different devices is left out: no single value
-    would be right for all of them.
+    An env variable set to different values by different devices is left out, and so is a
+    container path that different devices mount differently: no single value would be right for
+    all of them (a runtime would keep only the last mount on a path).
     """
     env_values: dict[str, set[str]] = {}
     env_order: list[str] = []
@@ -187,7 +196,7 @@ def merged(all_edits: Sequence[ContainerEdits]) -> ContainerEdits:
             env_values.setdefault(name, set()).add(entry)
     env = tuple(next(iter(env_values[n])) for n in env_order if len(env_values[n]) == 1)
     nodes = _one_node_per_path(n for e in all_edits for n in e.device_nodes or ())
-    mounts = tuple(dict.fromkeys(m for e in all_edits for m in e.mounts or ()))
+    mounts = _agreed_mounts(m for e in all_edits for m in e.mounts or ())
     hooks = tuple(dict.fromkeys(h for e in all_edits for h in e.hooks or ()))
     return ContainerEdits(
         env=env or None, device_nodes=nodes or None, mounts=mounts or None, hooks=hooks or None

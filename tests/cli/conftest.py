@@ -1,10 +1,17 @@
-"""Running ``cdi-gen`` in-process (click's runner) and as a real program."""
+"""Running ``cdi-gen`` in-process (click's runner), as a real program, and on a terminal."""
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+import pty
+import re
+import select
+import struct
 import subprocess
+import termios
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -45,3 +52,47 @@ def run_cdi_gen(*args: str | Path, cwd: Path | None = None) -> subprocess.Comple
 
 def report(result: Result | subprocess.CompletedProcess[str]) -> Any:
     return json.loads(result.stdout)
+
+
+_ESCAPES = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def run_on_terminal(*args: str | Path, columns: int, timeout: float = 60) -> tuple[int, list[str], str]:
+    """Run ``cdi-gen`` with stdin and stdout on a pseudo-terminal ``columns`` wide (stderr piped).
+
+    Returns the exit status, the lines the terminal received (colours stripped, trailing spaces
+    kept) and stderr.
+    """
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 50, columns, 0, 0))
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES", "TTY_COMPATIBLE")}
+    try:
+        proc = subprocess.Popen(
+            [str(CDI_GEN), *map(str, args)], stdin=slave, stdout=slave, stderr=subprocess.PIPE, env=env
+        )
+    finally:
+        os.close(slave)
+    received = b""
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            if not select.select([master], [], [], deadline - time.monotonic())[0]:
+                continue
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:  # EIO: the program closed the terminal
+                break
+            if not chunk:
+                break
+            received += chunk
+        stderr = proc.stderr.read().decode() if proc.stderr else ""
+        status = proc.wait(timeout=max(1.0, deadline - time.monotonic()))
+    finally:
+        os.close(master)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        if proc.stderr:
+            proc.stderr.close()
+    text = _ESCAPES.sub("", received.decode()).replace("\r\n", "\n")
+    return status, text.splitlines(), stderr

@@ -1,6 +1,7 @@
 """``cdi-plugin dra-objects``: the kinds serve would serve, as DeviceClasses the 1.36 API accepts
-whose CEL selectors pick exactly those devices of the slices the driver publishes; RBAC; examples;
-one-line errors; and the checked-in files of deploy/ equal to its output."""
+whose CEL selectors pick exactly those devices of the slices the driver publishes; RBAC; the
+admission policy; examples; one-line errors; and the checked-in files of deploy/ equal to its
+output."""
 
 from __future__ import annotations
 
@@ -32,6 +33,7 @@ FUSE = "cdi-plugin.io/fuse"
 #: The checked-in files `cdi-plugin dra-objects` prints, with the command line in their header.
 GENERATED = [
     DEPLOY / "dra" / "rbac.yaml",
+    DEPLOY / "dra" / "admission-policy.yaml",
     DEPLOY / "dra" / "deviceclass-fuse.yaml",
     DEPLOY / "examples" / "claim-fuse.yaml",
 ]
@@ -70,9 +72,11 @@ def _valid(obj: dict[str, Any]) -> None:
     assert kubernetes_validate.validate(obj, KUBERNETES, strict=True) == KUBERNETES
 
 
-def test_the_default_is_the_rbac_and_a_device_class_per_kind_cdi_gen_wrote(fuse_dir: Path) -> None:
+def test_the_default_is_the_rbac_the_policy_and_a_device_class_per_kind_cdi_gen_wrote(fuse_dir: Path) -> None:
     objs = _objects("--spec-dir", fuse_dir)
-    assert [o["kind"] for o in objs] == ["ServiceAccount", "ClusterRole", "ClusterRoleBinding", "DeviceClass"]
+    assert [o["kind"] for o in objs] == ["ServiceAccount", "ClusterRole", "ClusterRoleBinding",
+                                         "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
+                                         "DeviceClass"]  # fmt: skip
     for obj in objs:
         _valid(obj)
         assert is_subdomain(obj["metadata"]["name"])
@@ -125,12 +129,20 @@ def test_examples_claim_one_device_of_the_class_and_list_its_node(fuse_dir: Path
     assert re.search(r":[0-9][^:]*$", container["image"]), "the example's image is pinned"
 
 
-def test_rbac_alone_needs_no_spec_directory(tmp_path: Path) -> None:
-    objs = _objects("--only", "rbac", "--spec-dir", tmp_path / "missing", "--namespace", "devices",
-                    "--service-account", "dra", "--driver-name", "gpu.example.com")  # fmt: skip
-    binding = objs[-1]
+def test_rbac_and_policy_alone_need_no_spec_directory(tmp_path: Path) -> None:
+    objs = _objects("--only", "rbac", "--only", "policy", "--spec-dir", tmp_path / "missing", "--namespace",
+                    "devices", "--service-account", "dra", "--driver-name", "gpu.example.com")  # fmt: skip
+    _, role, binding, policy, policy_binding = objs
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "dra", "namespace": "devices"}]
-    assert binding["roleRef"]["name"] == objs[1]["metadata"]["name"] == "gpu.example.com-dra"
+    assert binding["roleRef"]["name"] == role["metadata"]["name"] == "gpu.example.com-dra"
+    ((condition,),) = [policy["spec"]["matchConditions"]]
+    assert condition["expression"] == 'request.userInfo.username == "system:serviceaccount:devices:dra"'
+    assert 'variables.slice.spec.driver == "gpu.example.com"' in [
+        v["expression"] for v in policy["spec"]["validations"]
+    ]
+    assert policy_binding["spec"]["policyName"] == policy["metadata"]["name"]
+    for obj in objs:
+        _valid(obj)
 
 
 def test_kinds_are_chosen_as_serve_chooses_them(fuse_dir: Path, tmp_path: Path) -> None:
@@ -242,8 +254,9 @@ def test_help_explains_the_parts_and_options() -> None:
     assert "dra-objects" in CliRunner().invoke(plugin.main, ["--help"]).stdout
     result = _run("--help")
     assert result.exit_code == 0
-    for needle in ["rbac", "classes", "examples", "--extended-resource", "--driver-name", "--kind", "--json",
-                   "kubectl apply -f -", "docs/dra.md"]:  # fmt: skip
+    needles = ["rbac", "policy", "ValidatingAdmissionPolicy", "classes", "examples", "--extended-resource",
+               "--driver-name", "--kind", "--json", "kubectl apply -f -", "docs/dra.md"]  # fmt: skip
+    for needle in needles:
         assert needle in result.stdout, needle
 
 

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import shutil
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.cli.conftest import Invoke, report, run_cdi_gen
+from tests.cli.conftest import Invoke, report, run_cdi_gen, run_on_terminal
 from tests.store.specfiles import write_spec
 
 
@@ -24,7 +27,7 @@ def dirs(tmp_path: Path) -> tuple[Path, Path]:
 def test_list_json(cli: Invoke, dirs: tuple[Path, Path]) -> None:
     etc, run = dirs
     result = cli("list", "--json", "--spec-dir", etc, "--spec-dir", run)
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 1, "a conflict and a broken file"
     assert report(result) == {
         "dirs": [str(etc), str(run)],
         "devices": [
@@ -46,38 +49,26 @@ def test_list_json(cli: Invoke, dirs: tuple[Path, Path]) -> None:
     }  # fmt: skip
 
 
-def test_list_text(cli: Invoke, dirs: tuple[Path, Path]) -> None:
+def test_list_not_on_a_terminal_prints_plain_rows(cli: Invoke, dirs: tuple[Path, Path]) -> None:
+    """No header, tab-separated: qualified name, file, priority, kind, name; the rest on stderr."""
     etc, run = dirs
     result = cli("list", "--spec-dir", etc, "--spec-dir", run)
-    assert result.exit_code == 0
-    lines = result.stdout.splitlines()
-    assert lines[0].split() == ["kind", "name", "qualified", "name", "file", "priority"]
-    assert lines[1].split() == [
-        "acme.example/gpu",
-        "card0",
-        "acme.example/gpu=card0",
-        str(etc / "gpu.json"),
-        "0",
+    assert result.exit_code == 1
+    assert result.stdout == (
+        f"acme.example/gpu=card0\t{etc / 'gpu.json'}\t0\tacme.example/gpu\tcard0\n"
+        f"acme.example/gpu=card1\t{run / 'gpu.json'}\t1\tacme.example/gpu\tcard1\n"
+    )
+    assert result.stderr.splitlines() == [
+        f"conflict cdi-plugin.io/fuse=fuse: defined in both {etc / 'fuse-a.json'} and "
+        f"{etc / 'fuse-b.yaml'} (priority 0); it does not resolve",
+        f"broken {run / 'broken.json'}: /: missing required field 'kind'",
     ]
-    assert lines[2].split() == [
-        "acme.example/gpu",
-        "card1",
-        "acme.example/gpu=card1",
-        str(run / "gpu.json"),
-        "1",
-    ]
-    assert (
-        f"conflict cdi-plugin.io/fuse=fuse: defined in {etc / 'fuse-a.json'}, {etc / 'fuse-b.yaml'} "
-        "(priority 0); it does not resolve"
-    ) in lines
-    assert f"broken {run / 'broken.json'}" in lines
-    assert "missing required field 'kind'" in result.stdout
 
 
 def test_list_with_nothing_to_show(cli: Invoke, tmp_path: Path) -> None:
     result = cli("list", "--spec-dir", tmp_path)
-    assert result.exit_code == 0
-    assert result.stdout == f"no resolvable devices in {tmp_path}\n"
+    assert (result.exit_code, result.stdout) == (0, "")
+    assert result.stderr == f"no resolvable devices in {tmp_path}\n"
     assert report(cli("list", "--json", "--spec-dir", tmp_path)) == {
         "dirs": [str(tmp_path)],
         "devices": [],
@@ -91,7 +82,9 @@ def test_a_file_with_only_warnings_resolves_and_is_not_broken(cli: Invoke, tmp_p
     """A 'v' prefix on cdiVersion: the CDI Go library accepts it, so the devices resolve."""
     path = write_spec(tmp_path, "gpu.json", "acme.example/gpu", "card0")
     path.write_text(path.read_text().replace('"cdiVersion": "0.3.0"', '"cdiVersion": "v0.3.0"'))
-    out = report(cli("list", "--json", "--spec-dir", tmp_path))
+    result = cli("list", "--json", "--spec-dir", tmp_path)
+    assert result.exit_code == 0
+    out = report(result)
     assert [d["qualifiedName"] for d in out["devices"]] == ["acme.example/gpu=card0"]
     assert out["broken"] == []
     [warned] = out["warnings"]
@@ -99,8 +92,26 @@ def test_a_file_with_only_warnings_resolves_and_is_not_broken(cli: Invoke, tmp_p
     assert [(p["rule"], p["severity"]) for p in warned["problems"]] == [("version-prefix", "warning")]
     result = cli("list", "--spec-dir", tmp_path)
     assert result.exit_code == 0
-    assert f"warning {path}: loads, with 1 warning" in result.stdout.splitlines()
-    assert "broken" not in result.stdout
+    assert result.stdout == f"acme.example/gpu=card0\t{path}\t0\tacme.example/gpu\tcard0\n"
+    [line] = result.stderr.splitlines()
+    assert line.startswith(f"warning {path}: /cdiVersion: ")
+
+
+@pytest.mark.parametrize("trouble", ["conflict", "broken"])
+def test_a_conflict_or_a_broken_file_exits_1_with_or_without_json(
+    cli: Invoke, tmp_path: Path, trouble: str
+) -> None:
+    write_spec(tmp_path, "gpu.json", "acme.example/gpu", "card0")
+    assert [cli("list", *json, "--spec-dir", tmp_path).exit_code for json in ([], ["--json"])] == [0, 0]
+    if trouble == "conflict":
+        write_spec(tmp_path, "gpu-again.yaml", "acme.example/gpu", "card0")
+    else:
+        (tmp_path / "zz.json").write_text("{")
+    for json in ([], ["--json"]):
+        result = cli("list", *json, "--spec-dir", tmp_path)
+        assert result.exit_code == 1, result.output
+    out = report(result)
+    assert (len(out["conflicts"]), len(out["broken"])) == ((1, 0) if trouble == "conflict" else (0, 1))
 
 
 def test_a_missing_spec_dir_named_on_the_command_line_is_an_error(cli: Invoke, tmp_path: Path) -> None:
@@ -113,15 +124,108 @@ def test_a_missing_spec_dir_named_on_the_command_line_is_an_error(cli: Invoke, t
 
 def test_missing_default_spec_dirs_hold_no_devices(cli: Invoke, private_spec_dirs: tuple[Path, Path]) -> None:
     result = cli("list")
-    assert (result.exit_code, result.stderr) == (0, "")
-    assert result.stdout == f"no resolvable devices in {private_spec_dirs[0]}, {private_spec_dirs[1]}\n"
+    assert (result.exit_code, result.stdout) == (0, "")
+    assert result.stderr == f"no resolvable devices in {private_spec_dirs[0]}, {private_spec_dirs[1]}\n"
 
 
 def test_list_as_a_real_program(dirs: tuple[Path, Path]) -> None:
     etc, run = dirs
     done = run_cdi_gen("list", "--json", "--spec-dir", etc, "--spec-dir", run)
-    assert done.returncode == 0, done.stderr
+    assert done.returncode == 1, done.stderr
     assert [d["qualifiedName"] for d in report(done)["devices"]] == [
         "acme.example/gpu=card0",
         "acme.example/gpu=card1",
     ]
+
+
+#: 59 characters, as long as a USB serial adapter's name gets.
+SERIAL = "cdi-plugin.io/serial=usb-FTDI_FT232R_USB_UART_A50285BI-if00"
+
+
+@pytest.fixture
+def short_dir() -> Iterator[Path]:
+    """A spec directory whose path has a fixed length (28 characters with the longest file name),
+    so that the columns' widths are known; pytest's tmp_path varies in length."""
+    directory = Path(tempfile.mkdtemp(prefix="cdi", dir="/tmp"))
+    try:
+        assert len(str(directory)) == 16
+        write_spec(directory, "serial.json", "cdi-plugin.io/serial", SERIAL.partition("=")[2])
+        write_spec(directory, "gpu.json", "acme.example/gpu", "card0")
+        yield directory
+    finally:
+        shutil.rmtree(directory)
+
+
+def test_list_on_a_200_column_terminal_shows_every_column(short_dir: Path) -> None:
+    status, lines, stderr = run_on_terminal("list", "--spec-dir", short_dir, columns=200)
+    assert (status, stderr) == (0, "")
+    assert [line.split() for line in lines] == [
+        ["qualified", "name", "file", "priority", "kind", "name"],
+        ["acme.example/gpu=card0", str(short_dir / "gpu.json"), "0", "acme.example/gpu", "card0"],
+        [SERIAL, str(short_dir / "serial.json"), "0", "cdi-plugin.io/serial", SERIAL.partition("=")[2]],
+    ]
+    assert lines[2].startswith(SERIAL + "  ")
+    assert max(map(len, lines)) <= 200
+
+
+def test_list_on_an_80_column_terminal_folds_the_file_column_not_the_names(short_dir: Path) -> None:
+    """The qualified names, 59 wide, and the files, 30, do not fit 80 side by side: the name and
+    kind columns (which the qualified name holds) and the priority go, the file folds."""
+    status, lines, stderr = run_on_terminal("list", "--spec-dir", short_dir, columns=80)
+    assert (status, stderr) == (0, "")
+    assert max(map(len, lines)) <= 80
+    names = [line[:59].rstrip() for line in lines]
+    files = [line[61:].rstrip() for line in lines]
+    assert names == ["qualified name", "acme.example/gpu=card0", "", SERIAL, ""]
+    assert files[0] == "file"
+    assert "".join(files[1:3]) == str(short_dir / "gpu.json")
+    assert "".join(files[3:5]) == str(short_dir / "serial.json")
+    assert "priority" not in lines[0]
+
+
+def test_list_on_a_60_column_terminal_shows_whole_names_only(short_dir: Path) -> None:
+    status, lines, stderr = run_on_terminal("list", "--spec-dir", short_dir, columns=60)
+    assert (status, stderr) == (0, "")
+    assert lines == ["acme.example/gpu=card0", SERIAL]
+
+
+def test_a_name_wider_than_the_terminal_is_printed_whole(short_dir: Path) -> None:
+    long_name = "acme.example/gpu=" + "x" * 70
+    write_spec(short_dir, "gpu.json", "acme.example/gpu", long_name.partition("=")[2])
+    status, lines, _ = run_on_terminal("list", "--spec-dir", short_dir, columns=60)
+    assert status == 0
+    assert lines == [long_name, SERIAL], "one line each: only the terminal wraps it"
+
+
+def test_list_on_a_terminal_shows_conflicts_and_broken_files_and_exits_1(short_dir: Path) -> None:
+    write_spec(short_dir, "gpu-again.json", "acme.example/gpu", "card0")
+    (short_dir / "zz.json").write_text("{")
+    status, lines, stderr = run_on_terminal("list", "--spec-dir", short_dir, columns=200)
+    assert (status, stderr) == (1, "")
+    assert [line.split()[0] for line in lines[:2]] == ["qualified", SERIAL]
+    conflict = (
+        f"conflict acme.example/gpu=card0: defined in both {short_dir / 'gpu-again.json'} and "
+        f"{short_dir / 'gpu.json'} (priority 0); it does not resolve"
+    )
+    assert conflict in lines
+    assert f"broken {short_dir / 'zz.json'}" in lines
+
+
+def test_list_piped_prints_tab_separated_rows(short_dir: Path) -> None:
+    (short_dir / "zz.json").write_text("{")
+    done = run_cdi_gen("list", "--spec-dir", short_dir)
+    assert done.returncode == 1
+    assert [line.split("\t") for line in done.stdout.splitlines()] == [
+        ["acme.example/gpu=card0", str(short_dir / "gpu.json"), "0", "acme.example/gpu", "card0"],
+        [SERIAL, str(short_dir / "serial.json"), "0", "cdi-plugin.io/serial", SERIAL.partition("=")[2]],
+    ]
+    [broken] = done.stderr.splitlines()
+    assert broken.startswith(f"broken {short_dir / 'zz.json'}: ")
+
+
+def test_a_file_name_with_a_tab_or_newline_stays_one_field_of_one_row(cli: Invoke, tmp_path: Path) -> None:
+    path = write_spec(tmp_path, "odd\tname\n\\.json", "acme.example/gpu", "card0")
+    result = cli("list", "--spec-dir", tmp_path)
+    assert result.exit_code == 0
+    escaped = str(path.parent) + "/odd\\tname\\n\\\\.json"
+    assert result.stdout.splitlines() == [f"acme.example/gpu=card0\t{escaped}\t0\tacme.example/gpu\tcard0"]

@@ -15,7 +15,7 @@ def test_help(cli: Invoke) -> None:
     result = cli("--help")
     assert result.exit_code == 0
     assert "Generate, check and list Container Device Interface (CDI) specs." in result.stdout
-    for command in ("validate", "list"):
+    for command in ("validate", "list", "inspect"):
         assert f"  {command} " in result.stdout
     assert cli("-h").stdout == result.stdout
 

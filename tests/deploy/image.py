@@ -22,8 +22,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from tests.deploy.kustomize import kustomize_build, one
 from tests.e2e.podman import PodmanEnv
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -127,8 +126,14 @@ _PROPAGATION = {None: [], "None": [], "HostToContainer": ["rslave"], "Bidirectio
 
 
 def daemonset_pod() -> dict[str, Any]:
-    pod: dict[str, Any] = yaml.safe_load((DEPLOY / "daemonset.yaml").read_text())["spec"]["template"]["spec"]
+    """The DaemonSet's pod with the DRA component, as `kubectl apply -k deploy/with-dra/` sends it."""
+    pod: dict[str, Any] = one(kustomize_build(DEPLOY / "with-dra"), "DaemonSet")["spec"]["template"]["spec"]
     return pod
+
+
+def configmap_data() -> dict[str, str]:
+    data: dict[str, str] = one(kustomize_build(DEPLOY / "with-dra"), "ConfigMap")["data"]
+    return data
 
 
 def _mebibytes(quantity: str) -> int:
@@ -144,7 +149,7 @@ def run_options(pod: Mapping[str, Any], sources: Mapping[str, Path]) -> list[str
     A setting this translation does not know fails, rather than being left out silently."""
     (container,) = pod["containers"]
     unknown = (set(pod) - _NODE_NEUTRAL_POD) | (set(container) - _NODE_NEUTRAL_CONTAINER)
-    assert not unknown, f"deploy/daemonset.yaml: no podman translation for {sorted(unknown)}"
+    assert not unknown, f"the DaemonSet: no podman translation for {sorted(unknown)}"
     security = container["securityContext"]
     options = ["--user", f"{security['runAsUser']}:{security['runAsGroup']}"]
     if security["privileged"]:

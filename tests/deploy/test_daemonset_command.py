@@ -1,6 +1,8 @@
-"""The DaemonSet's own command line, with the ConfigMap's configuration, run for real against the
-fake kubelet: only the node's paths are pointed at a temporary directory and the host's devices
-at a recorded fixture. The example pod's request is then allocated the way the kubelet would."""
+"""The DaemonSet's own command line, with the ConfigMap's configuration, as `kubectl apply -k`
+sends them for the device plugin alone and with the DRA component, run for real against the fake
+kubelet (and, with DRA, the fake API server): only the node's paths are pointed at a temporary
+directory and the host's devices at a recorded fixture. The example pod's request is then
+allocated the way the kubelet would."""
 
 from __future__ import annotations
 
@@ -14,29 +16,21 @@ import stat
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
 
+from tests.deploy.kustomize import DEPLOY, kustomize_build, one
 from tests.deviceplugin.fake_kubelet import FakeKubelet
 from tests.deviceplugin.helpers import Layout, run
 from tests.dra.fakeapiserver import running
 from tests.dra.serving import DraNode, kubeconfig, published, sockets
 from tests.metrics.scrape import get
 
-ROOT = Path(__file__).resolve().parents[2]
-DEPLOY = ROOT / "deploy"
 VENV_BIN = Path(sys.executable).parent
 NODE_NAME = "node-a"
 
 pytestmark = pytest.mark.timeout(60)
-
-
-def _daemonset_container() -> dict[str, Any]:
-    daemonset = yaml.safe_load((DEPLOY / "daemonset.yaml").read_text())
-    (container,) = daemonset["spec"]["template"]["spec"]["containers"]
-    return dict(container)
 
 
 def _fuse_fixture(path: Path, node: Path) -> None:
@@ -65,37 +59,45 @@ async def _logged(stderr: asyncio.StreamReader, text: str, timeout: float = 15) 
     raise AssertionError(f"the program ended without logging {text!r}")
 
 
-def test_the_daemonset_command_serves_what_the_example_pod_requests(tmp_path: Path) -> None:
+@pytest.mark.parametrize("dra", [False, True], ids=["device-plugin", "with-dra"])
+def test_the_daemonset_command_serves_what_the_example_pod_requests(tmp_path: Path, dra: bool) -> None:
+    objects = kustomize_build(DEPLOY / "with-dra" if dra else DEPLOY)
     layout = Layout.under(tmp_path)
     node = layout.dev / "fuse"
     os.mknod(node, stat.S_IFCHR | 0o666, os.makedev(1, 3))
     fixture = tmp_path / "host.json"
     _fuse_fixture(fixture, node)
-    configmap = yaml.safe_load((DEPLOY / "configmap.yaml").read_text())
     config = tmp_path / "config.yaml"
-    config.write_text(configmap["data"]["config.yaml"])
+    config.write_text(one(objects, "ConfigMap")["data"]["config.yaml"])
 
-    container = _daemonset_container()
+    (container,) = one(objects, "DaemonSet")["spec"]["template"]["spec"]["containers"]
     args = list(container["args"])
     args[args.index("--config") + 1] = str(config)
     args[args.index("--metrics-address") + 1] = "127.0.0.1:0"
     kubelet_dir = Path(tempfile.mkdtemp(prefix="cdi-k-"))  # short: unix socket paths
-    dra = DraNode(layout.etc, layout.dev, kubelet_dir, tmp_path / "kubeconfig")
+    driver = DraNode(layout.etc, layout.dev, kubelet_dir, tmp_path / "kubeconfig")
     node_paths = [
         "--spec-dir", str(layout.etc), "--spec-dir", str(layout.run), "--plugin-dir", str(layout.plugin_dir),
         "--sysfs-root", str(layout.sysfs), "--source", f"fixture:{fixture}",
-        "--kubelet-plugins-dir", str(dra.plugins), "--kubelet-registry-dir", str(dra.registry),
-        "--kubeconfig", str(dra.config),
     ]  # fmt: skip
-    dra.api.add_node(NODE_NAME)
+    env = dict(os.environ)
+    if dra:  # the DRA driver's paths and its API server; its node's name from the downward API
+        node_paths += ["--kubelet-plugins-dir", str(driver.plugins), "--kubelet-registry-dir",
+                       str(driver.registry), "--kubeconfig", str(driver.config)]  # fmt: skip
+        (variable,) = container["env"]
+        assert variable["valueFrom"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
+        env[variable["name"]] = NODE_NAME
+    else:  # the device plugin alone, which touches no kubelet directory but its own
+        assert not [a for a in args if a.startswith("--api")]
+        assert "env" not in container
+    driver.api.add_node(NODE_NAME)
     pod = yaml.safe_load((DEPLOY / "examples" / "pod-fuse.yaml").read_text())
     ((resource, count),) = pod["spec"]["containers"][0]["resources"]["limits"].items()
 
     async def scenario() -> None:
         async with FakeKubelet(layout.plugin_dir) as kubelet:
             proc = await asyncio.create_subprocess_exec(
-                str(VENV_BIN / "cdi-plugin"), *args, *node_paths, stderr=asyncio.subprocess.PIPE,
-                env={**os.environ, "NODE_NAME": NODE_NAME},  # the DaemonSet's, from the downward API
+                str(VENV_BIN / "cdi-plugin"), *args, *node_paths, stderr=asyncio.subprocess.PIPE, env=env,
             )  # fmt: skip
             assert proc.stderr is not None
             try:
@@ -111,13 +113,13 @@ def test_the_daemonset_command_serves_what_the_example_pod_requests(tmp_path: Pa
                 assert await asyncio.to_thread(get, base + "/healthz") == (200, "ok\n")
                 await _logged(proc.stderr, "registered with the kubelet")  # counted ready before it logs
                 assert await asyncio.to_thread(get, base + "/readyz") == (200, "ok (1 ready)\n")
-                # --api=both: the same device published to the API server for DRA
-                deadline = asyncio.get_running_loop().time() + 10
-                while "fuse-fuse" not in published(dra):
-                    assert proc.returncode is None
-                    assert asyncio.get_running_loop().time() < deadline, published(dra)
-                    await asyncio.sleep(0.05)
-                assert dra.registration_socket.exists()
+                if dra:  # --api=both: the same device published to the API server for DRA
+                    deadline = asyncio.get_running_loop().time() + 10
+                    while "fuse-fuse" not in published(driver):
+                        assert proc.returncode is None
+                        assert asyncio.get_running_loop().time() < deadline, published(driver)
+                        await asyncio.sleep(0.05)
+                    assert driver.registration_socket.exists()
                 proc.send_signal(signal.SIGTERM)
                 assert await asyncio.wait_for(proc.wait(), 10) == 0
                 assert sockets(kubelet_dir) == []
@@ -127,8 +129,8 @@ def test_the_daemonset_command_serves_what_the_example_pod_requests(tmp_path: Pa
                     await proc.wait()
 
     try:
-        with running(dra.api):
-            kubeconfig(dra.config, dra.api.url)
+        with running(driver.api):
+            kubeconfig(driver.config, driver.api.url)
             run(scenario(), timeout=40)
     finally:
         shutil.rmtree(kubelet_dir)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
+import shutil
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ from cdi_plugin.dra.objects import device_class_name
 from cdi_plugin.dra.slices import TAINT_EFFECT, taint_key
 from cdi_plugin.metrics import PluginMetrics, ScanMetrics
 from cdi_plugin.store.configfile import parse_config
+from tests.deploy.kustomize import kustomize_build
 from tests.docs_helpers import schema_properties
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -151,8 +153,24 @@ def test_shell_commands_name_real_files_and_options(text: str) -> None:
             dra_objects.make_context("dra-objects", args)  # unknown options and bad values raise
 
 
+def test_the_documented_composition_builds_what_deploy_with_dra_builds(tmp_path: Path) -> None:
+    """The kustomization dra.md shows, beside a copy of deploy/, gives the same objects as
+    `kubectl apply -k deploy/with-dra/`; the commands name both kustomizations."""
+    composition = _blocks(DRA_MD, "yaml")[0]
+    shutil.copytree(ROOT / "deploy", tmp_path / "cdi-plugin" / "deploy")
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site" / "kustomization.yaml").write_text(composition)
+    assert kustomize_build(tmp_path / "site") == kustomize_build(ROOT / "deploy" / "with-dra")
+    installing = DRA_MD[DRA_MD.index("## Installing") :].split("\n## ", 1)[0]
+    assert "kubectl apply -k deploy/with-dra/" in installing
+    assert "`kubectl apply -k deploy/` installs the device plugin alone" in installing
+    for text in (KUBERNETES_SECTION, (DOCS / "deploy.md").read_text()):
+        assert "kubectl apply -k deploy/" in text
+        assert "deploy/with-dra/" in text
+
+
 def test_the_dra_walkthrough_agrees_with_the_files_and_the_code() -> None:
-    claim_snippet, affinity = (yaml.safe_load(b) for b in _blocks(DRA_MD, "yaml"))
+    _, claim_snippet, affinity = (yaml.safe_load(b) for b in _blocks(DRA_MD, "yaml"))
     template, pod = _documents("deploy/examples/claim-fuse.yaml")
     assert claim_snippet["spec"]["resourceClaims"] == pod["spec"]["resourceClaims"]
     ((shown,), (container,)) = claim_snippet["spec"]["containers"], pod["spec"]["containers"]
@@ -162,7 +180,7 @@ def test_the_dra_walkthrough_agrees_with_the_files_and_the_code() -> None:
     assert f"class `{class_name}`" in DRA_MD
     assert f"(`{device_names(['cdi-plugin.io/fuse=fuse'])['cdi-plugin.io/fuse=fuse']}`," in DRA_MD
     # the per-node DaemonSet's affinity is valid in the DaemonSet, for the label the commands set
-    daemonset = _documents("deploy/daemonset.yaml")[0]
+    daemonset = _documents("deploy/base/daemonset.yaml")[0]
     daemonset["spec"]["template"]["spec"]["affinity"] = affinity["affinity"]
     assert kubernetes_validate.validate(daemonset, "1.31", strict=True)
     (term,) = affinity["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
@@ -183,7 +201,8 @@ def test_the_dra_walkthrough_agrees_with_the_files_and_the_code() -> None:
     ]
     for row in rows:
         assert row in running, row
-    (env,) = daemonset["spec"]["template"]["spec"]["containers"][0]["env"]
+    with_dra = next(o for o in kustomize_build(ROOT / "deploy" / "with-dra") if o["kind"] == "DaemonSet")
+    (env,) = with_dra["spec"]["template"]["spec"]["containers"][0]["env"]
     assert env["name"] == "NODE_NAME"
 
 

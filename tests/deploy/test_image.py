@@ -29,6 +29,7 @@ from cdi_plugin.store.ownership import read_record
 from tests.deploy.image import (
     DEPLOY,
     build_image,
+    configmap_data,
     container_of,
     daemonset_pod,
     host_path,
@@ -72,8 +73,7 @@ def node(tmp_path: Path) -> Iterator[tuple[dict[str, Any], dict[str, Path]]]:
         sources["run-udev"] = tmp_path / "run-udev"
     for directory in sources.values():
         directory.mkdir()
-    configmap = yaml.safe_load((DEPLOY / "configmap.yaml").read_text())
-    for name, content in configmap["data"].items():
+    for name, content in configmap_data().items():
         (sources["config"] / name).write_text(content)
     kubelet = {
         v["name"]: Path(tempfile.mkdtemp(prefix="cdi-k-"))

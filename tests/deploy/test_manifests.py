@@ -1,6 +1,8 @@
-"""deploy/: every manifest is valid against the Kubernetes 1.31 schema (offline, strict: unknown
-fields are errors; the DRA objects against 1.36), and the DaemonSet gives the plugin and the DRA
-driver exactly what they need from the node and the API."""
+"""deploy/: the two kustomizations, built by kustomize, give objects valid against the Kubernetes
+schemas (offline, strict: unknown fields are errors) of the oldest and newest versions each
+supports: the device plugin alone (deploy/, every supported cluster) and with the DRA component
+(deploy/with-dra/, Kubernetes >= 1.34). The DaemonSet gives the plugin and the DRA driver exactly
+what they need from the node and the API, and the component adds only what DRA needs."""
 
 from __future__ import annotations
 
@@ -13,32 +15,37 @@ import pytest
 import yaml
 
 from cdi_plugin import __version__
+from cdi_plugin.cli.plugin import main
 from cdi_plugin.deviceplugin.settings import DEFAULT_PLUGIN_DIR, build
 from cdi_plugin.dra.kubelet import DEFAULT_PLUGINS_DIR, DEFAULT_REGISTRY_DIR
-from cdi_plugin.dra.objects import device_class_name, rbac
+from cdi_plugin.dra.names import DEFAULT_DRIVER
+from cdi_plugin.dra.objects import admission_policy, device_class_name, rbac
 from cdi_plugin.generate.config import default_classes, parse_classes
 from cdi_plugin.metrics import HEALTHZ, READYZ, parse_address
 from cdi_plugin.store.configfile import parse_config
 from cdi_plugin.store.files import DEFAULT_SPEC_DIRS, SPEC_DIRS_ENV, STATIC_DIR
+from tests.deploy.kustomize import DEPLOY, kustomize_build, one
 from tests.deviceplugin.fake_kubelet import is_extended_resource_name
 
-ROOT = Path(__file__).resolve().parents[2]
-DEPLOY = ROOT / "deploy"
-KUBERNETES = "1.31"
-#: resource.k8s.io/v1 is served from 1.34; DeviceClass's extendedResourceName is beta from 1.36.
-KUBERNETES_DRA = "1.36"
-MANIFESTS = sorted(p for p in DEPLOY.rglob("*.yaml") if p.name != "kustomization.yaml")
-#: What `serve --scan` needs from the node: mount path -> read-only.
-HOST_MOUNTS = {
+DEVICE_PLUGIN = DEPLOY
+WITH_DRA = DEPLOY / "with-dra"
+NAMESPACE = "kube-system"
+#: The oldest Kubernetes each kustomization is for (the device plugin with CDI: 1.28 with the
+#: DevicePluginCDIDevices gate; DRA's resource.k8s.io/v1: 1.34) and the newest schema there is.
+OLDEST = {DEVICE_PLUGIN: "1.28", WITH_DRA: "1.34"}
+NEWEST = "1.37"
+KUSTOMIZATIONS = [DEVICE_PLUGIN, WITH_DRA]
+#: What the device plugin needs from the node: mount path -> read-only.
+DEVICE_PLUGIN_MOUNTS = {
     "/sys": True,
     "/dev": True,
     "/run/udev": True,
     "/etc/cdi": False,
     "/var/run/cdi": True,
     "/var/lib/kubelet/device-plugins": False,
-    "/var/lib/kubelet/plugins": False,
-    "/var/lib/kubelet/plugins_registry": False,
 }
+#: What the DRA driver needs on top: its socket's and its registration's directories.
+DRA_MOUNTS = {"/var/lib/kubelet/plugins": False, "/var/lib/kubelet/plugins_registry": False}
 HOST_PATH_TYPES = {
     "",
     "DirectoryOrCreate",
@@ -55,14 +62,12 @@ _QUANTITY = re.compile(r"^([0-9]+)(Ki|Mi|Gi)?$")
 MEASURED_PEAK_MIB = 72
 
 
+def _id(path: Path) -> str:
+    return str(path.relative_to(DEPLOY.parent))
+
+
 def _documents(path: Path) -> list[dict[str, Any]]:
     return [d for d in yaml.safe_load_all(path.read_text()) if d]
-
-
-def _one(kind: str) -> dict[str, Any]:
-    found = [d for p in MANIFESTS for d in _documents(p) if d["kind"] == kind and "examples" not in p.parts]
-    assert len(found) == 1, kind
-    return found[0]
 
 
 def _mib(quantity: str) -> float:
@@ -72,73 +77,176 @@ def _mib(quantity: str) -> float:
     return int(match.group(1)) * scale
 
 
-def _container() -> dict[str, Any]:
-    (container,) = _one("DaemonSet")["spec"]["template"]["spec"]["containers"]
-    return container
-
-
-def _pod_spec() -> dict[str, Any]:
-    spec: dict[str, Any] = _one("DaemonSet")["spec"]["template"]["spec"]
+def _pod_spec(kustomization: Path = DEVICE_PLUGIN) -> dict[str, Any]:
+    spec: dict[str, Any] = one(kustomize_build(kustomization), "DaemonSet")["spec"]["template"]["spec"]
     return spec
 
 
-@pytest.mark.parametrize("path", MANIFESTS, ids=lambda p: str(p.relative_to(DEPLOY)))
-def test_every_manifest_is_valid_kubernetes(path: Path) -> None:
-    documents = _documents(path)
-    assert documents
-    for document in documents:
-        version = KUBERNETES_DRA if document["apiVersion"].startswith("resource.k8s.io/") else KUBERNETES
-        assert kubernetes_validate.validate(document, version, strict=True) == version
+def _container(kustomization: Path = DEVICE_PLUGIN) -> dict[str, Any]:
+    (container,) = _pod_spec(kustomization)["containers"]
+    return dict(container)
 
 
-def test_the_kustomize_base_lists_every_manifest_and_sets_the_image() -> None:
-    kustomization = yaml.safe_load((DEPLOY / "kustomization.yaml").read_text())
-    assert kustomization["kind"] == "Kustomization"
-    # the DeviceClasses (resource.k8s.io/v1, Kubernetes >= 1.34) are applied on their own
-    assert sorted(kustomization["resources"]) == sorted(
-        [p.name for p in DEPLOY.glob("*.yaml") if p.name != "kustomization.yaml"] + ["dra/rbac.yaml"]
-    )
-    assert {p.name for p in (DEPLOY / "dra").glob("*.yaml")} == {"rbac.yaml", "deviceclass-fuse.yaml"}
-    namespace = kustomization["namespace"]
-    for name in kustomization["resources"]:
-        for document in _documents(DEPLOY / name):
-            assert document["metadata"].get("namespace", namespace) == namespace
+def _serve_args(kustomization: Path) -> dict[str, Any]:
+    """The DaemonSet's command line as `cdi-plugin` parses it (unknown options and values fail)."""
+    args = _container(kustomization)["args"]
+    assert args[0] == "serve"
+    return main.commands["serve"].make_context("serve", args[1:]).params
+
+
+def _host_mounts(kustomization: Path) -> dict[str, bool]:
+    container, pod = _container(kustomization), _pod_spec(kustomization)
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    host: dict[str, bool] = {}
+    for mount in container["volumeMounts"]:
+        source = volumes[mount["name"]].get("hostPath")
+        if source is None:
+            continue
+        assert source["path"] == mount["mountPath"], "host paths appear at the same path inside"
+        assert source["type"] in HOST_PATH_TYPES
+        host[mount["mountPath"]] = mount.get("readOnly", False)
+    assert len(volumes) == len(container["volumeMounts"]), "every volume is mounted"
+    return host
+
+
+@pytest.mark.parametrize("kustomization", KUSTOMIZATIONS, ids=_id)
+def test_every_object_kubectl_apply_k_sends_is_valid_kubernetes(kustomization: Path) -> None:
+    objects = kustomize_build(kustomization)
+    assert objects
+    for obj in objects:
+        for version in (OLDEST[kustomization], NEWEST):
+            assert kubernetes_validate.validate(obj, version, strict=True) == version, obj["kind"]
+        if obj["kind"] in {"ConfigMap", "DaemonSet", "ServiceAccount"}:
+            assert obj["metadata"]["namespace"] == NAMESPACE, obj["kind"]
+        else:  # cluster-scoped
+            assert "namespace" not in obj["metadata"], obj["kind"]
+
+
+def test_the_device_plugin_is_the_daemonset_and_its_configmap_alone() -> None:
+    assert sorted(o["kind"] for o in kustomize_build(DEVICE_PLUGIN)) == ["ConfigMap", "DaemonSet"]
+    pod = _pod_spec()
+    # no account of its own and no token: the device plugin never talks to the API server
+    assert "serviceAccountName" not in pod
+    assert pod["automountServiceAccountToken"] is False
+    assert "env" not in _container()
+    assert _serve_args(DEVICE_PLUGIN)["api"] is None  # the configuration's, below: device-plugin
+    configmap = one(kustomize_build(DEVICE_PLUGIN), "ConfigMap")
+    config = parse_config(configmap["data"]["config.yaml"].encode(), "deploy/base/configmap.yaml")
+    assert build(config.get("plugin"), "deploy/base/configmap.yaml").api == "device-plugin"
+
+
+def test_the_dra_component_adds_only_what_the_driver_needs() -> None:
+    """The DaemonSet with DRA is the device plugin's, plus the account and its token, the node's
+    name, the kubelet's plugin directories and --api=both; the objects are the device plugin's
+    plus the RBAC, the admission policy and the DeviceClasses."""
+    kinds = sorted(o["kind"] for o in kustomize_build(WITH_DRA))
+    admission = ["ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"]
+    rbac_kinds = ["ServiceAccount", "ClusterRole", "ClusterRoleBinding"]
+    assert kinds == sorted(["ConfigMap", "DaemonSet", *rbac_kinds, *admission, "DeviceClass"])
+    assert one(kustomize_build(WITH_DRA), "ConfigMap") == one(kustomize_build(DEVICE_PLUGIN), "ConfigMap")
+    plain, dra = _pod_spec(), _pod_spec(WITH_DRA)
+    assert (dra["serviceAccountName"], dra["automountServiceAccountToken"]) == ("cdi-plugin", True)
+    changed = {"serviceAccountName", "automountServiceAccountToken", "containers", "volumes"}
+    assert {k: v for k, v in dra.items() if k not in changed} == {
+        k: v for k, v in plain.items() if k not in changed
+    }
+    added = [v for v in dra["volumes"] if v not in plain["volumes"]]
+    assert [v for v in dra["volumes"] if v not in added] == plain["volumes"]
+    assert sorted(v["hostPath"]["path"] for v in added) == sorted(DRA_MOUNTS)
+    container, base = _container(WITH_DRA), _container()
+    assert container["args"] == [*base["args"], "--api=both"]
+    assert [m for m in container["volumeMounts"] if m not in base["volumeMounts"]] == [
+        {"name": v["name"], "mountPath": v["hostPath"]["path"]} for v in added
+    ]
+    (env,) = container["env"]
+    assert env == {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}
+    rest = {"args", "volumeMounts", "env"}
+    assert {k: v for k, v in container.items() if k not in rest} == {
+        k: v for k, v in base.items() if k not in rest
+    }
+    assert _serve_args(WITH_DRA)["api"] == "both"
+
+
+def test_every_file_of_deploy_is_in_a_kustomization() -> None:
+    """The two entry points, the base, the component; every manifest outside examples/ is a
+    resource or a patch of one of them."""
+    listed: set[Path] = set()
+    kinds, components = {}, set()
+    for kustomization in DEPLOY.rglob("kustomization.yaml"):
+        content = yaml.safe_load(kustomization.read_text())
+        kinds[_id(kustomization.parent)] = (content["apiVersion"], content["kind"])
+        here = kustomization.parent
+        for entry in content.get("resources", []) + [p["path"] for p in content.get("patches", [])]:
+            target = (here / entry).resolve()
+            listed.add(target / "kustomization.yaml" if target.is_dir() else target)
+        components |= {_id((here / c).resolve()) for c in content.get("components", [])}
+    assert components == {"deploy/dra"}
+    assert kinds == {
+        "deploy": ("kustomize.config.k8s.io/v1beta1", "Kustomization"),
+        "deploy/base": ("kustomize.config.k8s.io/v1beta1", "Kustomization"),
+        "deploy/with-dra": ("kustomize.config.k8s.io/v1beta1", "Kustomization"),
+        "deploy/dra": ("kustomize.config.k8s.io/v1alpha1", "Component"),
+    }
+    manifests = {
+        p for p in DEPLOY.rglob("*.yaml") if "examples" not in p.parts and p.name != "kustomization.yaml"
+    }
+    assert manifests - listed == set()
+
+
+def test_the_image_is_set_once_for_both() -> None:
+    kustomization = yaml.safe_load((DEPLOY / "base" / "kustomization.yaml").read_text())
     (image,) = kustomization["images"]
     assert image["newTag"] == __version__
-    assert _container()["image"] == f"{image['name']}:{__version__}"
+    (daemonset,) = _documents(DEPLOY / "base" / "daemonset.yaml")
+    assert daemonset["spec"]["template"]["spec"]["containers"][0]["image"] == f"{image['name']}:{__version__}"
+    for built in KUSTOMIZATIONS:
+        assert _container(built)["image"] == f"{image['newName']}:{__version__}"
 
 
-def test_the_driver_runs_as_its_service_account_with_only_the_rbac_it_needs() -> None:
-    pod = _pod_spec()
-    account = _one("ServiceAccount")
-    namespace = yaml.safe_load((DEPLOY / "kustomization.yaml").read_text())["namespace"]
+@pytest.mark.parametrize("path", sorted((DEPLOY / "examples").glob("*.yaml")), ids=_id)
+def test_every_example_is_valid_kubernetes(path: Path) -> None:
+    for document in _documents(path):
+        assert kubernetes_validate.validate(document, NEWEST, strict=True) == NEWEST
+
+
+def test_the_driver_runs_as_its_service_account_with_only_the_rbac_it_uses() -> None:
+    objects = kustomize_build(WITH_DRA)
+    pod, account = _pod_spec(WITH_DRA), one(objects, "ServiceAccount")
     assert pod["serviceAccountName"] == account["metadata"]["name"]
-    assert pod["automountServiceAccountToken"] is True  # the driver's API credentials
-    assert account["metadata"]["namespace"] == namespace
-    binding, role = _one("ClusterRoleBinding"), _one("ClusterRole")
+    binding, role = one(objects, "ClusterRoleBinding"), one(objects, "ClusterRole")
     assert binding["roleRef"]["name"] == role["metadata"]["name"]
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": pod["serviceAccountName"],
-                                    "namespace": namespace}]  # fmt: skip
+                                    "namespace": NAMESPACE}]  # fmt: skip
     grants = {
         (g, r): set(rule["verbs"])
         for rule in role["rules"]
         for g in rule["apiGroups"]
         for r in rule["resources"]
     }
-    slices = {"get", "list", "watch", "create", "update", "patch", "delete"}
     assert grants == {
-        ("resource.k8s.io", "resourceslices"): slices,
-        ("resource.k8s.io", "resourceclaims"): {"get", "list", "watch"},  # claims read-only
+        ("resource.k8s.io", "resourceslices"): {"get", "list", "watch", "create", "update", "delete"},
+        ("resource.k8s.io", "resourceclaims"): {"get"},
         ("", "nodes"): {"get"},
     }
-    kinds = {d["kind"] for p in MANIFESTS for d in _documents(p)}
-    assert not {"Role", "RoleBinding"} & kinds
-    assert rbac("cdi-plugin.io", namespace, account["metadata"]["name"]) == [account, role, binding]
+    assert not {"Role", "RoleBinding"} & {o["kind"] for o in objects}
+    assert _serve_args(WITH_DRA)["driver_name"] is None  # the default driver, which the RBAC names
+    assert rbac(DEFAULT_DRIVER, NAMESPACE, account["metadata"]["name"]) == [account, role, binding]
 
 
-def test_the_driver_learns_its_node_from_the_downward_api() -> None:
-    (env,) = [e for e in _container()["env"] if e["name"] == "NODE_NAME"]
-    assert env["valueFrom"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
+def test_the_admission_policy_binds_the_drivers_own_account() -> None:
+    """The policy names the account the DaemonSet runs as (system:serviceaccount:NS:NAME): with
+    any other, it would not apply and every node could write every node's slices."""
+    objects = kustomize_build(WITH_DRA)
+    account = one(objects, "ServiceAccount")["metadata"]
+    policy, binding = (
+        one(objects, "ValidatingAdmissionPolicy"),
+        one(objects, "ValidatingAdmissionPolicyBinding"),
+    )
+    assert [policy, binding] == admission_policy(DEFAULT_DRIVER, account["namespace"], account["name"])
+    user = f"system:serviceaccount:{account['namespace']}:{_pod_spec(WITH_DRA)['serviceAccountName']}"
+    ((condition,),) = [policy["spec"]["matchConditions"]]
+    assert condition["expression"] == f'request.userInfo.username == "{user}"'
+    assert binding["spec"] == {"policyName": policy["metadata"]["name"], "validationActions": ["Deny"]}
 
 
 def test_the_daemonset_runs_serve_scan_with_the_configmap() -> None:
@@ -146,12 +254,12 @@ def test_the_daemonset_runs_serve_scan_with_the_configmap() -> None:
     args = container["args"]
     assert args[:4] == ["serve", "--scan", "--config", "/etc/cdi-plugin/config.yaml"]
     assert "--allow-hooks-and-mounts" not in args
-    assert "# - --allow-hooks-and-mounts" in (DEPLOY / "daemonset.yaml").read_text()
+    assert "# - --allow-hooks-and-mounts" in (DEPLOY / "base" / "daemonset.yaml").read_text()
     (mount,) = [m for m in container["volumeMounts"] if m["name"] == "config"]
     assert mount["mountPath"] == "/etc/cdi-plugin"
     assert "subPath" not in mount  # a subPath mount never sees ConfigMap updates
     (volume,) = [v for v in pod["volumes"] if v["name"] == "config"]
-    configmap = _one("ConfigMap")
+    configmap = one(kustomize_build(DEVICE_PLUGIN), "ConfigMap")
     assert volume["configMap"]["name"] == configmap["metadata"]["name"]
     assert "config.yaml" in configmap["data"]
     assert pod["hostNetwork"] is True
@@ -162,12 +270,14 @@ def test_the_configmap_is_a_valid_configuration_that_keeps_the_mounted_paths(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.delenv(SPEC_DIRS_ENV)  # the image sets none
-    text = _one("ConfigMap")["data"]["config.yaml"]
-    config = parse_config(text.encode(), "deploy/configmap.yaml")
-    settings = build(config.get("plugin"), "deploy/configmap.yaml")
+    text = one(kustomize_build(DEVICE_PLUGIN), "ConfigMap")["data"]["config.yaml"]
+    config = parse_config(text.encode(), "deploy/base/configmap.yaml")
+    settings = build(config.get("plugin"), "deploy/base/configmap.yaml")
     assert settings.spec_dirs == DEFAULT_SPEC_DIRS
     assert settings.plugin_dir == DEFAULT_PLUGIN_DIR
-    classes = parse_classes(config, "deploy/configmap.yaml") if "classes" in config else default_classes()
+    classes = (
+        parse_classes(config, "deploy/base/configmap.yaml") if "classes" in config else default_classes()
+    )
     assert classes
     for cls in classes:
         for edits in (cls.edits, cls.class_edits):
@@ -184,26 +294,19 @@ def test_the_container_is_root_without_any_capability() -> None:
     assert context["seLinuxOptions"] == {"type": "spc_t"}
 
 
-def test_host_mounts_are_exactly_what_the_plugin_needs() -> None:
-    container, pod = _container(), _pod_spec()
-    volumes = {v["name"]: v for v in pod["volumes"]}
-    host: dict[str, bool] = {}
-    for mount in container["volumeMounts"]:
-        source = volumes[mount["name"]].get("hostPath")
-        if source is None:
-            continue
-        assert source["path"] == mount["mountPath"], "host paths appear at the same path inside"
-        assert source["type"] in HOST_PATH_TYPES
-        host[mount["mountPath"]] = mount.get("readOnly", False)
-    assert host == HOST_MOUNTS
+@pytest.mark.parametrize("kustomization", KUSTOMIZATIONS, ids=_id)
+def test_host_mounts_are_exactly_what_the_plugin_needs(kustomization: Path) -> None:
+    host = _host_mounts(kustomization)
+    assert host == (DEVICE_PLUGIN_MOUNTS | DRA_MOUNTS if kustomization == WITH_DRA else DEVICE_PLUGIN_MOUNTS)
     # the spec directories the plugin reads, the one cdi-gen writes (with its .cdi-gen-owned
     # record inside it) and the kubelet's plugin directory are all there
     assert {str(d) for d in DEFAULT_SPEC_DIRS} <= set(host)
     assert host[str(STATIC_DIR)] is False
     assert host[str(DEFAULT_PLUGIN_DIR)] is False
-    # the DRA driver's socket directory and the kubelet's plugin watcher's, read-write
-    assert host[str(DEFAULT_PLUGINS_DIR)] is host[str(DEFAULT_REGISTRY_DIR)] is False
+    if kustomization == WITH_DRA:  # the DRA driver's socket directory and the plugin watcher's
+        assert host[str(DEFAULT_PLUGINS_DIR)] is host[str(DEFAULT_REGISTRY_DIR)] is False
     # with /dev the host's and read-only, nothing may be mounted into it
+    container = _container(kustomization)
     assert not container["terminationMessagePath"].startswith("/dev/")
     assert any(m["mountPath"] == "/tmp" for m in container["volumeMounts"])
 
@@ -228,7 +331,7 @@ def test_memory_request_and_limit_follow_the_measurement() -> None:
     assert request >= MEASURED_PEAK_MIB
     assert limit == 2 * request
     assert "cpu" not in resources["limits"]
-    assert f"at {MEASURED_PEAK_MIB} MiB" in (DEPLOY / "daemonset.yaml").read_text()
+    assert f"at {MEASURED_PEAK_MIB} MiB" in (DEPLOY / "base" / "daemonset.yaml").read_text()
 
 
 def test_the_example_pod_requests_a_default_kind() -> None:
@@ -244,7 +347,7 @@ def test_the_example_pod_requests_a_default_kind() -> None:
 
 
 def test_the_dra_example_claims_a_default_kind_through_the_device_class_of_deploy() -> None:
-    (device_class,) = _documents(DEPLOY / "dra" / "deviceclass-fuse.yaml")
+    (device_class,) = [o for o in kustomize_build(WITH_DRA) if o["kind"] == "DeviceClass"]
     template, pod = _documents(DEPLOY / "examples" / "claim-fuse.yaml")
     kind = device_class["spec"]["extendedResourceName"]
     assert kind in {c.kind for c in default_classes() if c.enabled}

@@ -4,19 +4,30 @@ As strict as the 1.36 kubelet: it ignores dot-files and non-sockets in the regis
 requires type DRAPlugin, a driver name equal to the one it expects, an absolute endpoint, and a
 known version (taking the first it knows in the plugin's order); it tells the plugin the outcome
 with NotifyRegistrationStatus, and checks that every requested claim UID is answered.
+
+Device health: :meth:`FakeKubelet.watch_health` opens a ``NodeWatchResources`` stream, by
+default of the health version the kubelet chose at registration as a 1.37 kubelet does (v1 when
+advertised, else v1alpha1 when advertised; the 1.36 kubelet calls v1alpha1 whatever is
+advertised: pass it). Every message is checked as the kubelet reads it (:func:`health_problems`)
+and kept with its arrival time.
 """
 
 from __future__ import annotations
 
+import asyncio
 import stat
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
+from types import TracebackType
 
 import grpc
 
 from cdi_plugin.dra import api
+from cdi_plugin.dra.health import HEALTHY, MESSAGE_MAX, UNHEALTHY, DeviceHealth
 
 KNOWN_VERSIONS = (api.V1, api.V1BETA1)
+KNOWN_HEALTH = (api.HEALTH_V1, api.HEALTH_V1ALPHA1)
 #: Each channel connects on its own, as the kubelet's do: gRPC's process-wide pool would hand a new
 #: channel a connection still backing off after the driver's previous instance went away.
 OPTIONS = [("grpc.use_local_subchannel_pool", 1)]
@@ -32,6 +43,7 @@ class FakeKubelet:
         self.known = tuple(known_versions)
         self.endpoint = ""
         self.version = ""
+        self.health_version = ""
         self.infos: list[api.PluginInfo] = []
 
     def sockets(self) -> list[Path]:
@@ -63,6 +75,7 @@ class FakeKubelet:
         if error:
             raise RegistrationRefused(error)
         self.endpoint, self.version = info.endpoint, version
+        self.health_version = next((v for v in KNOWN_HEALTH if v in info.supported_versions), "")
 
     async def _call(self, method: str, claims: list[api.Claim]) -> object:
         build = api.prepare_request if method == "NodePrepareResources" else api.unprepare_request
@@ -78,3 +91,110 @@ class FakeKubelet:
     async def unprepare(self, *claims: api.Claim) -> dict[str, str]:
         response = await self._call("NodeUnprepareResources", list(claims))
         return {uid: entry.error for uid, entry in response.claims.items()}  # type: ignore[attr-defined]
+
+    def watch_health(self, version: str = "") -> HealthStream:
+        """A NodeWatchResources stream of ``version`` (default: the one chosen at registration)."""
+        chosen = version or self.health_version
+        assert chosen, "the driver advertised no health version this kubelet knows"
+        return HealthStream(self.endpoint, chosen)
+
+
+def health_problems(devices: Sequence[DeviceHealth], previous: Sequence[DeviceHealth]) -> list[str]:
+    """What the kubelet could not take as it is from a message: an entry without a pool or device
+    name, a device listed twice (the kubelet keys by pool/device), a status it would show as
+    Unknown, a message it would cut, no timeout of the driver's own (the kubelet's default then
+    applies), a time of determination before the previous message's, and a device of the previous
+    message missing (each message is the complete list)."""
+    problems = []
+    keys = [(d.pool_name, d.device_name) for d in devices]
+    if len(set(keys)) != len(keys):
+        problems.append(f"a device listed twice: {sorted(keys)}")
+    before = {(d.pool_name, d.device_name): d for d in previous}
+    for d in devices:
+        if not d.pool_name or not d.device_name:
+            problems.append(f"no pool or device name: {d}")
+        if d.health not in (HEALTHY, UNHEALTHY):
+            problems.append(f"{d.device_name}: health {d.health}")
+        if len(d.message) > MESSAGE_MAX:
+            problems.append(f"{d.device_name}: a message of {len(d.message)} characters")
+        if d.timeout <= 0:
+            problems.append(f"{d.device_name}: health check timeout {d.timeout}")
+        last = before.get((d.pool_name, d.device_name))
+        if d.last_updated <= 0 or (last is not None and d.last_updated < last.last_updated):
+            problems.append(f"{d.device_name}: last updated {d.last_updated}")
+    missing = before.keys() - set(keys)
+    if missing:
+        problems.append(f"devices missing from the list: {sorted(missing)}")
+    return problems
+
+
+class HealthStream:
+    """One NodeWatchResources stream, read as the kubelet reads it; ``async with`` closes it (as
+    the kubelet does when it drops the stream), :meth:`drop` too."""
+
+    def __init__(self, endpoint: str, version: str) -> None:
+        self.version = version
+        self.messages: list[tuple[float, list[DeviceHealth]]] = []  # (arrival, monotonic; devices)
+        self.problems: list[str] = []
+        self.error: grpc.aio.AioRpcError | None = None
+        self.ended = False
+        self._channel = grpc.aio.insecure_channel(f"unix://{endpoint}")
+        self._call = api.health_stub(version, self._channel).NodeWatchResources(api.health_request(version))
+        self._arrived = asyncio.Event()
+        self._reader = asyncio.create_task(self._read())
+
+    async def _read(self) -> None:
+        try:
+            async for response in self._call:
+                at = time.monotonic()
+                devices = api.health_of(response)
+                previous = self.messages[-1][1] if self.messages else []
+                self.problems += health_problems(devices, previous)
+                self.messages.append((at, devices))
+                self._arrived.set()
+        except grpc.aio.AioRpcError as exc:
+            self.error = exc
+        except asyncio.CancelledError:
+            pass
+        finally:
+            self.ended = True
+            self._arrived.set()
+
+    async def next(
+        self, check: Callable[[dict[str, DeviceHealth]], bool], after: int = 0, timeout: float = 30.0
+    ) -> tuple[int, float, dict[str, DeviceHealth]]:
+        """The first message from index ``after`` on whose devices (by device name) pass ``check``:
+        its index, arrival time and devices. AssertionError when the stream ends or ``timeout``."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        index = after
+        while True:
+            while index < len(self.messages):
+                at, devices = self.messages[index]
+                by_name = {d.device_name: d for d in devices}
+                if check(by_name):
+                    return index, at, by_name
+                index += 1
+            if self.ended:
+                raise AssertionError(f"the health stream ended ({self.error}) before the message expected")
+            self._arrived.clear()
+            try:
+                await asyncio.wait_for(self._arrived.wait(), deadline - loop.time())
+            except TimeoutError:
+                raise AssertionError(
+                    f"no such health message within {timeout}s; last: {self.messages[-1:]}"
+                ) from None
+
+    async def drop(self) -> None:
+        """Cancel the stream and close the connection, as a kubelet that goes away."""
+        self._call.cancel()
+        await self._reader
+        await self._channel.close()
+
+    async def __aenter__(self) -> HealthStream:
+        return self
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.drop()

@@ -114,8 +114,13 @@ async def test_registration(paths: Paths, plugin: KubeletPlugin) -> None:
         DRIVER,
         str(paths.plugins_dir / DRIVER / "dra.sock"),
     )
-    assert list(info.supported_versions) == ["v1.DRAPlugin", "v1beta1.DRAPlugin"]
-    assert kubelet.version == "v1.DRAPlugin"
+    assert list(info.supported_versions) == [
+        "v1.DRAPlugin",
+        "v1beta1.DRAPlugin",
+        "v1.DRAResourceHealth",
+        "v1alpha1.DRAResourceHealth",
+    ]
+    assert (kubelet.version, kubelet.health_version) == ("v1.DRAPlugin", "v1.DRAResourceHealth")
     assert plugin.registrar.registered.is_set()
 
 

@@ -1,4 +1,5 @@
-"""DeviceClass and RBAC objects, valid against the Kubernetes schema (offline, strict)."""
+"""DeviceClass, RBAC and admission policy objects, valid against the Kubernetes schema (offline,
+strict); the policy's CEL evaluated on the requests the API server would hand it."""
 
 from __future__ import annotations
 
@@ -10,9 +11,18 @@ import pytest
 
 from cdi_plugin.dra.inventory import ServedDevice, UdevFacts
 from cdi_plugin.dra.names import DraConfigError
-from cdi_plugin.dra.objects import claim_template, device_class, device_class_name, example_pod, rbac
+from cdi_plugin.dra.objects import (
+    NODE_NAME_EXTRA,
+    admission_policy,
+    claim_template,
+    device_class,
+    device_class_name,
+    example_pod,
+    rbac,
+)
 from cdi_plugin.dra.slices import build_pool
 from cdi_plugin.errors import InvalidNameError
+from tests.dra.admission import Decision, decide, request
 from tests.dra.cel import selects
 from tests.dra.conftest import DRIVER, NODE
 from tests.dra.rules import is_label, is_subdomain
@@ -66,6 +76,10 @@ def test_bad_input_is_refused() -> None:
         rbac(DRIVER, "Kube_System", "cdi-plugin")
     with pytest.raises(DraConfigError, match="service account 'a/b': not a DNS subdomain"):
         rbac(DRIVER, "kube-system", "a/b")
+    with pytest.raises(DraConfigError, match="namespace 'a\"b': not a DNS label"):
+        admission_policy(DRIVER, 'a"b', "cdi-plugin")
+    with pytest.raises(DraConfigError, match="not a DNS subdomain"):
+        admission_policy('x" || true || "', "kube-system", "cdi-plugin")
 
 
 @pytest.mark.parametrize(
@@ -91,25 +105,20 @@ def test_examples(kind: str, paths: list[str], shown: list[str]) -> None:
     assert container["command"] == ["ls", "-l", *shown]
 
 
-def test_rbac() -> None:
+def test_rbac_is_what_the_driver_uses() -> None:
+    """Claims: a GET of each the kubelet names, never a list or watch; its Node: a GET; its node's
+    slices: a watch and whole writes (no patch)."""
     objs = rbac(DRIVER, "kube-system", "cdi-plugin")
     for obj in objs:
         _valid(obj)
     role = next(o for o in objs if o["kind"] == "ClusterRole")
     grants = {(r["apiGroups"][0], res): set(r["verbs"]) for r in role["rules"] for res in r["resources"]}
     assert grants == {
-        ("resource.k8s.io", "resourceslices"): {
-            "get",
-            "list",
-            "watch",
-            "create",
-            "update",
-            "patch",
-            "delete",
-        },
-        ("resource.k8s.io", "resourceclaims"): {"get", "list", "watch"},  # claims read-only
+        ("resource.k8s.io", "resourceslices"): {"get", "list", "watch", "create", "update", "delete"},
+        ("resource.k8s.io", "resourceclaims"): {"get"},
         ("", "nodes"): {"get"},
     }
+    assert all("resourceNames" not in rule for rule in role["rules"])
     binding = next(o for o in objs if o["kind"] == "ClusterRoleBinding")
     assert binding["subjects"] == [
         {"kind": "ServiceAccount", "name": "cdi-plugin", "namespace": "kube-system"}
@@ -127,3 +136,138 @@ def test_slices_match_the_published_schema() -> None:
     pool = dataclasses.replace(build_pool(DRIVER, NODE, devices, taints=True), node_uid="2f0f6c3e-node")
     for obj in pool.slices(3):
         _valid(obj)
+
+
+ACCOUNT = "system:serviceaccount:kube-system:cdi-plugin"
+ON_NODE_A = {NODE_NAME_EXTRA: [NODE], "authentication.kubernetes.io/pod-name": ["cdi-plugin-x7k2p"]}
+OTHER = "node-b"
+
+
+def _slice(node: str | None = NODE, driver: str = DRIVER, **where: Any) -> dict[str, Any]:
+    """A ResourceSlice as the API server holds it: of ``node``, else where ``where`` says
+    (nodeSelector, allNodes)."""
+    spec: dict[str, Any] = {
+        "driver": driver,
+        "pool": {"name": node or "shared", "generation": 1, "resourceSliceCount": 1},
+    }
+    spec |= {"nodeName": node} if node else where
+    obj = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": f"{node or 'shared'}-{driver}-abcde", "uid": "6f1c", "resourceVersion": "41"},
+        "spec": spec,
+    }
+    _valid(obj)
+    return obj
+
+
+def _decide(
+    operation: str,
+    stored: dict[str, Any] | None,
+    sent: dict[str, Any] | None,
+    user: str = ACCOUNT,
+    extra: dict[str, list[str]] | None = None,
+    **resource: str,
+) -> Decision:
+    """The policy's answer to ``user`` (whose token carries ``extra``, by default node-a's) asking
+    for ``operation``: ``sent`` is the object in the request (CREATE, UPDATE), ``stored`` the one it
+    replaces or deletes (UPDATE, DELETE)."""
+    policy, binding = admission_policy(DRIVER, "kube-system", "cdi-plugin")
+    name = (sent or stored or {})["metadata"]["name"]
+    req = request(operation, user, ON_NODE_A if extra is None else extra, name, **resource)
+    return decide(policy, binding, req, sent, stored)
+
+
+def test_the_admission_policy_is_valid_and_fails_closed() -> None:
+    policy, binding = admission_policy(DRIVER, "kube-system", "cdi-plugin")
+    _valid(policy)
+    _valid(binding)
+    assert policy["spec"]["failurePolicy"] == "Fail"
+    assert binding["spec"] == {"policyName": policy["metadata"]["name"], "validationActions": ["Deny"]}
+    (rule,) = policy["spec"]["matchConstraints"]["resourceRules"]
+    assert rule["apiVersions"] == ["*"]  # v1beta1 and v1beta2 too, where a cluster serves them
+    assert set(rule["operations"]) == {"CREATE", "UPDATE", "DELETE"}
+    for expression in [c["expression"] for c in policy["spec"]["matchConditions"]] + [
+        v["expression"] for v in policy["spec"]["variables"] + policy["spec"]["validations"]
+    ]:
+        assert len(expression) <= 5 * 1024
+
+
+@pytest.mark.parametrize(
+    ("operation", "stored", "sent"),
+    [
+        ("CREATE", None, _slice()),
+        ("UPDATE", _slice(), _slice()),
+        ("DELETE", _slice(), None),  # the request carries no object: the stored one is checked
+    ],
+)
+def test_the_driver_writes_its_own_nodes_slices(
+    operation: str, stored: dict[str, Any] | None, sent: dict[str, Any] | None
+) -> None:
+    assert _decide(operation, stored, sent) == Decision(True)
+    # also through another version of the API, where a cluster serves one
+    assert _decide(operation, stored, sent, version="v1beta2") == Decision(True)
+
+
+@pytest.mark.parametrize(
+    ("operation", "stored", "sent", "message"),
+    [
+        ("CREATE", None, _slice(OTHER),
+         f"the driver on node {NODE} may not write a ResourceSlice of node {OTHER}"),
+        ("UPDATE", _slice(OTHER), _slice(OTHER), f"may not write a ResourceSlice of node {OTHER}"),
+        ("DELETE", _slice(OTHER), None, f"may not write a ResourceSlice of node {OTHER}"),
+        ("CREATE", None, _slice(None, allNodes=True), "may not write a ResourceSlice of no single node"),
+        ("CREATE", None, _slice(None, nodeSelector={"nodeSelectorTerms": [{"matchFields": [
+            {"key": "metadata.name", "operator": "In", "values": [NODE]}]}]}),
+         "may not write a ResourceSlice of no single node"),
+        ("DELETE", _slice(None, allNodes=True), None, "may not write a ResourceSlice of no single node"),
+        ("CREATE", None, _slice(driver="gpu.example.com"),
+         f"{ACCOUNT} may write only ResourceSlices of driver {DRIVER}, not of gpu.example.com"),
+        ("DELETE", _slice(driver="gpu.example.com"), None, "not of gpu.example.com"),
+    ],
+)  # fmt: skip
+def test_the_driver_may_not_write_other_slices(
+    operation: str, stored: dict[str, Any] | None, sent: dict[str, Any] | None, message: str
+) -> None:
+    decision = _decide(operation, stored, sent)
+    assert not decision.allowed
+    (said,) = decision.messages
+    assert message in said
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {},  # a token of no pod (kubectl create token): the request has no extra at all
+        {"authentication.kubernetes.io/credential-id": ["JTI=1f0c"]},
+        {NODE_NAME_EXTRA: []},
+        {NODE_NAME_EXTRA: [NODE, OTHER]},
+    ],
+)
+def test_a_token_naming_no_single_node_writes_nothing(extra: dict[str, list[str]]) -> None:
+    for operation, stored, sent in [("CREATE", None, _slice()), ("DELETE", _slice(), None)]:
+        decision = _decide(operation, stored, sent, extra=extra)
+        assert decision == Decision(False, (
+            f"{ACCOUNT} may write ResourceSlices only from a pod on a node: its token names no node "
+            f"({NODE_NAME_EXTRA})",
+        ))  # fmt: skip
+
+
+def test_the_policy_applies_to_the_drivers_account_and_slice_writes_only() -> None:
+    """The kubelet (which deletes a node's slices), an admin, another service account or another
+    namespace's account of the same name, and other resources are not this policy's business."""
+    for user in ["system:node:node-a", "kubernetes-admin", "system:serviceaccount:kube-system:other",
+                 "system:serviceaccount:devices:cdi-plugin"]:  # fmt: skip
+        assert _decide("DELETE", _slice(OTHER), None, user=user, extra={}) == Decision(True)
+    claim = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": "c"}}
+    assert _decide("UPDATE", claim, claim, resource="resourceclaims", kind="ResourceClaim") == Decision(True)
+
+
+def test_the_policy_names_the_account_it_is_generated_for() -> None:
+    policy, binding = admission_policy("gpu.example.com", "devices", "dra")
+    req = request("CREATE", "system:serviceaccount:devices:dra", ON_NODE_A, "s")
+    sent = _slice(OTHER, driver="gpu.example.com")
+    assert not decide(policy, binding, req, sent, None).allowed
+    assert decide(policy, binding, req, _slice(driver="gpu.example.com"), None).allowed
+    assert not decide(policy, binding, req, _slice(), None).allowed  # cdi-plugin.io's slice
+    assert binding["spec"]["policyName"] == policy["metadata"]["name"] == "gpu.example.com-dra-node-slices"

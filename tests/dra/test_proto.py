@@ -7,6 +7,8 @@ from google.protobuf.descriptor import FieldDescriptor
 
 from cdi_plugin.dra._proto.dra_v1 import api_pb2 as v1
 from cdi_plugin.dra._proto.dra_v1beta1 import api_pb2 as v1beta1
+from cdi_plugin.dra._proto.health_v1 import api_pb2 as health_v1
+from cdi_plugin.dra._proto.health_v1alpha1 import api_pb2 as health_v1alpha1
 from cdi_plugin.dra._proto.registration_v1 import api_pb2 as reg
 
 T = FieldDescriptor
@@ -25,6 +27,16 @@ DRA_FIELDS = [
     ("NodeUnprepareResourcesRequest", "claims", 1, T.TYPE_MESSAGE, True),
     ("NodeUnprepareResourcesResponse", "claims", 1, T.TYPE_MESSAGE, True),
     ("NodeUnprepareResourceResponse", "error", 1, T.TYPE_STRING, False),
+]
+HEALTH_FIELDS = [
+    ("DeviceIdentifier", "pool_name", 1, T.TYPE_STRING, False),
+    ("DeviceIdentifier", "device_name", 2, T.TYPE_STRING, False),
+    ("DeviceHealth", "device", 1, T.TYPE_MESSAGE, False),
+    ("DeviceHealth", "health", 2, T.TYPE_ENUM, False),
+    ("DeviceHealth", "last_updated_time", 3, T.TYPE_INT64, False),
+    ("DeviceHealth", "health_check_timeout_seconds", 4, T.TYPE_INT64, False),
+    ("DeviceHealth", "message", 5, T.TYPE_STRING, False),
+    ("NodeWatchResourcesResponse", "devices", 1, T.TYPE_MESSAGE, True),
 ]
 REG_FIELDS = [
     ("PluginInfo", "type", 1, T.TYPE_STRING, False),
@@ -77,3 +89,25 @@ def test_method_paths() -> None:
         service = module.DESCRIPTOR.services_by_name["DRAPlugin"]
         assert service.full_name == f"k8s.io.kubelet.pkg.apis.dra.{version}.DRAPlugin"
         assert [m.name for m in service.methods] == ["NodePrepareResources", "NodeUnprepareResources"]
+
+
+@pytest.mark.parametrize("module", [health_v1, health_v1alpha1], ids=["v1", "v1alpha1"])
+@pytest.mark.parametrize("row", HEALTH_FIELDS, ids=lambda r: f"{r[0]}.{r[1]}")
+def test_health_fields(module: object, row: tuple[str, str, int, int, bool]) -> None:
+    message, name, number, type_, repeated = row
+    field = _field(module, message, name)
+    assert (field.number, field.type, field.is_repeated) == (number, type_, repeated)
+
+
+def test_health_service_paths_and_statuses() -> None:
+    for module, package in ((health_v1, "v1"), (health_v1alpha1, "v1alpha1")):
+        [method] = module.DESCRIPTOR.services_by_name["DRAResourceHealth"].methods
+        assert method.full_name == f"{package}.DRAResourceHealth.NodeWatchResources"
+        assert (method.server_streaming, method.client_streaming) == (True, False)
+        assert method.input_type.fields == []
+        status = module.DESCRIPTOR.enum_types_by_name["HealthStatus"]
+        assert [(v.name, v.number) for v in status.values] == [
+            ("UNKNOWN", 0),
+            ("HEALTHY", 1),
+            ("UNHEALTHY", 2),
+        ]

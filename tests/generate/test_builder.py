@@ -283,6 +283,22 @@ def test_the_all_device_has_every_node_and_only_env_all_devices_agree_on() -> No
     assert spec.devices[0].source == ""
 
 
+def test_the_all_device_leaves_out_a_container_path_the_devices_mount_differently() -> None:
+    entry = {
+        "match": {"subsystem": "tty", "kernel": "ttyUSB*"},
+        "naming": ["kernel"],
+        "allDevice": True,
+        "edits": {
+            "mounts": [
+                {"hostPath": "/run/port-{kernel}", "containerPath": "/run/port"},
+                {"hostPath": "/run/shared", "containerPath": "/run/shared"},
+            ]
+        },
+    }
+    mounts = edits_of(build_one(entry, TTYS), "all")["mounts"]
+    assert mounts == [{"hostPath": "/run/shared", "containerPath": "/run/shared"}]
+
+
 def test_a_device_without_node_needs_edits() -> None:
     netdev = DiscoveredDevice(subsystem="net", sys_name="eth0", sys_path="/sys/class/net/eth0")
     result = build_specs(classes({"match": {"subsystem": "net"}, "naming": ["kernel"]}), [netdev], "0.5.0")
