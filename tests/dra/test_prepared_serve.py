@@ -103,9 +103,12 @@ def test_a_kill_right_after_the_reply_loses_no_prepared_claim(dra_node: DraNode)
         run(scenario(), timeout=90)
 
 
+def limit(serve: Serve, size: int) -> None:
+    """A file size limit (0: every write of the file fails, as on a full disk, with EFBIG)."""
+    resource.prlimit(serve.proc.pid, resource.RLIMIT_FSIZE, (size, resource.RLIM_INFINITY))
+
+
 def test_a_full_disk_fails_the_claims_of_that_call_and_keeps_memory_as_the_file(dra_node: DraNode) -> None:
-    """A file size limit of 0 (set on the running process): each write of the file fails, as on a
-    full disk, with the kernel's EFBIG."""
     fuse_node(dra_node)
     first, second, rival = (
         claim(dra_node, "first"),
@@ -114,9 +117,6 @@ def test_a_full_disk_fails_the_claims_of_that_call_and_keeps_memory_as_the_file(
     )
     path = state_file(dra_node)
     full = f"{path}: cannot write: File too large"
-
-    def limit(serve: Serve, size: int) -> None:
-        resource.prlimit(serve.proc.pid, resource.RLIMIT_FSIZE, (size, resource.RLIM_INFINITY))
 
     async def scenario() -> None:
         serve = await Serve.start(dra_node.args("dra"))
@@ -187,10 +187,18 @@ def test_the_file_is_written_again_after_the_kubelet_wiped_its_directories(dra_n
         try:
             kubelet = await registered(dra_node, serve)
             assert await kubelet.prepare(first) == {first.uid: devices()}
+            limit(serve, 0)  # and the disk is full: written again once it is not
             shutil.rmtree(dra_node.plugins)  # a starting kubelet whose directories were wiped
             shutil.rmtree(dra_node.registry)
             dra_node.registry.mkdir()
+            path = state_file(dra_node)
+            await serve.logged(
+                f"cannot write the prepared claims again: {path}: cannot write: File too large"
+            )
+            assert not path.exists()
+            limit(serve, resource.RLIM_INFINITY)
             await serve.wait_for(lambda: held(dra_node) == {first.uid: ["fuse-fuse"]}, "the file again")
+            await serve.logged(f"{path} was gone: written again, 1 prepared claim")
             await registered(dra_node, serve)
             serve.proc.kill()
         finally:
