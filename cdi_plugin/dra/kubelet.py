@@ -179,6 +179,8 @@ class DraService:
                     for ref in refs:
                         if ref.uid in added:
                             out[ref.uid] = f"claim {ref.namespace}/{ref.name}: not prepared: {exc}"
+                else:
+                    log.debug("prepared claims %s", ", ".join(added))
         return out
 
     async def unprepare(self, refs: list[api.Claim]) -> dict[str, str]:
