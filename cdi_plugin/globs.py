@@ -45,6 +45,31 @@ def path_glob_match(pattern: str, path: str) -> bool:
     )
 
 
+_WILDCARD = re.compile(r"[*?[]")
+
+
+def is_glob(pattern: str) -> bool:
+    """Whether ``pattern`` has a wildcard (else it matches only itself)."""
+    return _WILDCARD.search(pattern) is not None
+
+
+def may_overlap(a: str, b: str) -> bool:
+    """False only when no value can match both patterns, because their fixed heads (before the
+    first wildcard) or tails (after the last) disagree; True does not promise a common value."""
+
+    def head(p: str) -> str:
+        found = _WILDCARD.search(p)
+        return p if found is None else p[: found.start()]
+
+    def tail(p: str) -> str:
+        if not is_glob(p):
+            return p
+        return p[max(p.rfind(c) for c in "*?]") + 1 :]  # a ']' matched literally only shortens it
+
+    ha, hb, ta, tb = head(a), head(b), tail(a), tail(b)
+    return (ha.startswith(hb) or hb.startswith(ha)) and (ta.endswith(tb) or tb.endswith(ta))
+
+
 def match_any(patterns: Iterable[str], value: str, *, path: bool = False) -> bool:
     """Whether one of ``patterns`` matches ``value`` (:func:`path_glob_match` if ``path``)."""
     match = path_glob_match if path else glob_match

@@ -1,8 +1,9 @@
 """``cdi-plugin dra-objects``: the Kubernetes objects DRA needs, printed as YAML or JSON.
 
-The kinds are chosen from the spec directories as ``cdi-plugin serve`` chooses them (its settings
-and the inventory's kind selection); the objects are built by :mod:`cdi_plugin.dra.objects`.
-Imports only click (and the driver's default name) at start, so that ``cdi-plugin --help`` stays fast.
+The kinds are chosen from the spec directories as ``cdi-plugin serve`` chooses those it serves
+through DRA (its settings and the inventory's kind selection); the objects are built by
+:mod:`cdi_plugin.dra.objects`. Imports only click (and the driver's default name) at start, so
+that ``cdi-plugin --help`` stays fast.
 """
 
 from __future__ import annotations
@@ -30,9 +31,15 @@ def _dirs(ctx: click.Context, param: click.Parameter, value: tuple[Path, ...]) -
 
 
 def _served_kinds(
-    spec_dirs: tuple[Path, ...] | None, kinds: tuple[str, ...] | None, config_file: Path | None
+    spec_dirs: tuple[Path, ...] | None,
+    kinds: tuple[str, ...] | None,
+    config_file: Path | None,
+    api: str | None = None,
 ) -> tuple[list[str], dict[str, list[str]]]:
-    """The kinds ``serve`` would serve with these settings, and their devices' container paths."""
+    """The kinds ``serve --api`` (dra or both) would serve through DRA with these settings, and
+    their devices' container paths."""
+    import dataclasses
+
     from cdi_plugin.deviceplugin import settings
     from cdi_plugin.globs import glob_match
     from cdi_plugin.inventory.selection import KindSelection
@@ -40,7 +47,9 @@ def _served_kinds(
     from cdi_plugin.store.configfile import load_config
 
     section = None if config_file is None else load_config(config_file).get("plugin")
-    config = settings.build(section, str(config_file), spec_dirs=spec_dirs, kinds=kinds)
+    config = settings.build(section, str(config_file), spec_dirs=spec_dirs, kinds=kinds, api=api)
+    if config.api == "device-plugin":
+        config = dataclasses.replace(config, api="dra")
     source = SpecSource(config.spec_dirs)
     source.current()
     dirs = ", ".join(str(d) for d in config.spec_dirs)
@@ -71,6 +80,18 @@ def _served_kinds(
                 f"{PROGRAM}: note: left out kind {kind}: its spec {why} (name it with --kind {kind})",
                 err=True,
             )
+    for kind in served:
+        elsewhere = config.left_out("dra", kind)
+        if elsewhere is not None:
+            click.echo(f"{PROGRAM}: note: left out kind {kind}: {elsewhere}", err=True)
+    through_dra = [kind for kind in served if config.serves("dra", kind)]
+    if not through_dra:
+        fail(
+            PROGRAM,
+            f"no kind of {dirs} is served through DRA with --api {config.api}: "
+            f"name some with plugin.resources.<kind>.api: dra in the configuration",
+        )
+    served = through_dra
     paths: dict[str, list[str]] = {kind: [] for kind in served}
     for d in devices:
         if str(d.kind) in paths:
@@ -108,6 +129,14 @@ def _served_kinds(
     default=None,
     metavar="FILE",
     help="Configuration file whose 'plugin' section sets specDirs and kinds, as for serve.",
+)
+@click.option(
+    "--api",
+    type=click.Choice(("dra", "both")),
+    default=None,
+    help="The --api serve runs with: the kinds are those it serves through DRA, with both only "
+    "those the configuration names (plugin.resources.<kind>.api) [default: the 'plugin' "
+    "section's api if it is both, else dra].",
 )
 @click.option(
     "--driver-name",
@@ -156,6 +185,7 @@ def dra_objects(
     spec_dirs: tuple[Path, ...] | None,
     kinds: tuple[str, ...] | None,
     config_file: Path | None,
+    api: str | None,
     driver_name: str,
     extended_resource: bool,
     namespace: str,
@@ -175,8 +205,9 @@ def dra_objects(
       this driver's devices of that kind;
     * examples (--examples): per kind a ResourceClaimTemplate for one device and a pod using it.
 
-    The kinds are those `cdi-plugin serve` would serve from the spec directories: the kinds
-    cdi-gen wrote, and those named with --kind. Apply the output with kubectl, e.g.
+    The kinds are those `cdi-plugin serve` would serve through DRA from the spec directories: the
+    kinds cdi-gen wrote, and those named with --kind, unless the configuration gives them to the
+    device plugin (with --api both: unless it gives them to DRA). Apply the output with kubectl, e.g.
 
     \b
         cdi-plugin dra-objects | kubectl apply -f -
@@ -200,7 +231,7 @@ def dra_objects(
         if "policy" in chosen:
             out += objects.admission_policy(driver_name, namespace, service_account)
         if chosen & {"classes", "examples"}:
-            served, paths = _served_kinds(spec_dirs, kinds, config_file)
+            served, paths = _served_kinds(spec_dirs, kinds, config_file, api)
             out += _kind_objects(served, paths, driver_name, chosen, extended_resource=extended_resource)
     except CdiPluginError as exc:
         fail(PROGRAM, str(exc))

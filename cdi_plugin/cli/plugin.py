@@ -23,7 +23,7 @@ from cdi_plugin.cli.scanopts import (
     source_option,
     uevent_source_option,
 )
-from cdi_plugin.deviceplugin.settings import APIS, MAX_REPLICAS, STRATEGIES, parse_duration
+from cdi_plugin.deviceplugin.settings import ALLOW_BOTH_FLAG, APIS, MAX_REPLICAS, STRATEGIES, parse_duration
 from cdi_plugin.dra.names import DEFAULT_DRIVER, DEFAULT_PLUGINS_DIR, DEFAULT_REGISTRY_DIR
 
 PROGRAM = "cdi-plugin"
@@ -131,7 +131,7 @@ def main() -> None:
     default=None,
     metavar="FILE",
     help="Configuration file (YAML); its 'plugin' section sets the defaults of these options "
-    "and per-kind replicas.",
+    "and, per kind, replicas and the API serving it.",
 )
 @click.option(
     "--scan",
@@ -156,9 +156,19 @@ def main() -> None:
     "--api",
     type=click.Choice(APIS),
     default=None,
-    help="Which kubelet API serves the devices: the device plugin API, Dynamic Resource Allocation "
-    "(dra), or both at once while a node migrates [default: the 'plugin' section's api, else "
+    help="Which kubelet APIs serve the devices: the device plugin API, Dynamic Resource Allocation "
+    "(dra), or both while a cluster migrates, each kind through the API its plugin.resources entry "
+    "names (api), the device plugin when none does [default: the 'plugin' section's api, else "
     "device-plugin]. See docs/dra.md.",
+)
+@click.option(
+    ALLOW_BOTH_FLAG,
+    "allow_exclusive_kinds_on_both_apis",
+    is_flag=True,
+    default=None,
+    help="Accept plugin.resources api: both for kinds with replicas 1 (as allowExclusiveKindsOnBothApis "
+    "does). RISK: the scheduler counts extended resources and DRA claims apart, so it can give one "
+    "such device (a USB serial adapter) to two pods at once, one through each API [default: refused].",
 )
 @click.option(
     "--driver-name",
@@ -238,11 +248,13 @@ def serve(
     reaches the kubelet within a fraction of a second. The scanner's options (--output-dir,
     --format, --cdi-version-max, --source, --uevent-source, --allow-hooks-and-mounts) need --scan.
 
-    With --api dra or both the same devices are also (or only) served as a DRA driver: published
-    as ResourceSlices of this node through the API server, prepared for the kubelet with their CDI
-    names. It needs the node's name (--node-name, $NODE_NAME) and refuses to start if the API
-    server does not know it; while the API server cannot be reached it retries, and the device
-    plugin side serves meanwhile.
+    With --api dra or both the devices are also (or only) served as a DRA driver: published as
+    ResourceSlices of this node through the API server, prepared for the kubelet with their CDI
+    names. With both, each kind goes to one API: the one its plugin.resources entry names (api),
+    else the device plugin; a kind shared by design (replicas above 1) may be named for both. It
+    needs the node's name (--node-name, $NODE_NAME) and refuses to start if the API server does
+    not know it; while the API server cannot be reached it retries, and the device plugin side
+    serves meanwhile.
     """
     import logging
 
@@ -302,6 +314,7 @@ def serve(
                 allow_hooks_and_mounts=bool(allow_hooks_and_mounts),
                 metrics=None if metrics.registry is None else ScanMetrics(metrics.registry),
                 inventory=plugin.state.inventory,
+                check_plugin=lambda section, source: settings.build(section, source, **flags),
             )
         except CdiPluginError as exc:
             fail(PROGRAM, str(exc))
@@ -309,8 +322,10 @@ def serve(
     if config.api != "device-plugin":
         from cdi_plugin.cli.serve_dra import DraDriver, dra_options
         from cdi_plugin.cli.udev_facts import udev_facts
+        from cdi_plugin.inventory import KindView
 
         plugin.state.inventory.facts = udev_facts()
+        served = KindView(plugin.state.inventory, lambda kind: config.left_out("dra", kind), "DRA driver")
 
         try:
             options = dra_options(
@@ -320,7 +335,7 @@ def serve(
                 kubelet_plugins_dir or DEFAULT_PLUGINS_DIR,
                 kubelet_registry_dir or DEFAULT_REGISTRY_DIR,
             )
-            jobs.append(DraDriver.connect(options, plugin.state.inventory).run)
+            jobs.append(DraDriver.connect(options, served).run)
         except CdiPluginError as exc:
             fail(PROGRAM, str(exc))
     from cdi_plugin.cli.service import run_until_stopped, start_metrics_server

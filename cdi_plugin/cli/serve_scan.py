@@ -14,7 +14,9 @@ worker thread) and stop together on SIGTERM, SIGINT or SIGHUP, or when one of th
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from cdi_plugin.cdi.model import Spec
 from cdi_plugin.deviceplugin.settings import Settings
@@ -39,8 +41,10 @@ def make_watcher(
     allow_hooks_and_mounts: bool = False,
     metrics: ScanMetrics | None = None,
     inventory: SpecInventory | None = None,
+    check_plugin: Callable[[Any, str], object] | None = None,
 ) -> Watcher:
-    """The watcher for ``serve --scan``, handing what it writes to ``inventory``; raises
+    """The watcher for ``serve --scan``, handing what it writes to ``inventory``, refusing an edit
+    of the configuration whose ``plugin`` section ``check_plugin`` refuses; raises
     ``ConfigError`` (a bad configuration, or an output directory the plugin does not read) or
     ``DiscoveryError``."""
     out = Path(os.path.abspath(output_dir if output_dir is not None else settings.spec_dirs[0]))
@@ -67,6 +71,7 @@ def make_watcher(
         source=source or "udev",
         uevent_source=events,
         plugin_section_used=config_file is not None,
+        check_plugin=check_plugin,
     )
     if inventory is None:
         return Watcher(options, metrics=metrics)

@@ -46,6 +46,8 @@ class Daemon:
         plugin API (another consumer of :attr:`state`'s inventory, the DRA driver, serves it)."""
         self.settings = settings
         self.serve_endpoints = endpoints
+        #: Without endpoints this only follows the inventory, and says so as the inventory.
+        self.log = log if endpoints else logging.getLogger("cdi_plugin.inventory")
         self.metrics = metrics if metrics is not None else PluginMetrics(spec_dirs=settings.spec_dirs)
         self.source = SpecSource(settings.spec_dirs)
         self.state = DeviceState(
@@ -61,29 +63,29 @@ class Daemon:
 
     async def run(self, stop: asyncio.Event) -> None:
         s = self.settings
-        log.info(
-            "starting: spec dirs %s, plugin dir %s, kubelet socket %s, kinds %s, replicas %d, "
-            "CDI strategy %s, grace period %gs",
-            ", ".join(str(d) for d in s.spec_dirs),
-            s.plugin_dir,
-            s.kubelet_socket,
-            ", ".join(s.kinds) or "cdi-gen's",
-            s.replicas,
-            s.cdi_strategy,
-            s.grace_period,
-        )
+        dirs, kinds = ", ".join(str(d) for d in s.spec_dirs), ", ".join(s.kinds) or "cdi-gen's"
+        if self.serve_endpoints:
+            log.info(
+                "starting: spec dirs %s, plugin dir %s, kubelet socket %s, kinds %s, replicas %d, "
+                "CDI strategy %s, grace period %gs",
+                dirs, s.plugin_dir, s.kubelet_socket, kinds, s.replicas, s.cdi_strategy, s.grace_period,
+            )  # fmt: skip
+        else:
+            self.log.info("starting: spec dirs %s, kinds %s, grace period %gs", dirs, kinds, s.grace_period)
         async with (
             DirWatch(
                 s.spec_dirs, name="spec dirs", events=FILES, relevant=self.state.inventory.note
             ) as specs,
             DirWatch([], name="device nodes", relevant=self._node_relevant) as nodes,
-            DirWatch({s.plugin_dir, s.kubelet_socket.parent}, name="plugin dir") as plugin_dir,
+            DirWatch(
+                {s.plugin_dir, s.kubelet_socket.parent} if self.serve_endpoints else set(), name="plugin dir"
+            ) as plugin_dir,
         ):
             self._plugin_watch, self._node_watch = plugin_dir, nodes
             self.state.inventory.watch_with(specs)
             self.state.inventory.watch_nodes_with(nodes)
             await self.state.refresh()
-            if not self.state.resources():
+            if self.serve_endpoints and not self.state.resources() and not self.state.inventory.devices():
                 log.info(
                     "nothing to serve yet: no kind written by cdi-gen%s in %s; watching for changes",
                     " or matching --kind" if s.kinds else "",
@@ -100,7 +102,7 @@ class Daemon:
                 )
             finally:
                 await self._close_endpoints(list(self.endpoints))
-        log.info("stopped")
+        self.log.info("stopped")
 
     async def _heartbeat(self) -> None:
         """Tell the liveness probe that this event loop runs."""

@@ -4,7 +4,8 @@
 (:class:`~cdi_plugin.inventory.SpecInventory`): it follows the inventory in step, and after every
 change maps the devices it touched to kubelet resources and device IDs (the catalog's rules,
 :mod:`.resources`, kept device by device in :mod:`.advertised`) and publishes the list of each
-resource that changed on its :class:`Board`, which the ListAndWatch streams follow.
+resource that changed on its :class:`Board`, which the ListAndWatch streams follow; only the kinds
+the settings give the device plugin (:meth:`Settings.serves`), none with ``--api dra``.
 Everything here runs on the event loop thread without awaiting, so a view is always consistent.
 Logs say what is advertised and what changed.
 """
@@ -172,6 +173,9 @@ class DeviceState:
         for kind in sorted(by_kind):
             advertised = self._kinds.get(kind)
             if advertised is None:
+                if not self.settings.serves("device-plugin", kind):
+                    self._left_out(kind)
+                    continue
                 skipped = kind_note(kind)
                 if skipped is not None:
                     self._note([skipped])
@@ -199,6 +203,13 @@ class DeviceState:
                 self._health.pop(kind, None)
         if by_kind:
             self.metrics.set_devices(self._health)
+
+    def _left_out(self, kind: str) -> None:
+        """Log once why a kind is not advertised (another API serves it), when this side runs."""
+        why = self.settings.left_out("device-plugin", kind)
+        if why is not None and f"api:{kind}" not in self._logged_notes:
+            self._logged_notes.add(f"api:{kind}")
+            log.info("not advertising kind %s: %s", kind, why)
 
     def _note(self, notes: Iterable[Note]) -> None:
         for note in notes:

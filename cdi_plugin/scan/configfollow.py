@@ -1,8 +1,9 @@
 """The configuration file of a running watcher: reloaded when it changes, kept when an edit is bad.
 
 An edit is read again only when the file's bytes differ from the last ones read. A valid edit
-replaces the device classes; an invalid one (or a file that cannot be read) is logged in one line
-naming the file, the key and the reason, and the last good classes stay in force.
+replaces the device classes; an invalid one (or a file that cannot be read, or whose ``plugin``
+section the serving process would refuse at its next start) is logged in one line naming the
+file, the key and the reason, and the last good classes stay in force.
 
 Editors replace a file by renaming a new one over it, and Kubernetes ConfigMaps swap a ``..data``
 symlink in the file's directory: so the directory is watched, not the file, and also the
@@ -36,8 +37,12 @@ class ConfigFollower:
         plugin_section_used: bool = False,
         allow_hooks_and_mounts: bool = True,
         on_invalid: Callable[[], None] | None = None,
+        check_plugin: Callable[[Any, str], object] | None = None,
     ) -> None:
+        """``check_plugin(section, source)`` checks the ``plugin`` section of an edit, raising
+        :class:`ConfigError` to refuse the whole edit as a bad one."""
         self.path = path
+        self.check_plugin = check_plugin
         self.allow_hooks_and_mounts = allow_hooks_and_mounts
         #: Called once for each distinct invalid edit (the metrics count them).
         self.on_invalid = on_invalid
@@ -86,6 +91,8 @@ class ConfigFollower:
         self._seen = seen
         try:
             classes, source = classes_of(config, allow_hooks_and_mounts=self.allow_hooks_and_mounts)
+            if self.check_plugin is not None:
+                self.check_plugin(config.contents.get("plugin"), config.source)
         except ConfigError as exc:
             self._invalid(exc)
             return False

@@ -38,7 +38,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from asyncinotify import Mask
 
@@ -110,6 +110,8 @@ class WatchOptions:
     receive_buffer: int | None = RECEIVE_BUFFER_BYTES
     #: The process also serves the device plugin, whose ``plugin`` section is read only at start.
     plugin_section_used: bool = False
+    #: Checks a reloaded ``plugin`` section (and its source); raises ``ConfigError`` to refuse the edit.
+    check_plugin: Callable[[Any, str], object] | None = None
     #: Seconds between full rescans that catch what events missed (None: never).
     resync: float | None = 600.0
 
@@ -137,6 +139,7 @@ class Watcher:
         self.config = ConfigFollower(
             options.scan.config,
             plugin_section_used=options.plugin_section_used,
+            check_plugin=options.check_plugin,
             allow_hooks_and_mounts=options.scan.allow_hooks_and_mounts,
             on_invalid=None if metrics is None else lambda: metrics.record_validation_failure("config"),
         )

@@ -173,6 +173,41 @@ def test_kinds_are_chosen_as_serve_chooses_them(fuse_dir: Path, tmp_path: Path) 
         assert gpu_pod["spec"]["containers"][0]["command"] == ["ls", "-l", "/dev"]
 
 
+def test_only_the_kinds_served_through_dra_get_a_device_class(fuse_dir: Path, tmp_path: Path) -> None:
+    """As serve --api dra (by default) or both (--api, or the file's plugin.api) would serve them."""
+    vendor = tmp_path / "vendor"
+    write_spec(vendor, "vendor.example/gpu", {"card0": "/dev/dri/card0"})
+    config = tmp_path / "config.yaml"
+    plugin_section: dict[str, Any] = {
+        "specDirs": [str(fuse_dir), str(vendor)],
+        "kinds": ["vendor.example/*"],
+        "resources": {FUSE: {"api": "device-plugin"}},
+    }
+    config.write_text(yaml.safe_dump({"plugin": plugin_section}))
+    result = _run("--config", config, "--only", "classes")
+    assert [d["metadata"]["name"] for d in yaml.safe_load_all(result.stdout)] == ["gpu.vendor.example"]
+    assert result.stderr == (
+        f"cdi-plugin: note: left out kind {FUSE}: plugin.resources.{FUSE}.api is device-plugin, "
+        "and the device plugin does not run (--api dra)\n"
+    )
+    # with both sides, the kinds without an api of their own stay with the device plugin
+    result = _run("--config", config, "--only", "classes", "--api", "both")
+    assert result.exit_code == 1
+    assert result.stderr.startswith("cdi-plugin: note: left out kind cdi-plugin.io/fuse: plugin.resources")
+    assert result.stderr.endswith(
+        f"cdi-plugin: error: no kind of {fuse_dir}, {vendor} is served through DRA with --api both: "
+        "name some with plugin.resources.<kind>.api: dra in the configuration\n"
+    )
+    plugin_section.update(api="both", resources={"vendor.example/*": {"api": "dra"}})
+    config.write_text(yaml.safe_dump({"plugin": plugin_section}))
+    result = _run("--config", config, "--only", "classes")
+    assert [d["metadata"]["name"] for d in yaml.safe_load_all(result.stdout)] == ["gpu.vendor.example"]
+    assert result.stderr == (
+        f"cdi-plugin: note: left out kind {FUSE}: no plugin.resources entry names its api, "
+        "so with --api both the device plugin serves it\n"
+    )
+
+
 def test_a_spec_changed_since_cdi_gen_wrote_it_is_left_out(fuse_dir: Path, tmp_path: Path) -> None:
     changed = tmp_path / "cdi"
     shutil.copytree(fuse_dir, changed)

@@ -69,6 +69,10 @@ def test_the_daemonset_command_serves_what_the_example_pod_requests(tmp_path: Pa
     _fuse_fixture(fixture, node)
     config = tmp_path / "config.yaml"
     config.write_text(one(objects, "ConfigMap")["data"]["config.yaml"])
+    if dra:  # fuse given to DRA too, as a shared kind, as docs/dra.md's first claim does
+        contents = yaml.safe_load(config.read_text())
+        contents["plugin"]["resources"] = {"cdi-plugin.io/fuse": {"api": "both", "replicas": 8}}
+        config.write_text(yaml.safe_dump(contents))
 
     (container,) = one(objects, "DaemonSet")["spec"]["template"]["spec"]["containers"]
     args = list(container["args"])

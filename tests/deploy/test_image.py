@@ -236,6 +236,11 @@ def test_the_daemonsets_command_in_the_image_registers_with_the_kubelet(
     image: PodmanEnv, node: tuple[dict[str, Any], dict[str, Path]]
 ) -> None:
     pod, sources = node
+    # --api=both gives DRA only the kinds the configuration names: fuse, both ways, for this test
+    config = sources["config"] / "config.yaml"
+    contents = yaml.safe_load(config.read_text())
+    contents["plugin"].update(resources={RESOURCE: {"api": "both"}}, allowExclusiveKindsOnBothApis=True)
+    config.write_text(yaml.safe_dump(contents))
     with running(FakeApiServer()) as api:  # on the host's network, as the container
         lines = run(_serve(image, pod, sources, api), timeout=180)
     messages = [json.loads(line)["msg"] for line in lines]  # --log-format json, as the DaemonSet asks

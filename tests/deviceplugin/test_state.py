@@ -136,3 +136,36 @@ def test_a_foreign_edit_of_a_cdi_gen_file_lets_its_kind_go_at_once(tmp_path: Pat
     state.expire()
     assert state.board(KIND) is None
     assert state.resources() == []
+
+
+def test_only_the_kinds_given_to_the_device_plugin_are_advertised(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, "cdi_plugin.deviceplugin")
+    layout = Layout.under(tmp_path)
+    a, t = make_node(layout.dev / "a"), make_node(layout.dev / "ttyUSB0")
+    write_spec(layout.etc, spec_of(KIND, {"a": [a]}))
+    write_spec(layout.etc, spec_of("cdi-plugin.io/tty", {"ttyUSB0": [t]}))
+    state = _state(layout, Clock(), api="both", per_kind_api=(("cdi-plugin.io/tty", "dra"),))
+    state.sync()
+    assert state.resources() == [KIND]
+    assert "cdi-plugin.io/tty=ttyUSB0" in state.inventory.devices()  # still followed, for DRA
+    write_spec(layout.etc, spec_of("cdi-plugin.io/tty", {"ttyUSB0": [t], "ttyUSB1": [t]}))
+    state.sync()
+    assert state.resources() == [KIND]
+    assert [m for m in caplog.messages if "cdi-plugin.io/tty" in m] == [
+        "not advertising kind cdi-plugin.io/tty: plugin.resources.cdi-plugin.io/tty.api is dra"
+    ]
+
+
+def test_with_dra_alone_nothing_is_advertised_or_logged_of_the_device_plugin(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, "cdi_plugin.deviceplugin")
+    layout = Layout.under(tmp_path)
+    write_spec(layout.etc, spec_of(KIND, {"a": [make_node(layout.dev / "a")]}))
+    state = _state(layout, Clock(), api="dra")
+    state.sync()
+    assert list(state.inventory.devices()) == [f"{KIND}=a"]
+    assert state.resources() == []
+    assert caplog.messages == []

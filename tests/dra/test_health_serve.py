@@ -50,10 +50,14 @@ def test_a_vanished_host_node_turns_the_device_unhealthy_in_the_health_streams_w
     claim = api.Claim("default", "fuse-claim", "uid-1")
     dra_node.api.add_claim(claim_obj(claim, ("fuse", NODE, "fuse-fuse")))
     figures: dict[str, list[float]] = {UNHEALTHY: [], HEALTHY: []}
+    config = dra_node.config.with_name("config.yaml")  # fuse through both APIs (its replicas is 1)
+    config.write_text(
+        f'plugin: {{resources: {{"{FUSE}": {{api: both}}}}, allowExclusiveKindsOnBothApis: true}}\n'
+    )
 
     async def scenario() -> None:
         async with DevicePluginKubelet(dra_node.device_plugins) as dp_kubelet:
-            serve = await Serve.start(dra_node.args("both"))
+            serve = await Serve.start(dra_node.args("both", "--config", str(config)))
             try:
                 kubelet = await register(dra_node, serve)
                 # a 1.37 kubelet's stream (v1) and a 1.36 kubelet's (v1alpha1), open at once

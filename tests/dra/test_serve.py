@@ -26,6 +26,13 @@ FUSE = "cdi-plugin.io/fuse"
 CLAIM = api.Claim("default", "fuse-claim", "uid-1")
 
 
+def _both_ways(node: DraNode) -> list[str]:
+    """Options serving fuse through both APIs at once (its replicas is 1: it needs the option)."""
+    path = node.config.with_name("config.yaml")
+    path.write_text(f'plugin: {{resources: {{"{FUSE}": {{api: both}}}}}}\n')
+    return ["--config", str(path), "--allow-exclusive-kinds-on-both-apis"]
+
+
 def _fuse_node(node: DraNode) -> None:
     make_node(node.dev / "fuse")
     write_spec(node.specs, FUSE, {"fuse": str(node.dev / "fuse")})
@@ -105,7 +112,9 @@ def test_an_api_server_down_at_start_is_waited_for_while_the_device_plugin_serve
 
     async def scenario() -> None:
         async with DevicePluginKubelet(dra_node.device_plugins) as dp_kubelet:
-            serve = await Serve.start(dra_node.args("both", url=f"http://127.0.0.1:{port}"))
+            serve = await Serve.start(
+                dra_node.args("both", *_both_ways(dra_node), url=f"http://127.0.0.1:{port}")
+            )
             try:
                 client = await dp_kubelet.wait_registered(FUSE, timeout=20)
                 await client.wait_until(lambda d: "fuse" in d)
@@ -145,7 +154,7 @@ def test_both_apis_serve_the_same_inventory(dra_node: DraNode) -> None:
 
     async def scenario() -> None:
         async with DevicePluginKubelet(dra_node.device_plugins) as dp_kubelet:
-            serve = await Serve.start(dra_node.args("both"))
+            serve = await Serve.start(dra_node.args("both", *_both_ways(dra_node)))
             try:
                 kubelet = await register(dra_node, serve)
                 client = await dp_kubelet.wait_registered(FUSE, timeout=20)

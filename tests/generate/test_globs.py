@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cdi_plugin.globs import glob_match, match_any, path_glob_match
+from cdi_plugin.globs import glob_match, is_glob, match_any, may_overlap, path_glob_match
 
 
 @pytest.mark.parametrize(
@@ -79,3 +79,34 @@ def test_any_pattern_compiles_without_error_or_warning(pattern: str, value: str)
     glob_match(pattern, value)
     path_glob_match(pattern, value)
     assert glob_match(pattern.replace("[", "[[]").replace("*", "[*]").replace("?", "[?]"), pattern)
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "expected"),
+    [
+        ("a/*", "b/*", False),  # the fixed heads disagree
+        ("*/fuse", "*/tun", False),  # the fixed tails disagree
+        ("vendor/usb*", "vendor/*", True),
+        ("a/b", "a/b", True),
+        ("a/b", "a/c", False),
+        ("v/[ab]x", "v/cx", True),  # a set is not looked into: it may match
+        ("v/x[", "v/x[", True),  # an unclosed '[' is a literal
+        ("*", "a/b", True),
+    ],
+)
+def test_may_overlap(a: str, b: str, expected: bool) -> None:
+    assert may_overlap(a, b) is expected
+    assert may_overlap(b, a) is expected
+
+
+def test_is_glob() -> None:
+    assert [is_glob(p) for p in ("a/b", "a/*", "a/b?", "a/[b]")] == [False, True, True, True]
+
+
+_GLOB_TEXT = st.text(alphabet="ab/*?[]!", max_size=8)
+
+
+@given(a=_GLOB_TEXT, b=_GLOB_TEXT, value=st.text(alphabet="ab/[]!", max_size=8))
+def test_patterns_that_share_a_value_may_overlap(a: str, b: str, value: str) -> None:
+    if glob_match(a, value) and glob_match(b, value):
+        assert may_overlap(a, b)

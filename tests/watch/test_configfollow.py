@@ -144,3 +144,27 @@ def test_an_edit_adding_a_hook_is_refused_live_and_the_last_good_classes_stay(
     (error,) = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
     assert "classes[0].edits.hooks: hooks and mounts run as root" in error
     assert error.endswith("; keeping the last good configuration")
+
+
+def test_an_edit_naming_an_exclusive_kind_for_both_apis_is_refused_and_the_last_good_one_stays(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from cdi_plugin.deviceplugin.settings import build
+
+    config = tmp_path / "config.yaml"
+    config.write_text(FUSE + 'plugin: {resources: {"cdi-plugin.io/fuse": {api: dra}}}\n')
+    follower = ConfigFollower(config, plugin_section_used=True, check_plugin=build)
+    follower.load()
+    good = follower.classes
+    replace_file(config, FUSE + TUN + 'plugin: {resources: {"cdi-plugin.io/fuse": {api: both}}}\n')
+    assert not follower.reload()
+    assert follower.classes is good  # the whole edit is refused, its new class too
+    (error,) = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+    assert error.startswith(
+        f"{config}: plugin.resources.cdi-plugin.io/fuse.api: both, but kind cdi-plugin.io/fuse is exclusive"
+    )
+    assert error.endswith("; keeping the last good configuration")
+    shared = 'plugin: {resources: {"cdi-plugin.io/fuse": {api: both, replicas: 4}}}\n'
+    replace_file(config, FUSE + TUN + shared)
+    assert follower.reload(), "a shared kind may be served both ways"
+    assert kinds(follower) == ["cdi-plugin.io/fuse", "cdi-plugin.io/tun"]
