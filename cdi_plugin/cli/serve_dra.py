@@ -7,9 +7,11 @@ device nodes, grace period), so both APIs always see the same devices. Its life 
    anything starts (a one-line error otherwise);
 2. the API server is asked for the node, again with backoff while it cannot be reached or fails
    (the device plugin side serves meanwhile); a node it does not know stops the process;
-3. the DRA socket, then the registration socket the kubelet's plugin watcher finds; the kubelet's
-   two directories are watched, and a socket removed (a kubelet restart that wiped them) is bound
-   again, so the plugin watcher registers the driver anew;
+3. the prepared claims are read (a file that cannot be used is reported, and Prepare refused
+   until it is repaired or moved away); the DRA socket, then the registration socket the kubelet's
+   plugin watcher finds; the kubelet's two directories are watched, and a socket removed (a
+   kubelet restart that wiped them) is bound again, so the plugin watcher registers the driver
+   anew, and the prepared claims are written again when their file went;
 4. the node's ResourceSlices follow the inventory, and are published again whenever the kubelet
    registers the driver (a starting kubelet deletes its node's slices) and every 30 s;
 5. the claims allocated on the node's pool are kept by a watch, so NodePrepareResources reads
@@ -32,8 +34,9 @@ from cdi_plugin.aio.run import run_until
 from cdi_plugin.dra.claims import ClaimCache
 from cdi_plugin.dra.inventory import Inventory
 from cdi_plugin.dra.kube import ApiServerError, KubeApi
-from cdi_plugin.dra.kubelet import DraService, KubeletPlugin, Paths, PreparedClaims, SocketInUseError
+from cdi_plugin.dra.kubelet import DraService, KubeletPlugin, Paths, SocketInUseError
 from cdi_plugin.dra.names import DraConfigError, check_driver_name, check_node_name
+from cdi_plugin.dra.prepared import PreparedClaims, StateWriteError
 from cdi_plugin.dra.publisher import RETRY, SlicePublisher
 
 log = logging.getLogger(__name__)
@@ -114,12 +117,12 @@ class DraDriver:
         service = DraService(o.driver, o.node, self.inventory, self.kube, prepared, cache=cache)
         plugin = KubeletPlugin(o.paths, service, on_registered=self.publisher.wake)
         await self.inventory.settled()  # the first reading of the spec directories, not an empty pool
-        sockets = {o.paths.dra_socket, o.paths.registration_socket}
+        kept = {o.paths.dra_socket, o.paths.registration_socket, o.paths.state_file}
         async with (
             DirWatch(
                 [o.paths.registry_dir, o.paths.plugin_dir],
                 name="kubelet plugin dirs",
-                relevant=lambda directory, name: directory / name in sockets,  # not the state file
+                relevant=lambda directory, name: directory / name in kept,
             ) as watch,
             plugin,
         ):
@@ -146,13 +149,17 @@ class DraDriver:
 
 
 async def _keep_bound(plugin: KubeletPlugin, watch: DirWatch) -> None:
-    """Bind the sockets again whenever one is gone (checked after every event in their directories)."""
+    """Bind the sockets again whenever one is gone, and write the prepared claims again when their
+    file is (checked after every event in their directories)."""
     seen = watch.pulse.count
     while True:
         try:
             await plugin.recover()
-        except (OSError, SocketInUseError) as exc:
-            log.error("cannot serve the DRA sockets again: %s; trying again", exc)
+        except (OSError, SocketInUseError, StateWriteError) as exc:
+            what = (
+                "write the prepared claims" if isinstance(exc, StateWriteError) else "serve the DRA sockets"
+            )
+            log.error("cannot %s again: %s; trying again", what, exc)
             await watch.pulse.wait_after(seen, REBIND_RETRY)
             seen = watch.pulse.count
             continue

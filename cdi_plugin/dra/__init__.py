@@ -5,8 +5,9 @@ names: driver, node and device names; inventory: what the driver needs from the 
 slices: the node's pool as ResourceSlices; prepare: a claim's allocation to CDI names;
 health: the devices' health as the kubelet is told it; objects: DeviceClass and RBAC; api: the
 generated gRPC code; kubelet: registration and DRA sockets; health_service: the kubelet's
-device health streams; kube: the API server; publisher: slices following the inventory; claims:
-the claims allocated here, kept by a watch for Prepare.
+device health streams; preparedstate and prepared: the prepared claims, as a document and on
+disk; kube: the API server; publisher: slices following the inventory; claims: the claims
+allocated here, kept by a watch for Prepare.
 
 Public names, each imported from its module on first use (gRPC only with the kubelet side, the
 Kubernetes client only with the API server side):

@@ -12,21 +12,18 @@ on stop the registration socket goes first. A stale socket is removed before lis
 Prepare takes every claim from a :class:`ClaimLookup` (the claims a watch keeps), else reads it
 through a :class:`ClaimReader` (outside the lock), then, one call at a time, answers each claim
 with its devices' CDI names or a one-line error. Prepared claims are kept in
-``<plugins>/<driver>/prepared.json``: a device prepared for one claim is refused to another
-until Unprepare, which only names the claim, releases it, also after the driver restarted (the
-kubelet does not prepare its claims again then). A prepare's write of the file happens after
-the reply (a few ms later, by a thread writing the snapshots in order): losing it to a crash only
-loses that check for the claim, while an unprepare's write is done before the reply (a lost one
-would refuse the device later). The answer itself needs no state: it follows from the claim.
+``<plugins>/<driver>/prepared.json`` (:mod:`cdi_plugin.dra.prepared`): a device prepared for one
+claim is refused to another until Unprepare, which only names the claim, releases it, also after
+the driver restarted (the kubelet does not prepare its claims again then). Each call's changes
+are written (and fsynced) before it is answered: a claim whose record cannot be written is not
+prepared (or stays prepared), with an error naming the file, and the kubelet calls again.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections.abc import Callable, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -39,14 +36,12 @@ from cdi_plugin.dra.health_service import HealthService
 from cdi_plugin.dra.inventory import Inventory, ServedDevice
 from cdi_plugin.dra.names import DEFAULT_PLUGINS_DIR, DEFAULT_REGISTRY_DIR
 from cdi_plugin.dra.prepare import by_device_name, prepare_claim
+from cdi_plugin.dra.prepared import PreparedClaims, StateWriteError
+from cdi_plugin.dra.preparedstate import claim_problem
 from cdi_plugin.errors import CdiPluginError
-from cdi_plugin.store.atomic import write_atomic
+from cdi_plugin.wording import plural
 
 log = logging.getLogger(__name__)
-
-
-#: How long after a prepare the state file is written (after the reply; a burst is one write).
-WRITE_DELAY = 0.005
 
 
 class ClaimReadError(CdiPluginError):
@@ -89,103 +84,6 @@ class Paths:
 
 
 Result = tuple[api.PreparedDevice, ...] | str
-
-
-class PreparedClaims:
-    """The prepared claims by UID, on disk so they outlive a restart of either side."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self._claims: dict[str, tuple[api.PreparedDevice, ...]] = {}
-        self._writer = ThreadPoolExecutor(1, thread_name_prefix="prepared-claims")
-        self._written: Future[None] | None = None
-        self._timer: asyncio.TimerHandle | None = None
-        try:
-            raw = json.loads(path.read_bytes())
-            self._claims = {
-                str(uid): tuple(
-                    api.PreparedDevice(
-                        tuple(d["request_names"]),
-                        d["pool_name"],
-                        d["device_name"],
-                        tuple(d["cdi_device_ids"]),
-                        bool(d.get("admin_access")),
-                    )
-                    for d in devices
-                )
-                for uid, devices in raw.items()
-            }
-        except FileNotFoundError:
-            pass
-        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
-            log.warning(
-                "%s: unreadable (%s: %s); starting with no prepared claims", path, type(exc).__name__, exc
-            )
-        self._holders = self._index()
-
-    def get(self, uid: str) -> tuple[api.PreparedDevice, ...] | None:
-        return self._claims.get(uid)
-
-    def _index(self) -> dict[tuple[str, str], str]:
-        return {
-            (d.pool_name, d.device_name): uid
-            for uid, devices in self._claims.items()
-            for d in devices
-            if not d.admin_access
-        }
-
-    def in_use(self) -> Mapping[tuple[str, str], str]:
-        """(pool, device) to the claim UID it is prepared for, without admin access."""
-        return self._holders
-
-    def put(self, uid: str, devices: tuple[api.PreparedDevice, ...]) -> None:
-        """Keep a prepared claim; written to the file soon after (:meth:`flush` waits for it)."""
-        self._claims[uid] = devices
-        self._holders.update({(d.pool_name, d.device_name): uid for d in devices if not d.admin_access})
-        if self._timer is None:  # else the write already waiting takes this change too
-            try:
-                self._timer = asyncio.get_running_loop().call_later(WRITE_DELAY, self._save)
-            except RuntimeError:  # no event loop: at once
-                self._save()
-
-    async def drop(self, uid: str) -> None:
-        """Forget a claim; returns once the file no longer holds it."""
-        if self._claims.pop(uid, None) is not None:
-            self._holders = self._index()
-            await asyncio.wrap_future(self._save())
-
-    def flush(self) -> None:
-        """Wait until the file holds every change so far."""
-        if self._timer is not None:
-            self._save()
-        if self._written is not None:
-            self._written.result()
-
-    def _save(self) -> Future[None]:
-        """Have the writer's thread write the claims as they are now (after the writes before)."""
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        self._written = self._writer.submit(self._write, dict(self._claims))
-        return self._written
-
-    def _write(self, claims: Mapping[str, tuple[api.PreparedDevice, ...]]) -> None:
-        data = {uid: [_as_json(d) for d in devices] for uid, devices in sorted(claims.items())}
-        try:
-            # Not fsynced: after a power loss the kubelet prepares every claim again.
-            write_atomic(self.path, json.dumps(data, indent=1).encode(), mode=0o600, durable=False)
-        except OSError as exc:
-            log.error("%s: cannot write the prepared claims: %s", self.path, exc)
-
-
-def _as_json(d: api.PreparedDevice) -> dict[str, Any]:
-    return {
-        "request_names": list(d.request_names),
-        "pool_name": d.pool_name,
-        "device_name": d.device_name,
-        "cdi_device_ids": list(d.cdi_device_ids),
-        "admin_access": d.admin_access,
-    }
 
 
 class DraService:
@@ -240,14 +138,20 @@ class DraService:
         await self.inventory.settled()
         out: dict[str, Result] = {}
         async with self._lock:
+            unusable = self.prepared.unusable()
             served = self._by_name()
+            state = self.prepared.state
+            added: dict[str, tuple[api.PreparedDevice, ...]] = {}
             for ref in refs:
+                where = f"claim {ref.namespace}/{ref.name}"
                 obj = found.get(ref.uid)
-                done = self.prepared.get(ref.uid)
-                if done is not None:
+                done = state.claims.get(ref.uid)
+                if unusable is not None:
+                    out[ref.uid] = f"{where}: {unusable}"
+                elif done is not None:
                     out[ref.uid] = done
                 elif isinstance(obj, ClaimReadError):
-                    out[ref.uid] = f"claim {ref.namespace}/{ref.name}: cannot read it: {obj}"
+                    out[ref.uid] = f"{where}: cannot read it: {obj}"
                 else:
                     result = prepare_claim(
                         ref,
@@ -255,21 +159,46 @@ class DraService:
                         driver=self.driver,
                         pool=self.pool,
                         served=served,
-                        in_use=self.prepared.in_use(),
+                        in_use=state.holders,
                         problem=self.inventory.problem,
                     )
+                    why = None if isinstance(result, str) else claim_problem(ref.uid, result)
+                    if why is not None:
+                        result = f"{where}: cannot be recorded as prepared: {why}"
                     if isinstance(result, str):
                         log.warning("prepare failed: %s", result)
                     else:
-                        self.prepared.put(ref.uid, result)
-                        log.debug("prepared claim %s/%s (%s)", ref.namespace, ref.name, ref.uid)
+                        added[ref.uid] = result
+                        state = state.with_claims({ref.uid: result})
                     out[ref.uid] = result
+            if added:
+                try:
+                    await self.prepared.put(added)
+                except StateWriteError as exc:
+                    log.error("prepare failed: cannot record %s: %s", plural(len(added), "claim"), exc)
+                    for ref in refs:
+                        if ref.uid in added:
+                            out[ref.uid] = f"claim {ref.namespace}/{ref.name}: not prepared: {exc}"
+                else:
+                    log.debug("prepared claims %s", ", ".join(added))
         return out
 
     async def unprepare(self, refs: list[api.Claim]) -> dict[str, str]:
         async with self._lock:
-            for ref in refs:
-                await self.prepared.drop(ref.uid)
+            unusable = self.prepared.unusable()
+            if unusable is not None:
+                return {ref.uid: f"claim {ref.namespace}/{ref.name}: {unusable}" for ref in refs}
+            try:
+                await self.prepared.drop(ref.uid for ref in refs)
+            except StateWriteError as exc:
+                log.error("unprepare failed: cannot record the release: %s", exc)
+                kept = self.prepared.state.claims
+                return {
+                    ref.uid: f"claim {ref.namespace}/{ref.name}: still prepared: {exc}"
+                    if ref.uid in kept
+                    else ""
+                    for ref in refs
+                }
         return {ref.uid: "" for ref in refs}
 
     async def NodePrepareResources(self, request: Any, context: Any) -> Any:
@@ -343,7 +272,7 @@ class KubeletPlugin:
     A socket another process serves is never replaced (SocketInUseError), and on stop a socket is
     removed only while it is the one this plugin bound. When a socket disappears (a kubelet
     restart that wiped its directories), :meth:`recover` starts both again, and the kubelet's
-    plugin watcher registers the driver anew.
+    plugin watcher registers the driver anew; the prepared claims are written again too.
     """
 
     def __init__(
@@ -387,16 +316,19 @@ class KubeletPlugin:
             await server.stop(grace)
             if bound is not None and _identity(path) == bound:
                 path.unlink(missing_ok=True)
-        self.service.prepared.flush()
 
     async def recover(self) -> bool:
-        """Start again when a socket is gone or replaced, or a start failed; True when it did."""
-        if len(self._servers) == 2 and all(_identity(path) == inode for path, _, inode in self._servers):
-            return False
-        log.warning("a DRA plugin socket of %s disappeared; serving and registering again", self.paths.driver)
-        await self.stop()
-        await self.start()
-        return True
+        """Start again when a socket is gone or replaced, or a start failed; True when it did.
+        Then write the prepared claims again if their file is gone (StateWriteError if it fails)."""
+        intact = len(self._servers) == 2 and all(_identity(p) == inode for p, _, inode in self._servers)
+        if not intact:
+            log.warning(
+                "a DRA plugin socket of %s disappeared; serving and registering again", self.paths.driver
+            )
+            await self.stop()
+            await self.start()
+        await self.service.prepared.restore()
+        return not intact
 
     async def __aenter__(self) -> KubeletPlugin:
         await self.start()

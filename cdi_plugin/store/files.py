@@ -101,25 +101,21 @@ def read_file(path: Path, max_bytes: int, what: str, *, follow_links: bool = Tru
 
     It must be a regular file of at most ``max_bytes`` (checked on the open descriptor, so a file
     swapped in between check and read is seen); opening never blocks (a FIFO does not wait for a
-    writer) and, without ``follow_links``, a symbolic link is refused. Every failure is a one-line
+    writer) and, without ``follow_links``, a symbolic link is refused and nothing but a regular
+    file is opened (opening a device can act on it). Every failure is a one-line
     :class:`SpecLoadError` naming the file and calling it ``what`` where needed.
     """
     source = str(path)
     flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow_links else os.O_NOFOLLOW)
     try:
+        if not follow_links:
+            _check_regular(os.lstat(path).st_mode, source, what)
         fd = os.open(path, flags)
     except OSError as exc:
-        if exc.errno == errno.ELOOP and not follow_links:
-            raise SpecLoadError(
-                source, "", "not-a-file", "is a symbolic link, which is not followed"
-            ) from None
         raise SpecLoadError(source, "", *_os_reason(exc)) from None
     try:
         info = os.fstat(fd)
-        if stat.S_ISDIR(info.st_mode):
-            raise SpecLoadError(source, "", "not-a-file", f"is a directory, not a {what}")
-        if not stat.S_ISREG(info.st_mode):
-            raise SpecLoadError(source, "", "not-a-file", "is not a regular file")
+        _check_regular(info.st_mode, source, what)
         data = b""
         if info.st_size <= max_bytes:
             with os.fdopen(fd, "rb", closefd=False) as fh:
@@ -133,6 +129,15 @@ def read_file(path: Path, max_bytes: int, what: str, *, follow_links: bool = Tru
             source, "", "too-large", f"the file is larger than {_size(max_bytes)}, too large for a {what}"
         )
     return data
+
+
+def _check_regular(mode: int, source: str, what: str) -> None:
+    if stat.S_ISLNK(mode):
+        raise SpecLoadError(source, "", "not-a-file", "is a symbolic link, which is not followed")
+    if stat.S_ISDIR(mode):
+        raise SpecLoadError(source, "", "not-a-file", f"is a directory, not a {what}")
+    if not stat.S_ISREG(mode):
+        raise SpecLoadError(source, "", "not-a-file", "is not a regular file")
 
 
 def read_spec_bytes(path: Path, max_bytes: int = MAX_SPEC_BYTES) -> bytes:

@@ -28,6 +28,9 @@ from cdi_plugin.dra.health import HEALTHY, MESSAGE_MAX, UNHEALTHY, DeviceHealth
 
 KNOWN_VERSIONS = (api.V1, api.V1BETA1)
 KNOWN_HEALTH = (api.HEALTH_V1, api.HEALTH_V1ALPHA1)
+#: Each channel connects on its own, as the kubelet's do: gRPC's process-wide pool would hand a new
+#: channel a connection still backing off after the driver's previous instance went away.
+OPTIONS = [("grpc.use_local_subchannel_pool", 1)]
 
 
 class RegistrationRefused(Exception):
@@ -52,7 +55,7 @@ class FakeKubelet:
 
     async def register(self, socket: Path, driver: str) -> None:
         """GetInfo, check, then NotifyRegistrationStatus; RegistrationRefused when refused."""
-        async with grpc.aio.insecure_channel(f"unix://{socket}") as channel:
+        async with grpc.aio.insecure_channel(f"unix://{socket}", options=OPTIONS) as channel:
             stub = api.RegistrationStub(channel)
             info = await stub.GetInfo(api.InfoRequest(), timeout=1)
             self.infos.append(info)
@@ -76,7 +79,7 @@ class FakeKubelet:
 
     async def _call(self, method: str, claims: list[api.Claim]) -> object:
         build = api.prepare_request if method == "NodePrepareResources" else api.unprepare_request
-        async with grpc.aio.insecure_channel(f"unix://{self.endpoint}") as channel:
+        async with grpc.aio.insecure_channel(f"unix://{self.endpoint}", options=OPTIONS) as channel:
             stub = api.dra_stub(self.version, channel)
             response = await getattr(stub, method)(build(self.version, claims), timeout=45)
         assert set(response.claims) == {c.uid for c in claims}, "every claim UID answered, no other"

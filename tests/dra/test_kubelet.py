@@ -13,14 +13,8 @@ import pytest
 import pytest_asyncio
 
 from cdi_plugin.dra import api
-from cdi_plugin.dra.kubelet import (
-    ClaimReadError,
-    DraService,
-    KubeletPlugin,
-    Paths,
-    PreparedClaims,
-    SocketInUseError,
-)
+from cdi_plugin.dra.kubelet import ClaimReadError, DraService, KubeletPlugin, Paths, SocketInUseError
+from cdi_plugin.dra.prepared import PreparedClaims
 from cdi_plugin.inventory import SpecInventory
 from tests.deviceplugin.helpers import make_node
 from tests.dra.conftest import DRIVER, NODE, write_spec
@@ -235,14 +229,14 @@ async def test_prepare_is_idempotent_across_restarts_and_unprepare_releases(
         await kubelet.register(kubelet.sockets()[0], DRIVER)
         assert await kubelet.prepare(ref) == first
         assert claims.reads == reads
-        assert json.loads(paths.state_file.read_text())["uid-1"][0]["cdi_device_ids"] == [
+        assert json.loads(paths.state_file.read_text())["claims"]["uid-1"][0]["cdi_device_ids"] == [
             "cdi-plugin.io/gpu=card1"
         ]
         assert await kubelet.unprepare(ref, api.Claim("ns", "never", "uid-never")) == {
             "uid-1": "",
             "uid-never": "",
         }
-        assert json.loads(paths.state_file.read_text()) == {}
+        assert json.loads(paths.state_file.read_text()) == {"version": 1, "claims": {}}
         assert (await kubelet.prepare(ref))[
             "uid-1"
         ] == "claim ns/c: not found in the API server (deleted after allocation?)"
@@ -316,21 +310,5 @@ async def test_a_device_prepared_for_one_claim_is_refused_to_another_unless_admi
         "gpu-card1",
         "gpu-card0",
     ]
-    plugin.service.prepared.flush()  # a prepare's write goes beside its reply
-    state = json.loads(paths.state_file.read_text())
+    state = json.loads(paths.state_file.read_text())["claims"]  # written before the reply
     assert [d["admin_access"] for d in state["uid-admin"]] == [True]
-
-
-@pytest.mark.parametrize("content", ["{not json", '{"uid-1": [{"pool_name": "x"}]}', "[1, 2]"])
-async def test_an_unreadable_state_file_is_reported_and_replaced(
-    tmp_path: Path, content: str, caplog: pytest.LogCaptureFixture
-) -> None:
-    path = tmp_path / "prepared.json"
-    path.write_text(content)
-    with caplog.at_level(logging.WARNING):
-        state = PreparedClaims(path)
-    assert f"{path}: unreadable (" in caplog.text
-    assert state.get("uid-1") is None
-    state.put("uid-2", ())
-    state.flush()
-    assert json.loads(path.read_text()) == {"uid-2": []}

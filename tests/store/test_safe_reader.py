@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 from pathlib import Path
 
 import pytest
@@ -128,3 +129,29 @@ def test_the_reader_refuses_a_file_larger_than_asked_before_reading_it(tmp_path:
     with pytest.raises(SpecLoadError, match="larger than"):
         files.read_file(path, 99, "spec file")
     assert files.read_file(path, 100, "spec file") == b"x" * 100
+
+
+@pytest.mark.parametrize("how", ["fifo", "dev-zero-node"])
+def test_without_following_links_only_a_regular_file_is_opened(tmp_path: Path, how: str) -> None:
+    """Opening a device can act on it: it is refused from its lstat, which inotify's IN_OPEN shows."""
+    from asyncinotify import Inotify, Mask
+
+    path = tmp_path / "state"
+    if how == "fifo":
+        os.mkfifo(path)
+    else:
+        os.mknod(path, 0o600 | stat.S_IFCHR, os.makedev(1, 5))
+    sentinel = tmp_path / "sentinel"
+    sentinel.write_text("")
+    with Inotify() as inotify:
+        inotify.sync_timeout = 30
+        inotify.add_watch(tmp_path, Mask.OPEN)
+        with pytest.raises(SpecLoadError, match="state: is not a regular file"):
+            files.read_file(path, 1024, "state file", follow_links=False)
+        sentinel.read_text()  # its IN_OPEN comes after any the read caused
+        opened = []
+        while not opened or opened[-1] != "sentinel":
+            event = inotify.sync_get()
+            assert event is not None, opened
+            opened.append(str(event.name))
+    assert opened == ["sentinel"]

@@ -1,0 +1,144 @@
+"""The prepared claims on disk, ``<plugins>/<driver>/prepared.json``, so that a restart of the
+driver or of the kubelet loses none (the document: :mod:`cdi_plugin.dra.preparedstate`).
+
+* A change is durable before it is answered: the new document replaces the file atomically, the
+  file and its directory fsynced, once per call whatever the number of claims it changes; only
+  then does memory change. A write that fails leaves both as they were (:class:`StateWriteError`).
+  A caller cancelled meanwhile does not stop the write half-way: memory still follows the file.
+* The file is read with the project's bounded reader: a regular file (no symbolic link, FIFO or
+  device) of at most :data:`MAX_STATE_BYTES`, never blocking, then checked field by field. A file
+  that cannot be used is never overwritten: :attr:`PreparedClaims.problem` says why, and nothing
+  is prepared or released until it is repaired or moved away (it is read again at each call).
+* :meth:`PreparedClaims.restore` writes the claims again when the file is gone (the kubelet wiped
+  its directory).
+* :meth:`PreparedClaims.reload` reads the file again only when it changed since this process last
+  read or wrote it (else one ``lstat``): a process sharing the file reloads before each change.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+
+from cdi_plugin.dra.preparedstate import Devices, PreparedState, PreparedStateError, decode, encode
+from cdi_plugin.errors import CdiPluginError, SpecLoadError, SpecWriteError
+from cdi_plugin.store.atomic import write_atomic
+from cdi_plugin.store.files import read_file
+from cdi_plugin.wording import plural
+
+log = logging.getLogger(__name__)
+
+#: About 20,000 prepared claims; a node prepares a few per pod.
+MAX_STATE_BYTES = 4 * 1024 * 1024
+UNTIL_REPAIRED = "nothing is prepared or released until it is repaired or moved away"
+
+_Identity = tuple[int, int, int, int]
+
+
+class StateWriteError(CdiPluginError):
+    """The prepared claims could not be written; the file and memory are as they were."""
+
+
+def _identity(st: os.stat_result) -> _Identity:
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
+
+
+class PreparedClaims:
+    """The prepared claims by UID (:attr:`state`), read at start and written before each answer."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.state = PreparedState()
+        #: Why the file cannot be used (one line naming it), or None.
+        self.problem: str | None = None
+        self._seen: _Identity | None = None
+        self._lock = asyncio.Lock()
+        if not self.reload():
+            log.error("%s; %s", self.problem, UNTIL_REPAIRED)
+
+    def reload(self) -> bool:
+        """Read the file if it changed since it was last read or written here; False (and
+        :attr:`problem` set) when it cannot be used. A missing file changes nothing: it is empty at
+        start, and wiped with its directory later (:meth:`restore` writes it again)."""
+        try:
+            seen = _identity(os.lstat(self.path))
+        except FileNotFoundError:
+            self.problem = None
+            return True
+        except OSError as exc:
+            self.problem = f"{self.path}: {exc.strerror or exc}"
+            return False
+        if self.problem is None and seen == self._seen:
+            return True
+        try:
+            data = read_file(self.path, MAX_STATE_BYTES, "prepared-claims file", follow_links=False)
+            self.state = decode(data, str(self.path))
+        except (SpecLoadError, PreparedStateError) as exc:
+            self.problem = str(exc)
+            return False
+        self.problem, self._seen = None, seen
+        return True
+
+    def get(self, uid: str) -> Devices | None:
+        return self.state.claims.get(uid)
+
+    def unusable(self) -> str | None:
+        """Why no claim can be prepared or released now (one line), or None; while there is a
+        reason, the file is read again first."""
+        if self.problem is not None:
+            before = self.problem
+            if self.reload():
+                log.warning(
+                    "%s: usable again, %s", self.path, plural(len(self.state.claims), "prepared claim")
+                )
+            elif self.problem != before:
+                log.error("%s; %s", self.problem, UNTIL_REPAIRED)
+        return None if self.problem is None else f"{self.problem}; {UNTIL_REPAIRED}"
+
+    async def put(self, claims: Mapping[str, Devices]) -> None:
+        """Keep newly prepared claims: returns once the file holds them; StateWriteError else."""
+        await self._change(lambda state: state.with_claims(claims))
+
+    async def drop(self, uids: Iterable[str]) -> None:
+        """Forget released claims: returns once the file no longer holds them; StateWriteError else."""
+        gone = list(uids)
+        await self._change(lambda state: state.without(gone))
+
+    async def restore(self) -> bool:
+        """Write the claims again if their file is gone; True when it was written."""
+        async with self._lock:
+            if self.problem is not None or not self.state.claims or os.path.lexists(self.path):
+                return False
+            await asyncio.to_thread(self._write, self.state)
+        log.warning(
+            "%s was gone: written again, %s", self.path, plural(len(self.state.claims), "prepared claim")
+        )
+        return True
+
+    async def _change(self, change: Callable[[PreparedState], PreparedState]) -> None:
+        if self.problem is not None:  # never overwritten
+            raise StateWriteError(f"{self.problem}; {UNTIL_REPAIRED}")
+
+        async def write_then_keep() -> None:
+            async with self._lock:
+                state = change(self.state)
+                if state is not self.state:
+                    await asyncio.to_thread(self._write, state)
+                    self.state = state
+
+        task = asyncio.ensure_future(write_then_keep())
+        task.add_done_callback(lambda t: t.cancelled() or t.exception())  # raised below, or nobody waits
+        await asyncio.shield(task)
+
+    def _write(self, state: PreparedState) -> None:
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            write_atomic(self.path, encode(state), mode=0o600)
+            self._seen = _identity(os.lstat(self.path))
+        except SpecWriteError as exc:
+            raise StateWriteError(str(exc)) from None
+        except OSError as exc:
+            raise StateWriteError(f"{exc.filename or self.path}: {exc.strerror or exc}") from None
