@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 #: Why a device in its grace period is Unhealthy.
 GONE_REASON = "its CDI spec entry is gone"
 NOT_SERVED_REASON = "its kind is no longer served"
+
+
+def ambiguous_reason(paths: Sequence[str]) -> str:
+    """Why a device whose name several files of one directory define is not served."""
+    *rest, last = paths
+    where = f"both {rest[0]} and {last}" if len(rest) == 1 else f"{', '.join(rest)} and {last}"
+    return f"defined in {where} at the same priority, so no runtime resolves it"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
