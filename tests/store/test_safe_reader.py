@@ -109,9 +109,19 @@ def test_a_config_read_through_a_symbolic_link_is_read(tmp_path: Path) -> None:
             "plugin.replicas: line 1: a number 5000 characters long",
         ),
         ("a: &x [1]\nb: *x\n", "line 1: YAML anchors and aliases are not allowed (&x)"),
+        # what is wrong with a configuration is said of configurations, not of specs
+        (
+            "plugin: " + "[" * 100 + "]" * 100 + "\n",
+            "line 1: nested more than 64 levels deep, which no configuration is",
+        ),
+        (
+            '{"plugin": ' + "[" * 100 + "]" * 100 + "}",
+            "line 1: nested more than 64 levels deep, which no configuration is",
+        ),
+        (" \n", "the file is empty (no configuration data)"),
     ],
 )
-def test_a_config_with_an_oversize_number_or_an_alias_is_a_one_line_error(
+def test_a_config_too_large_a_number_an_alias_too_deep_or_empty_is_a_one_line_error(
     tmp_path: Path, text: str, message: str
 ) -> None:
     path = tmp_path / "config.yaml"
