@@ -1,6 +1,9 @@
-"""How messages count things: ``1 device``, ``2 devices``, ``3 device classes``."""
+"""How messages count things (``1 device``, ``2 devices``, ``3 device classes``) and name what a
+file is (``a FIFO``)."""
 
 from __future__ import annotations
+
+import stat
 
 
 def plural(n: int, word: str) -> str:
@@ -8,3 +11,22 @@ def plural(n: int, word: str) -> str:
     if n == 1:
         return f"{n} {word}"
     return f"{n} {word}{'es' if word.endswith('s') else 's'}"
+
+
+def file_type(mode: int) -> str:
+    """What a file of ``st_mode`` is, with its article: ``a FIFO``, ``a directory``, ..."""
+    for test, name in _FILE_TYPES:
+        if test(mode):
+            return name
+    return "an unknown kind of file"
+
+
+_FILE_TYPES = (
+    (stat.S_ISREG, "a regular file"),
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISLNK, "a symbolic link"),
+)

@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from cdi_plugin.cli.scanopts import fail
+from cdi_plugin.cli.scanopts import PathOf, fail
 from cdi_plugin.dra.names import DEFAULT_DRIVER
 
 PROGRAM = "cdi-plugin"
@@ -84,7 +84,7 @@ def _served_kinds(
     "--spec-dir",
     "spec_dirs",
     multiple=True,
-    type=click.Path(path_type=Path, file_okay=False),
+    type=PathOf("directory"),
     callback=_dirs,
     metavar="DIR",
     help="CDI spec directory to read the kinds from, as serve's --spec-dir [default: the 'plugin' "
@@ -102,7 +102,7 @@ def _served_kinds(
 @click.option(
     "--config",
     "config_file",
-    type=click.Path(path_type=Path, dir_okay=False),
+    type=PathOf("file"),
     default=None,
     metavar="FILE",
     help="Configuration file whose 'plugin' section sets specDirs and kinds, as for serve.",

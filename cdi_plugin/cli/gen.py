@@ -17,6 +17,7 @@ from cdi_plugin import __version__
 from cdi_plugin.cdi.version import SUPPORTED_VERSIONS
 from cdi_plugin.cli.scanopts import (
     OUTPUT_DIR_HELP,
+    PathOf,
     cdi_spec_dirs_option,
     config_option,
     fail,
@@ -125,7 +126,7 @@ def validate(paths: tuple[Path, ...], as_json: bool, cdi_version_max: str | None
     "--spec-dir",
     "spec_dirs",
     multiple=True,
-    type=click.Path(path_type=Path, file_okay=False),
+    type=PathOf("directory"),
     help="A spec directory, lowest priority first (repeatable) [default: $CDI_SPEC_DIRS, else "
     "/etc/cdi /var/run/cdi].",
 )

@@ -13,6 +13,7 @@ import click
 
 from cdi_plugin import __version__
 from cdi_plugin.cli.scanopts import (
+    PathOf,
     fail,
     format_option,
     log_format_option,
@@ -67,7 +68,7 @@ def main() -> None:
     "--spec-dir",
     "spec_dirs",
     multiple=True,
-    type=click.Path(path_type=Path, file_okay=False),
+    type=PathOf("directory"),
     callback=_dirs,
     metavar="DIR",
     help="CDI spec directory, lowest priority first; repeat for several "
@@ -76,7 +77,7 @@ def main() -> None:
 )
 @click.option(
     "--plugin-dir",
-    type=click.Path(path_type=Path, file_okay=False),
+    type=PathOf("directory"),
     default=None,
     callback=_absolute,
     metavar="DIR",
@@ -86,7 +87,7 @@ def main() -> None:
 @click.option(
     "--kubelet-socket",
     "kubelet_socket_path",
-    type=click.Path(path_type=Path, dir_okay=False),
+    type=PathOf("socket"),
     default=None,
     callback=_absolute,
     metavar="PATH",
@@ -127,7 +128,7 @@ def main() -> None:
 @click.option(
     "--config",
     "config_file",
-    type=click.Path(path_type=Path, dir_okay=False),
+    type=PathOf("file"),
     default=None,
     metavar="FILE",
     help="Configuration file (YAML); its 'plugin' section sets the defaults of these options "
@@ -175,7 +176,7 @@ def main() -> None:
 )
 @click.option(
     "--kubeconfig",
-    type=click.Path(path_type=Path, dir_okay=False),
+    type=PathOf("file"),
     default=None,
     metavar="FILE",
     help="With --api dra|both: the API server's address and credentials [default: the pod's "
@@ -183,7 +184,7 @@ def main() -> None:
 )
 @click.option(
     "--kubelet-plugins-dir",
-    type=click.Path(path_type=Path, file_okay=False),
+    type=PathOf("directory"),
     default=None,
     callback=_absolute,
     metavar="DIR",
@@ -192,7 +193,7 @@ def main() -> None:
 )
 @click.option(
     "--kubelet-registry-dir",
-    type=click.Path(path_type=Path, file_okay=False),
+    type=PathOf("directory"),
     default=None,
     callback=_absolute,
     metavar="DIR",
@@ -202,7 +203,7 @@ def main() -> None:
 @log_format_option
 @metrics_address_option
 @click.option("-v", "--verbose", is_flag=True, help="Also log debug messages (every ListAndWatch update).")
-@click.option("--sysfs-root", type=click.Path(path_type=Path, file_okay=False), default=None, hidden=True)
+@click.option("--sysfs-root", type=PathOf("directory"), default=None, hidden=True)
 def serve(
     *,
     config_file: Path | None,

@@ -73,7 +73,7 @@ def read_config_bytes(path: Path) -> bytes:
     """A configuration file's bytes (through symbolic links: a ConfigMap mounts its files through
     them); raises :class:`ConfigError`."""
     try:
-        return read_file(path, MAX_CONFIG_BYTES, "configuration file")
+        return read_file(path, MAX_CONFIG_BYTES, "a configuration file")
     except SpecLoadError as exc:
         raise ConfigError(f"{path}: {exc.message}") from None
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import os
@@ -11,6 +12,7 @@ from pathlib import Path
 from cdi_plugin.cdi import codec
 from cdi_plugin.cdi.names import Kind
 from cdi_plugin.errors import SpecLoadError
+from cdi_plugin.wording import file_type
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +71,12 @@ def scan_spec_dir(directory: Path) -> list[Path]:
     except FileNotFoundError:
         return []
     except OSError as exc:
+        if exc.errno == errno.ENOTDIR:
+            with contextlib.suppress(OSError):
+                mode = os.stat(directory).st_mode
+                raise SpecLoadError(
+                    str(directory), "", "not-a-directory", f"is {file_type(mode)}, not a directory"
+                ) from None
         raise SpecLoadError(str(directory), "", *_os_reason(exc)) from None
     return [
         Path(e.path)
@@ -102,7 +110,8 @@ def read_file(path: Path, max_bytes: int, what: str, *, follow_links: bool = Tru
     It must be a regular file of at most ``max_bytes`` (checked on the open descriptor, so a file
     swapped in between check and read is seen); opening never blocks (a FIFO does not wait for a
     writer) and, without ``follow_links``, a symbolic link is refused. Every failure is a one-line
-    :class:`SpecLoadError` naming the file and calling it ``what`` where needed.
+    :class:`SpecLoadError` naming the file and calling it ``what`` (``a device spec``) where needed;
+    a file that is not a regular file is named for what it is (a FIFO, a directory, a device...).
     """
     source = str(path)
     flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow_links else os.O_NOFOLLOW)
@@ -113,13 +122,15 @@ def read_file(path: Path, max_bytes: int, what: str, *, follow_links: bool = Tru
             raise SpecLoadError(
                 source, "", "not-a-file", "is a symbolic link, which is not followed"
             ) from None
+        if exc.errno == errno.ENXIO:  # a socket, or a device node without its device
+            with contextlib.suppress(OSError):
+                mode = (os.stat if follow_links else os.lstat)(path).st_mode
+                raise SpecLoadError(source, "", "not-a-file", f"is {file_type(mode)}, not {what}") from None
         raise SpecLoadError(source, "", *_os_reason(exc)) from None
     try:
         info = os.fstat(fd)
-        if stat.S_ISDIR(info.st_mode):
-            raise SpecLoadError(source, "", "not-a-file", f"is a directory, not a {what}")
         if not stat.S_ISREG(info.st_mode):
-            raise SpecLoadError(source, "", "not-a-file", "is not a regular file")
+            raise SpecLoadError(source, "", "not-a-file", f"is {file_type(info.st_mode)}, not {what}")
         data = b""
         if info.st_size <= max_bytes:
             with os.fdopen(fd, "rb", closefd=False) as fh:
@@ -130,11 +141,11 @@ def read_file(path: Path, max_bytes: int, what: str, *, follow_links: bool = Tru
         os.close(fd)
     if info.st_size > max_bytes or len(data) > max_bytes:
         raise SpecLoadError(
-            source, "", "too-large", f"the file is larger than {_size(max_bytes)}, too large for a {what}"
+            source, "", "too-large", f"the file is larger than {_size(max_bytes)}, too large for {what}"
         )
     return data
 
 
 def read_spec_bytes(path: Path, max_bytes: int = MAX_SPEC_BYTES) -> bytes:
     """Read a spec file (through symbolic links, as runtimes do) with :func:`read_file`."""
-    return read_file(path, max_bytes, "device spec")
+    return read_file(path, max_bytes, "a device spec")

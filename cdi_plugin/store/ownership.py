@@ -53,7 +53,7 @@ def read_record(directory: Path) -> dict[str, OwnedFile]:
     """
     path = directory / RECORD_NAME
     try:
-        data = read_file(path, MAX_SPEC_BYTES, "ownership record", follow_links=False)
+        data = read_file(path, MAX_SPEC_BYTES, "an ownership record", follow_links=False)
         raw, _ = parse(data, str(path), "json", "ownership record")
         files = raw["files"]
         return {

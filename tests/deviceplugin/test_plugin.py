@@ -531,7 +531,8 @@ def test_stale_socket_is_replaced_but_a_live_one_or_a_file_is_not(
             await asyncio.sleep(0.3)
             assert OTHER not in kubelet.clients
             assert (layout.plugin_dir / sock(layout, OTHER)).read_text() == "someone's file"
-            assert any("exists and is not a socket" in r.getMessage() for r in caplog.records)
+            refusal = f"{sock(layout, OTHER)} is a regular file, not a socket; not replacing it"
+            assert any(refusal in r.getMessage() for r in caplog.records)
         assert (layout.plugin_dir / sock(layout, OTHER)).exists()
 
     run(scenario())

@@ -34,7 +34,7 @@ def hostile(path: Path, how: str) -> None:
 @pytest.mark.parametrize(
     ("how", "reason"),
     [
-        ("fifo", "is not a regular file"),
+        ("fifo", "is a FIFO, not an ownership record"),
         ("dev-zero", "is a symbolic link, which is not followed"),
         ("huge", "larger than 4 MiB"),
     ],
@@ -76,8 +76,9 @@ def test_a_recorded_spec_file_that_is_not_a_regular_file_is_not_owned(tmp_path: 
 @pytest.mark.parametrize(
     ("how", "reason"),
     [
-        ("fifo", "is not a regular file"),
-        ("dev-zero", "is not a regular file"),  # a ConfigMap mounts its files through symbolic links
+        ("fifo", "is a FIFO, not a configuration file"),
+        ("dev-zero", "is a character device, not a configuration file"),  # links are followed: a
+        # ConfigMap mounts its files through symbolic links
         ("huge", "the file is larger than 1 MiB, too large for a configuration file"),
     ],
 )
