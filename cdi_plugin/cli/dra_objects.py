@@ -163,12 +163,13 @@ def dra_objects(
 ) -> None:
     """Print the Kubernetes objects the DRA driver needs (resource.k8s.io/v1, Kubernetes >= 1.34).
 
-    \b
-    * rbac: the driver's ServiceAccount, ClusterRole and ClusterRoleBinding: ResourceSlices
-      read-write (the driver writes only its own node's), ResourceClaims read-only, Nodes get;
-    * classes: a DeviceClass per kind served, named <class>.<vendor>, whose CEL selector picks
-      this driver's devices of that kind;
-    * examples (--examples): per kind a ResourceClaimTemplate for one device and a pod using it.
+    rbac: the driver's ServiceAccount, ClusterRole and ClusterRoleBinding: ResourceSlices
+    read-write (the driver writes only its own node's), ResourceClaims read-only, Nodes get.
+
+    classes: a DeviceClass per kind served, named <class>.<vendor>, whose CEL selector picks this
+    driver's devices of that kind.
+
+    examples (--examples): per kind a ResourceClaimTemplate for one device and a pod using it.
 
     The kinds are those `cdi-plugin serve` would serve from the spec directories: the kinds
     cdi-gen wrote, and those named with --kind. Apply the output with kubectl, e.g.

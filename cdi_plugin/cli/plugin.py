@@ -12,6 +12,7 @@ from typing import Any
 import click
 
 from cdi_plugin import __version__
+from cdi_plugin.cli.helpsections import SectionedCommand
 from cdi_plugin.cli.scanopts import (
     PathOf,
     fail,
@@ -30,6 +31,20 @@ from cdi_plugin.dra.names import DEFAULT_DRIVER, DEFAULT_PLUGINS_DIR, DEFAULT_RE
 PROGRAM = "cdi-plugin"
 #: Where the DaemonSet puts the node's name (the downward API's spec.nodeName).
 NODE_NAME_ENV = "NODE_NAME"
+
+
+#: The sections of ``serve --help`` and their options (parameter names), in order.
+SERVE_SECTIONS = {
+    "Devices served (both kubelet APIs)": ["config_file", "spec_dirs", "kinds", "grace_period", "api"],
+    "Device plugin API": ["plugin_dir", "kubelet_socket_path", "replicas", "cdi_strategy"],
+    "Scanner (with --scan)": [
+        "scan", "output_dir", "fmt", "cdi_version_max", "source", "uevent_source", "allow_hooks_and_mounts",
+    ],
+    "DRA driver (with --api dra or both)": [
+        "driver_name", "node_name", "kubeconfig", "kubelet_plugins_dir", "kubelet_registry_dir",
+    ],
+    "Logging and metrics": ["log_format", "metrics_address", "verbose"],
+}  # fmt: skip
 
 
 def _kinds(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> tuple[str, ...] | None:
@@ -63,7 +78,7 @@ def main() -> None:
     """
 
 
-@main.command()
+@main.command(cls=SectionedCommand, sections=SERVE_SECTIONS)
 @click.option(
     "--spec-dir",
     "spec_dirs",
@@ -140,7 +155,7 @@ def main() -> None:
     help="Also generate the specs, as cdi-gen watch does: scan the host, then rescan on udev events "
     "and --config edits, writing into --output-dir. One process per node (see docs/hotplug.md).",
 )
-@output_dir_option(". With --scan [default: the first --spec-dir].")
+@output_dir_option(" [default: the first --spec-dir].")
 @format_option(None)
 @max_version_option(None)
 @source_option(None, watch=True)
@@ -149,7 +164,7 @@ def main() -> None:
     "--allow-hooks-and-mounts",
     is_flag=True,
     default=None,
-    help="With --scan: accept device classes with hooks or mounts. They run as root on the node and "
+    help="Accept device classes with hooks or mounts. They run as root on the node and "
     "land in every container given the device, so a configuration (e.g. a ConfigMap) alone cannot "
     "add them [default: refused].",
 )
@@ -165,21 +180,21 @@ def main() -> None:
     "--driver-name",
     default=None,
     metavar="NAME",
-    help=f"With --api dra|both: the DRA driver's name, a DNS subdomain [default: {DEFAULT_DRIVER}].",
+    help=f"The DRA driver's name, a DNS subdomain [default: {DEFAULT_DRIVER}].",
 )
 @click.option(
     "--node-name",
     envvar=NODE_NAME_ENV,
     default=None,
     metavar="NAME",
-    help=f"With --api dra|both: this node's name in the API server [default: ${NODE_NAME_ENV}].",
+    help=f"This node's name in the API server [default: ${NODE_NAME_ENV}].",
 )
 @click.option(
     "--kubeconfig",
     type=PathOf("file"),
     default=None,
     metavar="FILE",
-    help="With --api dra|both: the API server's address and credentials [default: the pod's "
+    help="The API server's address and credentials [default: the pod's "
     "service account, else $KUBECONFIG, else ~/.kube/config].",
 )
 @click.option(
@@ -188,7 +203,7 @@ def main() -> None:
     default=None,
     callback=_absolute,
     metavar="DIR",
-    help=f"With --api dra|both: the kubelet's plugins directory; the DRA socket goes into "
+    help=f"The kubelet's plugins directory; the DRA socket goes into "
     f"DIR/<driver>/ [default: {DEFAULT_PLUGINS_DIR}].",
 )
 @click.option(
@@ -197,7 +212,7 @@ def main() -> None:
     default=None,
     callback=_absolute,
     metavar="DIR",
-    help=f"With --api dra|both: the kubelet's plugin watcher directory, where the registration "
+    help=f"The kubelet's plugin watcher directory, where the registration "
     f"socket goes [default: {DEFAULT_REGISTRY_DIR}].",
 )
 @log_format_option
@@ -236,8 +251,7 @@ def serve(
 
     With --scan the same process keeps the specs in step with the host, as 'cdi-gen watch' does,
     with the 'classes' of --config (the embedded default without): a device plugged in or removed
-    reaches the kubelet within a fraction of a second. The scanner's options (--output-dir,
-    --format, --cdi-version-max, --source, --uevent-source, --allow-hooks-and-mounts) need --scan.
+    reaches the kubelet within a fraction of a second.
 
     With --api dra or both the same devices are also (or only) served as a DRA driver: published
     as ResourceSlices of this node through the API server, prepared for the kubelet with their CDI
