@@ -28,6 +28,7 @@ from cdi_plugin.cli.scanopts import (
     max_version_option,
     metrics_address_option,
     output_dir_option,
+    runtime_option,
     source_option,
     spec_dir_option,
     uevent_source_option,
@@ -95,7 +96,14 @@ def main(ctx: click.Context, debug: bool) -> None:
 @json_option
 @version_max_option
 @click.option("--strict", is_flag=True, help="Treat warnings as errors: exit 1 on any warning.")
-def validate(paths: tuple[Path, ...], as_json: bool, cdi_version_max: str | None, strict: bool) -> None:
+@runtime_option("Also check that runtime NAME loads each file: an error where it drops one")
+def validate(
+    paths: tuple[Path, ...],
+    as_json: bool,
+    cdi_version_max: str | None,
+    strict: bool,
+    runtimes: tuple[str, ...],
+) -> None:
     """Check CDI spec files the way runtimes load them, and more strictly.
 
     PATHS are spec files and/or directories (default: $CDI_SPEC_DIRS, else /etc/cdi and
@@ -110,10 +118,11 @@ def validate(paths: tuple[Path, ...], as_json: bool, cdi_version_max: str | None
     Exit status: 0 when everything is valid, 1 when anything is invalid, 2 on usage errors. A
     file with warnings but no errors is valid, unless --strict.
     """
+    from cdi_plugin.cdi.runtimes import targets
     from cdi_plugin.cli import render
     from cdi_plugin.store.validation import validate_paths
 
-    report = validate_paths(list(paths), cdi_version_max, strict)
+    report = validate_paths(list(paths), cdi_version_max, strict, targets(runtimes))
     if as_json:
         render.print_json(report.to_json())
     else:
@@ -131,7 +140,8 @@ def validate(paths: tuple[Path, ...], as_json: bool, cdi_version_max: str | None
     "/etc/cdi /var/run/cdi].",
 )
 @json_option
-def list_(spec_dirs: tuple[Path, ...], as_json: bool) -> None:
+@runtime_option("Also say which device names runtime NAME does not see, and why; exit 1 if any")
+def list_(spec_dirs: tuple[Path, ...], as_json: bool, runtimes: tuple[str, ...]) -> None:
     """List every device name a runtime can resolve, and every conflict or broken file.
 
     A device defined in several directories resolves from the last one; a device defined twice
@@ -141,6 +151,7 @@ def list_(spec_dirs: tuple[Path, ...], as_json: bool) -> None:
     directory that does not exist holds no specs, as for runtimes.
     """
     from cdi_plugin.cli import render
+    from cdi_plugin.cli.render_runtimes import print_views, runtime_views
     from cdi_plugin.store.files import spec_dirs as default_spec_dirs
     from cdi_plugin.store.registry import load_registry
 
@@ -148,10 +159,16 @@ def list_(spec_dirs: tuple[Path, ...], as_json: bool) -> None:
         if not d.is_dir():
             fail(PROGRAM, f"--spec-dir {d}: no such directory")
     snapshot = load_registry(list(spec_dirs or default_spec_dirs()))
+    views = runtime_views(snapshot, runtimes)
     if as_json:
-        render.print_json(render.listing_json(snapshot))
+        render.print_json(
+            render.listing_json(snapshot) | ({"runtimes": [v.to_json() for v in views]} if views else {})
+        )
     else:
         render.print_listing(snapshot)
+        print_views(views)
+    if any(v.unseen for v in views):
+        sys.exit(1)
 
 
 @main.command()
@@ -172,6 +189,9 @@ def list_(spec_dirs: tuple[Path, ...], as_json: bool) -> None:
 @spec_dir_option
 @lock_timeout_option
 @source_option()
+@runtime_option(
+    "Refuse to write a spec runtime NAME would not read; the configuration's runtimes add to these"
+)
 @click.option(
     "--print-default-config", is_flag=True, help="Print the embedded default configuration and exit."
 )
@@ -189,6 +209,7 @@ def scan(
     spec_dirs: tuple[Path, ...],
     lock_timeout: float,
     source: str,
+    runtimes: tuple[str, ...],
     print_default_config: bool,
 ) -> None:
     """Turn the host's devices into CDI specs, one file per kind.
@@ -229,6 +250,7 @@ def scan(
         runtime_dirs=runtime_dirs,
         spec_dirs=spec_dirs,
         lock_timeout=lock_timeout,
+        runtimes=runtimes,
     )
     with render_scan.progress("scanning devices"):
         report = run_scan(options, make_source(source))
@@ -250,6 +272,9 @@ def scan(
 @lock_timeout_option
 @source_option(watch=True)
 @uevent_source_option
+@runtime_option(
+    "Refuse to write a spec runtime NAME would not read; the configuration's runtimes add to these"
+)
 @metrics_address_option
 @log_format_option
 @click.option("-v", "--verbose", is_flag=True, help="Also log debug messages (every rescan).")
@@ -265,6 +290,7 @@ def watch(
     lock_timeout: float,
     source: str,
     uevent_source: str | None,
+    runtimes: tuple[str, ...],
     metrics_address: tuple[str, int] | None,
     log_format: str,
     verbose: bool,
@@ -303,6 +329,7 @@ def watch(
             runtime_dirs=runtime_dirs,
             spec_dirs=spec_dirs,
             lock_timeout=lock_timeout,
+            runtimes=runtimes,
         ),
         source=source,
         uevent_source="udev" if uevent_source == "udev" else "kernel" if uevent_source == "kernel" else None,

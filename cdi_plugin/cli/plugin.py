@@ -22,6 +22,7 @@ from cdi_plugin.cli.scanopts import (
     metrics_address_option,
     output_dir_option,
     parsed,
+    runtime_option,
     source_option,
     uevent_source_option,
 )
@@ -38,7 +39,8 @@ SERVE_SECTIONS = {
     "Devices served (both kubelet APIs)": ["config_file", "spec_dirs", "kinds", "grace_period", "api"],
     "Device plugin API": ["plugin_dir", "kubelet_socket_path", "replicas", "cdi_strategy"],
     "Scanner (with --scan)": [
-        "scan", "output_dir", "fmt", "cdi_version_max", "source", "uevent_source", "allow_hooks_and_mounts",
+        "scan", "output_dir", "fmt", "cdi_version_max", "runtimes", "source", "uevent_source",
+        "allow_hooks_and_mounts",
     ],
     "DRA driver (with --api dra or both)": [
         "driver_name", "node_name", "kubeconfig", "kubelet_plugins_dir", "kubelet_registry_dir",
@@ -160,6 +162,9 @@ def main() -> None:
 @max_version_option(None)
 @source_option(None, watch=True)
 @uevent_source_option
+@runtime_option(
+    "Refuse to write a spec runtime NAME would not read; the configuration's runtimes add to these"
+)
 @click.option(
     "--allow-hooks-and-mounts",
     is_flag=True,
@@ -232,6 +237,7 @@ def serve(
     source: str | None,
     uevent_source: str | None,
     allow_hooks_and_mounts: bool | None,
+    runtimes: tuple[str, ...],
     driver_name: str | None,
     node_name: str | None,
     kubeconfig: Path | None,
@@ -279,7 +285,8 @@ def serve(
         fail(PROGRAM, str(exc))
     scanner_options = {"--output-dir": output_dir, "--format": fmt, "--cdi-version-max": cdi_version_max,
                        "--source": source, "--uevent-source": uevent_source,
-                       "--allow-hooks-and-mounts": allow_hooks_and_mounts}  # fmt: skip
+                       "--allow-hooks-and-mounts": allow_hooks_and_mounts,
+                       "--runtime": runtimes or None}  # fmt: skip
     given = [name for name, value in scanner_options.items() if value is not None]
     if given and not scan:
         raise click.UsageError(f"{', '.join(given)} {'needs' if len(given) == 1 else 'need'} --scan")
@@ -315,6 +322,7 @@ def serve(
                 source=source,
                 uevent_source=uevent_source,
                 allow_hooks_and_mounts=bool(allow_hooks_and_mounts),
+                runtimes=runtimes,
                 metrics=None if metrics.registry is None else ScanMetrics(metrics.registry),
                 inventory=plugin.state.inventory,
             )

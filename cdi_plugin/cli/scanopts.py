@@ -14,6 +14,7 @@ from typing import Any, Literal, NoReturn, TypeVar
 
 import click
 
+from cdi_plugin.cdi.runtimes import NAMES as RUNTIME_NAMES
 from cdi_plugin.cdi.version import SUPPORTED_VERSIONS
 from cdi_plugin.wording import file_type
 
@@ -133,6 +134,20 @@ def max_version_option(default: str | None = "0.5.0") -> Callable[[F], F]:
             metavar="VERSION",
             help="Refuse a spec that needs a higher cdiVersion (0.5.0: podman 4.3 and containerd "
             "1.7.0-1.7.2 read it; 0.6.0: iSulad).",
+        )(f)
+
+    return decorate
+
+
+def runtime_option(what: str) -> Callable[[F], F]:
+    def decorate(f: F) -> F:
+        return click.option(
+            "--runtime",
+            "runtimes",
+            multiple=True,
+            type=click.Choice(RUNTIME_NAMES),
+            metavar="NAME",
+            help=f"{what} (repeatable): {', '.join(RUNTIME_NAMES)}. See docs/runtimes.md.",
         )(f)
 
     return decorate

@@ -37,6 +37,7 @@ def make_watcher(
     source: str | None = None,
     uevent_source: str | None = None,
     allow_hooks_and_mounts: bool = False,
+    runtimes: tuple[str, ...] = (),
     metrics: ScanMetrics | None = None,
     inventory: SpecInventory | None = None,
 ) -> Watcher:
@@ -63,6 +64,7 @@ def make_watcher(
             skip_refused=True,
             allow_hooks_and_mounts=allow_hooks_and_mounts,
             spec_dirs=settings.spec_dirs,
+            runtimes=runtimes,
         ),
         source=source or "udev",
         uevent_source=events,

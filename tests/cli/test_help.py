@@ -38,7 +38,7 @@ SERVE_GROUPS = {
     "Devices served (both kubelet APIs)": ["--config", "--spec-dir", "--kind", "--grace-period", "--api"],
     "Device plugin API": ["--plugin-dir", "--kubelet-socket", "--replicas", "--cdi-strategy"],
     "Scanner (with --scan)": [
-        "--scan", "--output-dir", "--format", "--cdi-version-max", "--source", "--uevent-source",
+        "--scan", "--output-dir", "--format", "--cdi-version-max", "--runtime", "--source", "--uevent-source",
         "--allow-hooks-and-mounts",
     ],
     "DRA driver (with --api dra or both)": [

@@ -144,3 +144,28 @@ def test_an_edit_adding_a_hook_is_refused_live_and_the_last_good_classes_stay(
     (error,) = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
     assert "classes[0].edits.hooks: hooks and mounts run as root" in error
     assert error.endswith("; keeping the last good configuration")
+
+
+def test_the_runtimes_of_the_file_join_the_given_ones_and_an_edit_changing_them_rescans(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, "cdi_plugin")
+    config = tmp_path / "config.yaml"
+    config.write_text(FUSE)
+    follower = ConfigFollower(config, runtimes=("cri-o",), fmt="yaml")
+    follower.load()
+    assert follower.runtimes == ("cri-o",)
+    replace_file(config, "runtimes: [podman-4, cri-o]\n" + FUSE)
+    assert follower.reload(), "the same classes, for other runtimes: rescan"
+    assert follower.runtimes == ("cri-o", "podman-4")
+    assert f"{config}: reloaded; the specs are now for cri-o, podman-4; rescanning" in caplog.messages
+    # iSulad reads no YAML file, which is what this follower writes: refused, the last good stays
+    replace_file(config, "runtimes: [isulad]\n" + FUSE)
+    assert not follower.reload()
+    assert follower.runtimes == ("cri-o", "podman-4")
+    assert caplog.messages[-1] == (
+        f"{config}: runtimes: isulad (iSulad 2.1.6) reads only .json files, and the specs are written as "
+        "yaml; keeping the last good configuration"
+    )
+    with pytest.raises(ConfigError, match=r"^--runtime: isulad \(iSulad 2.1.6\) reads only .json files"):
+        ConfigFollower(None, runtimes=("isulad",), fmt="yaml").load()
