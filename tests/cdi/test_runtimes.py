@@ -4,6 +4,7 @@ spelling, the fields it rejects or ignores."""
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import pytest
 
@@ -129,3 +130,12 @@ def test_format_refusal_and_the_version_ceiling() -> None:
     assert ceiling("0.3.0", targets(["isulad"])) == "0.3.0"
     assert ceiling(None, ()) is None
     assert targets(["isulad", "cri-o", "isulad"]) == (ISULAD, CRIO)
+
+
+def test_docs_runtimes_md_has_the_tables_rows() -> None:
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "runtimes.md").read_text()
+    for r in RUNTIMES:
+        row = f"| `{r.name}` | {r.title} | {r.library} | {r.max_version}"
+        assert row in docs, row
+        v_prefix = docs.split(row, 1)[1].split("|")[1].strip()
+        assert v_prefix.startswith("yes" if r.v_prefix else "no"), r.name
