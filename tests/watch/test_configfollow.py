@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from pathlib import Path
 
 import pytest
 
+from cdi_plugin.discovery.fixture import dumps
 from cdi_plugin.errors import ConfigError
 from cdi_plugin.generate.config import DEFAULT_CONFIG_NAME
 from cdi_plugin.scan.configfollow import ConfigFollower
-from tests.watch.helpers import replace_file
+from cdi_plugin.scan.watcher import Watcher
+from tests.watch.helpers import replace_file, watch_options
 
 FUSE = "classes:\n  - {vendor: cdi-plugin.io, class: fuse, match: {subsystem: misc, kernel: fuse}}\n"
 TUN = "  - {vendor: cdi-plugin.io, class: tun, match: {subsystem: misc, kernel: tun}}\n"
@@ -169,3 +172,16 @@ def test_the_runtimes_of_the_file_join_the_given_ones_and_an_edit_changing_them_
     )
     with pytest.raises(ConfigError, match=r"^--runtime: isulad \(iSulad 2.1.6\) reads only .json files"):
         ConfigFollower(None, runtimes=("isulad",), fmt="yaml").load()
+
+
+def test_the_watcher_writes_for_the_given_and_the_configured_runtimes(tmp_path: Path) -> None:
+    host = tmp_path / "host.json"
+    host.write_text(dumps([]))
+    config = tmp_path / "config.yaml"
+    config.write_text("runtimes: [isulad]\n" + FUSE)
+    options = watch_options(tmp_path / "out", config, source=f"fixture:{host}")
+    scan = dataclasses.replace(options.scan, runtimes=("podman-4",), max_version="1.1.0")
+    watcher = Watcher(dataclasses.replace(options, scan=scan))
+    assert watcher.work.options.runtimes == ("podman-4", "isulad")
+    # a device update (no rescan) may raise a spec's cdiVersion only as far as all of them read
+    assert watcher.work.options.version_ceiling() == "0.5.0"
