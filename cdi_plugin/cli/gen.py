@@ -189,9 +189,7 @@ def list_(spec_dirs: tuple[Path, ...], as_json: bool, runtimes: tuple[str, ...])
 @spec_dir_option
 @lock_timeout_option
 @source_option()
-@runtime_option(
-    "Refuse to write a spec runtime NAME would not read; the configuration's runtimes add to these"
-)
+@runtime_option()
 @click.option(
     "--print-default-config", is_flag=True, help="Print the embedded default configuration and exit."
 )
@@ -272,9 +270,7 @@ def scan(
 @lock_timeout_option
 @source_option(watch=True)
 @uevent_source_option
-@runtime_option(
-    "Refuse to write a spec runtime NAME would not read; the configuration's runtimes add to these"
-)
+@runtime_option()
 @metrics_address_option
 @log_format_option
 @click.option("-v", "--verbose", is_flag=True, help="Also log debug messages (every rescan).")

@@ -162,9 +162,7 @@ def main() -> None:
 @max_version_option(None)
 @source_option(None, watch=True)
 @uevent_source_option
-@runtime_option(
-    "Refuse to write a spec runtime NAME would not read; the configuration's runtimes add to these"
-)
+@runtime_option()
 @click.option(
     "--allow-hooks-and-mounts",
     is_flag=True,

@@ -139,7 +139,13 @@ def max_version_option(default: str | None = "0.5.0") -> Callable[[F], F]:
     return decorate
 
 
-def runtime_option(what: str) -> Callable[[F], F]:
+#: What ``--runtime`` does for the scanner (``cdi-gen scan``, ``watch``, ``cdi-plugin serve --scan``).
+SCAN_RUNTIME_HELP = (
+    "Refuse to write a spec runtime NAME would not read; the configuration's runtimes add to these"
+)
+
+
+def runtime_option(what: str = SCAN_RUNTIME_HELP) -> Callable[[F], F]:
     def decorate(f: F) -> F:
         return click.option(
             "--runtime",

@@ -167,7 +167,7 @@ def _file_reports(plan: Plan, build: BuildResult, dry_run: bool) -> tuple[FileRe
     )
 
 
-def refuse_format(runtimes: Sequence[Runtime], fmt: codec.Format) -> None:
+def _refuse_format(runtimes: Sequence[Runtime], fmt: codec.Format) -> None:
     """Raise :class:`GenerateError` when one of ``runtimes`` reads no file of format ``fmt``."""
     for runtime in runtimes:
         refused = format_refusal(runtime, fmt)
@@ -209,7 +209,7 @@ def run_scan(
         runtimes = targets(options.runtimes + runtimes_of(config))
     else:
         loaded, config_source = list(classes), "<given classes>"
-    refuse_format(runtimes, options.fmt)
+    _refuse_format(runtimes, options.fmt)
     if kinds is not None:
         loaded = [c for c in loaded if c.kind in kinds]
     enabled = any(c.enabled for c in loaded)
