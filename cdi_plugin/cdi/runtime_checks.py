@@ -22,19 +22,21 @@ def ceiling(max_version: str | None, runtimes: Sequence[Runtime]) -> str | None:
     return min(tops, key=version_key) if tops else None
 
 
+#: Between a runtime's label and the reason in the message of a file it drops.
+DROPS = " drops this file: "
+
+
+def _reads_only(runtime: Runtime) -> str:
+    return f"reads only {' and '.join(runtime.suffixes)} files"
+
+
 def format_refusal(runtime: Runtime, fmt: Format) -> str | None:
     """Why ``runtime`` reads no spec file of format ``fmt``, or None."""
-    if f".{fmt}" in runtime.suffixes:
-        return None
-    return f"{runtime.label} reads only {' and '.join(runtime.suffixes)} files"
+    return None if f".{fmt}" in runtime.suffixes else f"{runtime.label} {_reads_only(runtime)}"
 
 
 def _error(pointer: str, rule: str, runtime: Runtime, why: str, hint: str = "") -> Problem:
     return Problem(pointer, rule, f"{runtime.label}{DROPS}{why}", hint)
-
-
-#: Between a runtime's label and the reason in the message of a file it drops.
-DROPS = " drops this file: "
 
 
 def reason(runtime: Runtime, problem: Problem) -> str:
@@ -74,8 +76,8 @@ def refusals(runtime: Runtime, spec: Spec, suffix: str, parsed_as: Format = "jso
     runtime, for the reasons its rules give; this adds only what differs per runtime.
     """
     if suffix not in runtime.suffixes:
-        why = f"it reads only {' and '.join(runtime.suffixes)} files"
-        return [_error("", "runtime-format", runtime, why, "write the spec as JSON into a .json file")]
+        hint = "write the spec as JSON into a .json file"
+        return [_error("", "runtime-format", runtime, f"it {_reads_only(runtime)}", hint)]
     if suffix == ".json" and parsed_as == "yaml" and not runtime.yaml_in_json:
         return [_error("", "runtime-format", runtime, "the .json file holds YAML, which it does not parse",
                        "write the spec as JSON")]  # fmt: skip
