@@ -39,7 +39,12 @@ MAX_NUMBER_CHARS = 64
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 
 _NO_ALIASES = "YAML anchors and aliases are not allowed"
-_TOO_DEEP = f"nested more than {MAX_DEPTH} levels deep, which no spec is"
+
+
+def _too_deep(document: str) -> str:
+    return f"nested more than {MAX_DEPTH} levels deep, which no {document} is"
+
+
 UNPAIRED_SURROGATE = (
     "holds an unpaired UTF-16 surrogate (a lone \\uD800-\\uDFFF escape), which UTF-8 cannot encode"
 )
@@ -87,7 +92,7 @@ def _oversize_error(obj: Any, source: str, line: int | None = None) -> SpecLoadE
     return SpecLoadError(source, ptr or "/", "syntax", where + value.message)
 
 
-def _json_loads(text: str, source: str) -> Any:
+def _json_loads(text: str, source: str, document: str) -> Any:
     """``json.loads`` that refuses repeated keys and oversize numbers, naming where they are."""
     repeated = oversize = False
 
@@ -117,7 +122,7 @@ def _json_loads(text: str, source: str) -> Any:
         return parse
 
     obj = json.loads(text, object_pairs_hook=pairs_hook, parse_int=number(int), parse_float=number(float))
-    _check_depth(obj, source)
+    _check_depth(obj, source, document)
     if oversize:
         raise _oversize_error(obj, source)
     if repeated:
@@ -133,12 +138,12 @@ def _json_loads(text: str, source: str) -> Any:
     return obj
 
 
-def _check_depth(obj: Any, source: str) -> None:
+def _check_depth(obj: Any, source: str, document: str) -> None:
     stack: list[tuple[Any, int]] = [(obj, 0)] if isinstance(obj, (dict, list)) else []
     while stack:
         value, depth = stack.pop()
         if depth >= MAX_DEPTH:
-            raise SpecLoadError(source, "", "syntax", _TOO_DEEP)
+            raise SpecLoadError(source, "", "syntax", _too_deep(document))
         for item in value.values() if isinstance(value, dict) else value:
             if isinstance(item, (dict, list)):
                 stack.append((item, depth + 1))
@@ -173,7 +178,7 @@ def _is_utf8(text: str) -> bool:
 class _YamlRefused(CdiPluginError):
     def __init__(self, rule: str, line: int, message: str) -> None:
         super().__init__(f"line {line}: {message}")
-        self.rule = rule
+        self.rule, self.line = rule, line
 
 
 #: YAML types with no JSON equivalent: a runtime reads a spec as JSON, so they are not allowed.
@@ -212,7 +217,7 @@ def _yaml_loader() -> Any:
             if not isinstance(event, yaml.CollectionStartEvent):
                 return super().compose_node(parent, index)
             if self.depth >= MAX_DEPTH:
-                raise _YamlRefused("syntax", line, _TOO_DEEP)
+                raise _YamlRefused("too-deep", line, f"nested more than {MAX_DEPTH} levels deep")
             self.depth += 1
             try:
                 return super().compose_node(parent, index)
@@ -259,7 +264,7 @@ def _yaml_loader() -> Any:
     return StrictLoader
 
 
-def _parse_yaml(text: str, source: str, syntax_error: str = "") -> Any:
+def _parse_yaml(text: str, source: str, document: str, syntax_error: str = "") -> Any:
     """The YAML document in ``text``; ``syntax_error`` replaces the message of a YAML syntax error."""
     import yaml
 
@@ -267,6 +272,8 @@ def _parse_yaml(text: str, source: str, syntax_error: str = "") -> Any:
     try:
         obj = loader.get_single_data()
     except _YamlRefused as exc:
+        if exc.rule == "too-deep":
+            raise SpecLoadError(source, "", "syntax", f"line {exc.line}: {_too_deep(document)}") from None
         hint = "remove one of them" if exc.rule == "duplicate-key" else ""
         raise SpecLoadError(source, "", exc.rule, str(exc), hint) from None
     except yaml.MarkedYAMLError as exc:
@@ -275,7 +282,7 @@ def _parse_yaml(text: str, source: str, syntax_error: str = "") -> Any:
             # libyaml (bundled with PyYAML >= 6.0.4) scans ahead and stops at its own limit
             # before the composer counts MAX_DEPTH levels: the same refusal, in the same words
             raise SpecLoadError(
-                source, "", "syntax", f"line {mark.line + 1 if mark else 1}: {_TOO_DEEP}"
+                source, "", "syntax", f"line {mark.line + 1 if mark else 1}: {_too_deep(document)}"
             ) from None
         where = f"line {mark.line + 1} column {mark.column + 1}: " if mark else ""
         message = syntax_error or f"invalid YAML: {where}{exc.problem}"
@@ -283,7 +290,7 @@ def _parse_yaml(text: str, source: str, syntax_error: str = "") -> Any:
     except yaml.YAMLError as exc:
         raise SpecLoadError(source, "", "syntax", syntax_error or f"invalid YAML: {exc}") from None
     except RecursionError:
-        raise SpecLoadError(source, "", "syntax", _TOO_DEEP) from None
+        raise SpecLoadError(source, "", "syntax", _too_deep(document)) from None
     finally:
         loader.dispose()
     if loader.oversize_line:
@@ -291,11 +298,14 @@ def _parse_yaml(text: str, source: str, syntax_error: str = "") -> Any:
     return obj
 
 
-def parse(data: bytes, source: str = "<spec>", fmt: Format = "json") -> tuple[Any, Format]:
+def parse(
+    data: bytes, source: str = "<spec>", fmt: Format = "json", document: str = "spec"
+) -> tuple[Any, Format]:
     """Parse text strictly; returns the object and the syntax that parsed it.
 
     ``fmt`` is the syntax the file name suggests; JSON that only parses as YAML is accepted
-    (runtimes read every spec through YAML) and reported as ``"yaml"``.
+    (runtimes read every spec through YAML) and reported as ``"yaml"``. ``document`` names what
+    the text is, in messages (``spec``, ``configuration``).
     """
     try:
         text = data.decode("utf-8-sig")
@@ -304,18 +314,18 @@ def parse(data: bytes, source: str = "<spec>", fmt: Format = "json") -> tuple[An
             source, "", "syntax", f"not UTF-8 text (binary data at byte {exc.start})"
         ) from None
     if not text.strip():
-        raise SpecLoadError(source, "", "empty-file", "the file is empty (no spec data)")
+        raise SpecLoadError(source, "", "empty-file", f"the file is empty (no {document} data)")
     if "\x00" in text:
         raise SpecLoadError(source, "", "syntax", f"binary data (NUL byte at offset {text.index(chr(0))})")
     if fmt == "yaml":
-        return _parse_yaml(text, source), "yaml"
+        return _parse_yaml(text, source, document), "yaml"
     try:
-        return _json_loads(text, source), "json"
+        return _json_loads(text, source, document), "json"
     except json.JSONDecodeError as exc:
         json_error = f"invalid JSON: line {exc.lineno} column {exc.colno}: {exc.msg}"
     except RecursionError:
-        raise SpecLoadError(source, "", "syntax", _TOO_DEEP) from None
-    return _parse_yaml(text, source, json_error), "yaml"
+        raise SpecLoadError(source, "", "syntax", _too_deep(document)) from None
+    return _parse_yaml(text, source, document, json_error), "yaml"
 
 
 def yaml_lines(data: bytes, pointers: Iterable[str]) -> dict[str, int]:

@@ -147,7 +147,9 @@ def runtime_problems(spec: Spec) -> list[Problem]:
     if spec.cdi_version.startswith("v") and not any(p.rule == "version-unknown" for p in out):
         out.append(
             _warning("/cdiVersion", "version-prefix", f"cdiVersion {spec.cdi_version!r} has a 'v' prefix: "
-                     "the CDI Go library accepts it, iSulad rejects the spec", "write the bare version")
+                     "the CDI Go library accepts it from v0.7 on (containerd 1.7.20, 2.x, CRI-O, Docker), "
+                     "iSulad, podman 4.3 and containerd 1.7.0-1.7.19 reject the spec",
+                     "write the bare version")
         )  # fmt: skip
     try:
         names.parse_kind(spec.kind)
@@ -299,6 +301,8 @@ class Validation:
 
     spec: Spec | None
     problems: list[Problem]
+    #: The syntax the text parsed as (``yaml`` for a ``.json`` file holding YAML).
+    syntax: codec.Format = "json"
 
     @property
     def valid(self) -> bool:
@@ -427,6 +431,7 @@ def validate_bytes(
     if parsed_as != fmt:
         result.problems.append(
             Problem("", "not-strict-json", "the file is not strict JSON, only YAML",
-                    "runtimes read it through YAML, but JSON tools will not", Severity.WARNING)
+                    "runtimes on the CDI Go library read it through YAML; iSulad and JSON tools do not",
+                    Severity.WARNING)
         )  # fmt: skip
-    return result
+    return replace(result, syntax=parsed_as)

@@ -11,6 +11,7 @@ from string import ascii_letters
 
 from cdi_plugin.cdi.model import ContainerEdits, Spec
 from cdi_plugin.cdi.problems import Problem, Severity
+from cdi_plugin.cdi.runtimes import RUNTIMES
 
 KNOWN_VERSIONS = (
     "0.1.0", "0.2.0", "0.3.0", "0.4.0", "0.5.0", "0.6.0", "0.7.0", "0.8.0", "1.0.0", "1.1.0",
@@ -19,16 +20,6 @@ EARLIEST = "0.3.0"
 LATEST = KNOWN_VERSIONS[-1]
 #: The versions a spec may declare: a runtime's CDI library refuses those before :data:`EARLIEST`.
 SUPPORTED_VERSIONS = KNOWN_VERSIONS[KNOWN_VERSIONS.index(EARLIEST) :]
-
-#: The highest ``cdiVersion`` each runtime reads (from the CDI library it vendors).
-RUNTIME_MAX_VERSION = (
-    ("podman 4.3 and containerd 1.7.0-1.7.2", "0.5.0"),
-    ("iSulad", "0.6.0"),
-    ("containerd 1.7.13", "0.6.0"),
-    ("containerd 1.7.20", "0.7.0"),
-    ("containerd 2.0", "0.8.0"),
-    ("containerd 2.1-2.2", "1.0.0"),
-)
 
 
 def version_key(version: str) -> int:
@@ -98,9 +89,9 @@ def minimum_version(spec: Spec) -> str:
 
 
 def runtimes_below(version: str) -> list[str]:
-    """Runtimes that cannot read a spec of ``version``."""
+    """Runtimes (of :data:`~cdi_plugin.cdi.runtimes.RUNTIMES`) that cannot read a spec of ``version``."""
     key = version_key(version)
-    return [name for name, top in RUNTIME_MAX_VERSION if version_key(top) < key]
+    return [r.title for r in RUNTIMES if version_key(r.max_version) < key]
 
 
 def check_version(spec: Spec, maximum: str | None = None) -> list[Problem]:

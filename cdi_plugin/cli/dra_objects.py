@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from cdi_plugin.cli.scanopts import fail
+from cdi_plugin.cli.scanopts import PathOf, fail
 from cdi_plugin.dra.names import DEFAULT_DRIVER
 
 PROGRAM = "cdi-plugin"
@@ -107,7 +107,7 @@ def _served_kinds(
     "--spec-dir",
     "spec_dirs",
     multiple=True,
-    type=click.Path(path_type=Path, file_okay=False),
+    type=PathOf("directory"),
     callback=_dirs,
     metavar="DIR",
     help="CDI spec directory to read the kinds from, as serve's --spec-dir [default: the 'plugin' "
@@ -125,7 +125,7 @@ def _served_kinds(
 @click.option(
     "--config",
     "config_file",
-    type=click.Path(path_type=Path, dir_okay=False),
+    type=PathOf("file"),
     default=None,
     metavar="FILE",
     help="Configuration file whose 'plugin' section sets specDirs and kinds, as for serve.",
@@ -196,14 +196,16 @@ def dra_objects(
 ) -> None:
     """Print the Kubernetes objects the DRA driver needs (resource.k8s.io/v1, Kubernetes >= 1.34).
 
-    \b
-    * rbac: the driver's ServiceAccount, ClusterRole and ClusterRoleBinding: ResourceSlices
-      read-write, ResourceClaims and Nodes get;
-    * policy: a ValidatingAdmissionPolicy and its binding (Kubernetes >= 1.30) that let the
-      ServiceAccount write only ResourceSlices of this driver on the node named in its token;
-    * classes: a DeviceClass per kind served, named <class>.<vendor>, whose CEL selector picks
-      this driver's devices of that kind;
-    * examples (--examples): per kind a ResourceClaimTemplate for one device and a pod using it.
+    rbac: the driver's ServiceAccount, ClusterRole and ClusterRoleBinding: ResourceSlices
+    read-write (the driver writes only its own node's), ResourceClaims and Nodes get.
+
+    policy: a ValidatingAdmissionPolicy and its binding (Kubernetes >= 1.30) that let the
+    ServiceAccount write only ResourceSlices of this driver on the node named in its token.
+
+    classes: a DeviceClass per kind served, named <class>.<vendor>, whose CEL selector picks this
+    driver's devices of that kind.
+
+    examples (--examples): per kind a ResourceClaimTemplate for one device and a pod using it.
 
     The kinds are those `cdi-plugin serve` would serve through DRA from the spec directories: the
     kinds cdi-gen wrote, and those named with --kind, unless the configuration gives them to the

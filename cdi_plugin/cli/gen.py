@@ -18,6 +18,7 @@ from cdi_plugin.cdi.version import SUPPORTED_VERSIONS
 from cdi_plugin.cli.inspect import inspect
 from cdi_plugin.cli.scanopts import (
     OUTPUT_DIR_HELP,
+    PathOf,
     cdi_spec_dirs_option,
     config_option,
     fail,
@@ -28,6 +29,7 @@ from cdi_plugin.cli.scanopts import (
     max_version_option,
     metrics_address_option,
     output_dir_option,
+    runtime_option,
     source_option,
     spec_dir_option,
     uevent_source_option,
@@ -98,7 +100,14 @@ main.add_command(inspect)
 @json_option
 @version_max_option
 @click.option("--strict", is_flag=True, help="Treat warnings as errors: exit 1 on any warning.")
-def validate(paths: tuple[Path, ...], as_json: bool, cdi_version_max: str | None, strict: bool) -> None:
+@runtime_option("Also check that runtime NAME loads each file: an error where it drops one")
+def validate(
+    paths: tuple[Path, ...],
+    as_json: bool,
+    cdi_version_max: str | None,
+    strict: bool,
+    runtimes: tuple[str, ...],
+) -> None:
     """Check CDI spec files the way runtimes load them, and more strictly.
 
     PATHS are spec files and/or directories (default: $CDI_SPEC_DIRS, else /etc/cdi and
@@ -113,10 +122,11 @@ def validate(paths: tuple[Path, ...], as_json: bool, cdi_version_max: str | None
     Exit status: 0 when everything is valid, 1 when anything is invalid, 2 on usage errors. A
     file with warnings but no errors is valid, unless --strict.
     """
+    from cdi_plugin.cdi.runtimes import targets
     from cdi_plugin.cli import render
     from cdi_plugin.store.validation import validate_paths
 
-    report = validate_paths(list(paths), cdi_version_max, strict)
+    report = validate_paths(list(paths), cdi_version_max, strict, targets(runtimes))
     if as_json:
         render.print_json(report.to_json())
     else:
@@ -129,12 +139,13 @@ def validate(paths: tuple[Path, ...], as_json: bool, cdi_version_max: str | None
     "--spec-dir",
     "spec_dirs",
     multiple=True,
-    type=click.Path(path_type=Path, file_okay=False),
+    type=PathOf("directory"),
     help="A spec directory, lowest priority first (repeatable) [default: $CDI_SPEC_DIRS, else "
     "/etc/cdi /var/run/cdi].",
 )
 @json_option
-def list_(spec_dirs: tuple[Path, ...], as_json: bool) -> None:
+@runtime_option("Also say which device names runtime NAME does not see, and why; exit 1 if any")
+def list_(spec_dirs: tuple[Path, ...], as_json: bool, runtimes: tuple[str, ...]) -> None:
     """List every device name a runtime can resolve, and every conflict or broken file.
 
     A device defined in several directories resolves from the last one; a device defined twice
@@ -148,11 +159,12 @@ def list_(spec_dirs: tuple[Path, ...], as_json: bool) -> None:
     device, no header, tab-separated: qualified name, file, priority, kind, name; conflicts,
     broken files and warnings go to stderr.
 
-    Exit status: 0 when every file loads and no name conflicts, 1 when a file is broken or a
-    name conflicts (the rest is still listed, --json too) or a --spec-dir does not exist, 2 on
-    usage errors.
+    Exit status: 0 when every file loads and no name conflicts, 1 when a file is broken, a name
+    conflicts or a --runtime does not see a device (the rest is still listed, --json too) or a
+    --spec-dir does not exist, 2 on usage errors.
     """
     from cdi_plugin.cli import render
+    from cdi_plugin.cli.render_runtimes import print_views, runtime_views
     from cdi_plugin.store.files import spec_dirs as default_spec_dirs
     from cdi_plugin.store.registry import load_registry
 
@@ -160,11 +172,15 @@ def list_(spec_dirs: tuple[Path, ...], as_json: bool) -> None:
         if not d.is_dir():
             fail(PROGRAM, f"--spec-dir {d}: no such directory")
     snapshot = load_registry(list(spec_dirs or default_spec_dirs()))
+    views = runtime_views(snapshot, runtimes)
     if as_json:
-        render.print_json(render.listing_json(snapshot))
+        render.print_json(
+            render.listing_json(snapshot) | ({"runtimes": [v.to_json() for v in views]} if views else {})
+        )
     else:
         render.print_listing(snapshot)
-    sys.exit(1 if snapshot.broken or snapshot.conflicts else 0)
+        print_views(views)
+    sys.exit(1 if snapshot.broken or snapshot.conflicts or any(v.unseen for v in views) else 0)
 
 
 @main.command()
@@ -185,6 +201,7 @@ def list_(spec_dirs: tuple[Path, ...], as_json: bool) -> None:
 @spec_dir_option
 @lock_timeout_option
 @source_option()
+@runtime_option()
 @click.option(
     "--print-default-config", is_flag=True, help="Print the embedded default configuration and exit."
 )
@@ -202,6 +219,7 @@ def scan(
     spec_dirs: tuple[Path, ...],
     lock_timeout: float,
     source: str,
+    runtimes: tuple[str, ...],
     print_default_config: bool,
 ) -> None:
     """Turn the host's devices into CDI specs, one file per kind.
@@ -242,6 +260,7 @@ def scan(
         runtime_dirs=runtime_dirs,
         spec_dirs=spec_dirs,
         lock_timeout=lock_timeout,
+        runtimes=runtimes,
     )
     with render_scan.progress("scanning devices"):
         report = run_scan(options, make_source(source))
@@ -263,6 +282,7 @@ def scan(
 @lock_timeout_option
 @source_option(watch=True)
 @uevent_source_option
+@runtime_option()
 @metrics_address_option
 @log_format_option
 @click.option("-v", "--verbose", is_flag=True, help="Also log debug messages (every rescan).")
@@ -278,6 +298,7 @@ def watch(
     lock_timeout: float,
     source: str,
     uevent_source: str | None,
+    runtimes: tuple[str, ...],
     metrics_address: tuple[str, int] | None,
     log_format: str,
     verbose: bool,
@@ -316,6 +337,7 @@ def watch(
             runtime_dirs=runtime_dirs,
             spec_dirs=spec_dirs,
             lock_timeout=lock_timeout,
+            runtimes=runtimes,
         ),
         source=source,
         uevent_source="udev" if uevent_source == "udev" else "kernel" if uevent_source == "kernel" else None,

@@ -164,7 +164,7 @@ def write_into_oci(path: Path, edits: Sequence[tuple[Origin, ContainerEdits]], h
     from cdi_plugin.store.atomic import write_atomic
     from cdi_plugin.store.files import read_file
 
-    data = read_file(path, MAX_OCI_BYTES, "OCI runtime spec", follow_links=False)
+    data = read_file(path, MAX_OCI_BYTES, "an OCI runtime spec", follow_links=False)
     doc, fmt = textparse.parse(data, str(path), "json")
     try:
         if fmt != "json":

@@ -12,7 +12,9 @@ from typing import Any
 import click
 
 from cdi_plugin import __version__
+from cdi_plugin.cli.helpsections import SectionedCommand
 from cdi_plugin.cli.scanopts import (
+    PathOf,
     fail,
     format_option,
     log_format_option,
@@ -20,6 +22,7 @@ from cdi_plugin.cli.scanopts import (
     metrics_address_option,
     output_dir_option,
     parsed,
+    runtime_option,
     source_option,
     uevent_source_option,
 )
@@ -29,6 +32,22 @@ from cdi_plugin.dra.names import DEFAULT_DRIVER, DEFAULT_PLUGINS_DIR, DEFAULT_RE
 PROGRAM = "cdi-plugin"
 #: Where the DaemonSet puts the node's name (the downward API's spec.nodeName).
 NODE_NAME_ENV = "NODE_NAME"
+
+
+#: The sections of ``serve --help`` and their options (parameter names), in order.
+SERVE_SECTIONS = {
+    "Devices served (both kubelet APIs)": ["config_file", "spec_dirs", "kinds", "grace_period", "api",
+                                           "allow_exclusive_kinds_on_both_apis"],
+    "Device plugin API": ["plugin_dir", "kubelet_socket_path", "replicas", "cdi_strategy"],
+    "Scanner (with --scan)": [
+        "scan", "output_dir", "fmt", "cdi_version_max", "runtimes", "source", "uevent_source",
+        "allow_hooks_and_mounts",
+    ],
+    "DRA driver (with --api dra or both)": [
+        "driver_name", "node_name", "kubeconfig", "kubelet_plugins_dir", "kubelet_registry_dir",
+    ],
+    "Logging and metrics": ["log_format", "metrics_address", "verbose"],
+}  # fmt: skip
 
 
 def _kinds(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> tuple[str, ...] | None:
@@ -62,12 +81,12 @@ def main() -> None:
     """
 
 
-@main.command()
+@main.command(cls=SectionedCommand, sections=SERVE_SECTIONS)
 @click.option(
     "--spec-dir",
     "spec_dirs",
     multiple=True,
-    type=click.Path(path_type=Path, file_okay=False),
+    type=PathOf("directory"),
     callback=_dirs,
     metavar="DIR",
     help="CDI spec directory, lowest priority first; repeat for several "
@@ -76,7 +95,7 @@ def main() -> None:
 )
 @click.option(
     "--plugin-dir",
-    type=click.Path(path_type=Path, file_okay=False),
+    type=PathOf("directory"),
     default=None,
     callback=_absolute,
     metavar="DIR",
@@ -86,7 +105,7 @@ def main() -> None:
 @click.option(
     "--kubelet-socket",
     "kubelet_socket_path",
-    type=click.Path(path_type=Path, dir_okay=False),
+    type=PathOf("socket"),
     default=None,
     callback=_absolute,
     metavar="PATH",
@@ -127,7 +146,7 @@ def main() -> None:
 @click.option(
     "--config",
     "config_file",
-    type=click.Path(path_type=Path, dir_okay=False),
+    type=PathOf("file"),
     default=None,
     metavar="FILE",
     help="Configuration file (YAML); its 'plugin' section sets the defaults of these options "
@@ -139,16 +158,17 @@ def main() -> None:
     help="Also generate the specs, as cdi-gen watch does: scan the host, then rescan on udev events "
     "and --config edits, writing into --output-dir. One process per node (see docs/hotplug.md).",
 )
-@output_dir_option(". With --scan [default: the first --spec-dir].")
+@output_dir_option(" [default: the first --spec-dir].")
 @format_option(None)
 @max_version_option(None)
 @source_option(None, watch=True)
 @uevent_source_option
+@runtime_option()
 @click.option(
     "--allow-hooks-and-mounts",
     is_flag=True,
     default=None,
-    help="With --scan: accept device classes with hooks or mounts. They run as root on the node and "
+    help="Accept device classes with hooks or mounts. They run as root on the node and "
     "land in every container given the device, so a configuration (e.g. a ConfigMap) alone cannot "
     "add them [default: refused].",
 )
@@ -174,45 +194,45 @@ def main() -> None:
     "--driver-name",
     default=None,
     metavar="NAME",
-    help=f"With --api dra|both: the DRA driver's name, a DNS subdomain [default: {DEFAULT_DRIVER}].",
+    help=f"The DRA driver's name, a DNS subdomain [default: {DEFAULT_DRIVER}].",
 )
 @click.option(
     "--node-name",
     envvar=NODE_NAME_ENV,
     default=None,
     metavar="NAME",
-    help=f"With --api dra|both: this node's name in the API server [default: ${NODE_NAME_ENV}].",
+    help=f"This node's name in the API server [default: ${NODE_NAME_ENV}].",
 )
 @click.option(
     "--kubeconfig",
-    type=click.Path(path_type=Path, dir_okay=False),
+    type=PathOf("file"),
     default=None,
     metavar="FILE",
-    help="With --api dra|both: the API server's address and credentials [default: the pod's "
+    help="The API server's address and credentials [default: the pod's "
     "service account, else $KUBECONFIG, else ~/.kube/config].",
 )
 @click.option(
     "--kubelet-plugins-dir",
-    type=click.Path(path_type=Path, file_okay=False),
+    type=PathOf("directory"),
     default=None,
     callback=_absolute,
     metavar="DIR",
-    help=f"With --api dra|both: the kubelet's plugins directory; the DRA socket goes into "
+    help=f"The kubelet's plugins directory; the DRA socket goes into "
     f"DIR/<driver>/ [default: {DEFAULT_PLUGINS_DIR}].",
 )
 @click.option(
     "--kubelet-registry-dir",
-    type=click.Path(path_type=Path, file_okay=False),
+    type=PathOf("directory"),
     default=None,
     callback=_absolute,
     metavar="DIR",
-    help=f"With --api dra|both: the kubelet's plugin watcher directory, where the registration "
+    help=f"The kubelet's plugin watcher directory, where the registration "
     f"socket goes [default: {DEFAULT_REGISTRY_DIR}].",
 )
 @log_format_option
 @metrics_address_option
 @click.option("-v", "--verbose", is_flag=True, help="Also log debug messages (every ListAndWatch update).")
-@click.option("--sysfs-root", type=click.Path(path_type=Path, file_okay=False), default=None, hidden=True)
+@click.option("--sysfs-root", type=PathOf("directory"), default=None, hidden=True)
 def serve(
     *,
     config_file: Path | None,
@@ -226,6 +246,7 @@ def serve(
     source: str | None,
     uevent_source: str | None,
     allow_hooks_and_mounts: bool | None,
+    runtimes: tuple[str, ...],
     driver_name: str | None,
     node_name: str | None,
     kubeconfig: Path | None,
@@ -245,8 +266,7 @@ def serve(
 
     With --scan the same process keeps the specs in step with the host, as 'cdi-gen watch' does,
     with the 'classes' of --config (the embedded default without): a device plugged in or removed
-    reaches the kubelet within a fraction of a second. The scanner's options (--output-dir,
-    --format, --cdi-version-max, --source, --uevent-source, --allow-hooks-and-mounts) need --scan.
+    reaches the kubelet within a fraction of a second.
 
     With --api dra or both the devices are also (or only) served as a DRA driver: published as
     ResourceSlices of this node through the API server, prepared for the kubelet with their CDI
@@ -276,7 +296,8 @@ def serve(
         fail(PROGRAM, str(exc))
     scanner_options = {"--output-dir": output_dir, "--format": fmt, "--cdi-version-max": cdi_version_max,
                        "--source": source, "--uevent-source": uevent_source,
-                       "--allow-hooks-and-mounts": allow_hooks_and_mounts}  # fmt: skip
+                       "--allow-hooks-and-mounts": allow_hooks_and_mounts,
+                       "--runtime": runtimes or None}  # fmt: skip
     given = [name for name, value in scanner_options.items() if value is not None]
     if given and not scan:
         raise click.UsageError(f"{', '.join(given)} {'needs' if len(given) == 1 else 'need'} --scan")
@@ -312,6 +333,7 @@ def serve(
                 source=source,
                 uevent_source=uevent_source,
                 allow_hooks_and_mounts=bool(allow_hooks_and_mounts),
+                runtimes=runtimes,
                 metrics=None if metrics.registry is None else ScanMetrics(metrics.registry),
                 inventory=plugin.state.inventory,
                 check_plugin=lambda section, source: settings.build(section, source, **flags),

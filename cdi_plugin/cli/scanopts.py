@@ -6,13 +6,17 @@ Imports only click, the pure CDI core and the device-source names, so that ``--h
 
 from __future__ import annotations
 
+import os
+import stat
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NoReturn, TypeVar
+from typing import Any, Literal, NoReturn, TypeVar
 
 import click
 
+from cdi_plugin.cdi.runtimes import NAMES as RUNTIME_NAMES
 from cdi_plugin.cdi.version import SUPPORTED_VERSIONS
+from cdi_plugin.wording import file_type
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -23,10 +27,39 @@ def fail(program: str, message: str, code: int = 1) -> NoReturn:
     raise SystemExit(code)
 
 
+_KINDS = {
+    "file": (stat.S_ISREG, "a regular file"),
+    "directory": (stat.S_ISDIR, "a directory"),
+    "socket": (stat.S_ISSOCK, "a socket"),
+}
+
+
+class PathOf(click.Path):
+    """A path that must be a regular file, a directory or a socket where it exists; one of another
+    kind is refused naming what it is, in the words of the file readers: ``k.fifo: is a FIFO, not
+    a regular file``. A path that does not exist is left to the program (created, waited for, or
+    refused when it is read)."""
+
+    def __init__(self, kind: Literal["file", "directory", "socket"]) -> None:
+        super().__init__(path_type=Path, dir_okay=kind == "directory", readable=False)
+        self.kind = kind
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        try:
+            mode = os.stat(value).st_mode
+        except OSError:
+            pass  # missing, or not reachable: the program says why when it uses the path
+        else:
+            right, name = _KINDS[self.kind]
+            if not right(mode):
+                self.fail(f"{value}: is {file_type(mode)}, not {name}", param, ctx)
+        return super().convert(value, param, ctx)
+
+
 def config_option(f: F) -> F:
     return click.option(
         "--config",
-        type=click.Path(path_type=Path, dir_okay=False, readable=False),
+        type=PathOf("file"),
         help="The configuration file whose 'classes' define what to generate (default: the embedded "
         "default).",
     )(f)
@@ -36,7 +69,7 @@ def output_dir_option(help_default: str) -> Callable[[F], F]:
     def decorate(f: F) -> F:
         return click.option(
             "--output-dir",
-            type=click.Path(path_type=Path, file_okay=False),
+            type=PathOf("directory"),
             default=None,
             help="Where to write the specs (created if missing)" + help_default,
         )(f)
@@ -106,6 +139,26 @@ def max_version_option(default: str | None = "0.5.0") -> Callable[[F], F]:
     return decorate
 
 
+#: What ``--runtime`` does for the scanner (``cdi-gen scan``, ``watch``, ``cdi-plugin serve --scan``).
+SCAN_RUNTIME_HELP = (
+    "Refuse to write a spec runtime NAME would not read; the configuration's runtimes add to these"
+)
+
+
+def runtime_option(what: str = SCAN_RUNTIME_HELP) -> Callable[[F], F]:
+    def decorate(f: F) -> F:
+        return click.option(
+            "--runtime",
+            "runtimes",
+            multiple=True,
+            type=click.Choice(RUNTIME_NAMES),
+            metavar="NAME",
+            help=f"{what} (repeatable): {', '.join(RUNTIME_NAMES)}. See docs/runtimes.md.",
+        )(f)
+
+    return decorate
+
+
 def force_option(f: F) -> F:
     return click.option(
         "--force", is_flag=True, help="Write a kind even if a spec cdi-gen does not own defines it."
@@ -128,7 +181,7 @@ def spec_dir_option(f: F) -> F:
         "--spec-dir",
         "spec_dirs",
         multiple=True,
-        type=click.Path(path_type=Path, file_okay=False),
+        type=PathOf("directory"),
         help="Another spec directory to check for specs of the same kinds, whatever the output "
         "directory (repeatable).",
     )(f)

@@ -31,6 +31,7 @@ from cdi_plugin.deviceplugin.servicer import DevicePluginService
 from cdi_plugin.deviceplugin.settings import Settings
 from cdi_plugin.errors import CdiPluginError
 from cdi_plugin.metrics import PluginMetrics
+from cdi_plugin.wording import file_type
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +62,19 @@ def identity(path: Path) -> Identity | None:
     except OSError:
         return None
     return (st.st_dev, st.st_ino) if stat.S_ISSOCK(st.st_mode) else None
+
+
+def _file_type(path: Path, *, follow: bool = False) -> str:
+    try:
+        return file_type((os.stat if follow else os.lstat)(path).st_mode)
+    except OSError:
+        return "gone"
+
+
+def _not_yet(path: Path, wanted: str, *, follow: bool = False) -> str:
+    """How a path the plugin waits for falls short: it does not exist yet, or is of another kind."""
+    found = _file_type(path, follow=follow)
+    return f"{path} does not exist yet" if found == "gone" else f"{path} is {found}, not {wanted}"
 
 
 class EndpointError(CdiPluginError):
@@ -119,11 +133,20 @@ class Endpoint:
         if self._server is not None:
             self._log(logging.INFO, "socket %s was removed; serving on a new one", self.path)
             await self._stop_server()
-        if not self.settings.plugin_dir.is_dir():
-            raise EndpointError(f"the device plugin directory {self.settings.plugin_dir} does not exist")
+        directory = self.settings.plugin_dir
+        try:
+            mode = os.stat(directory).st_mode
+        except FileNotFoundError:
+            raise EndpointError(f"the device plugin directory {directory} does not exist") from None
+        except OSError as exc:
+            raise EndpointError(f"the device plugin directory {directory}: {exc.strerror or exc}") from None
+        if not stat.S_ISDIR(mode):
+            raise EndpointError(
+                f"the device plugin directory {directory} is {file_type(mode)}, not a directory"
+            )
         if os.path.lexists(self.path):
-            if identity(self.path) is None:
-                raise EndpointError(f"{self.path} exists and is not a socket; not replacing it")
+            if (found := _file_type(self.path)) != "a socket":
+                raise EndpointError(f"{self.path} is {found}, not a socket; not replacing it")
             if someone_listens(self.path):
                 raise EndpointError(f"another process is serving {self.path}")
             self._log(logging.INFO, "removing stale socket %s (nothing listens on it)", self.path)
@@ -221,8 +244,8 @@ class Endpoint:
             side = self._kubelet_side()
             kubelet = side[1]
             if not side[0]:
-                directory = self.settings.plugin_dir
-                await self._wait_for_kubelet(f"waiting for the kubelet: {directory} does not exist yet", seen)
+                missing = _not_yet(self.settings.plugin_dir, "a directory", follow=True)
+                await self._wait_for_kubelet(f"waiting for the kubelet: {missing}", seen)
                 continue
             try:
                 await self._serve()
@@ -232,9 +255,8 @@ class Endpoint:
                 await self._pause(delay, side)
                 continue
             if kubelet is None:
-                await self._wait_for_kubelet(
-                    f"waiting for the kubelet: {kubelet_sock} does not exist yet", seen
-                )
+                missing = _not_yet(kubelet_sock, "a socket")
+                await self._wait_for_kubelet(f"waiting for the kubelet: {missing}", seen)
                 continue
             try:
                 await register(kubelet_sock, self.path.name, self.resource, self._options)

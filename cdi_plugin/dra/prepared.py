@@ -74,7 +74,7 @@ class PreparedClaims:
         if self.problem is None and seen == self._seen:
             return True
         try:
-            data = read_file(self.path, MAX_STATE_BYTES, "prepared-claims file", follow_links=False)
+            data = read_file(self.path, MAX_STATE_BYTES, "a prepared-claims file", follow_links=False)
             self.state = decode(data, str(self.path))
         except (SpecLoadError, PreparedStateError) as exc:
             self.problem = str(exc)

@@ -345,6 +345,11 @@ def refuse_hooks_and_mounts(classes: list[DeviceClass], source: str) -> None:
                     )
 
 
+def runtimes_of(config: ConfigFile | None) -> tuple[str, ...]:
+    """The runtimes the configuration's ``runtimes`` names (the schema checked the names)."""
+    return tuple(config.contents.get("runtimes", ())) if config is not None else ()
+
+
 @functools.cache
 def default_config_text() -> str:
     """The embedded default configuration, comments included."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 
-from cdi_plugin.inventory.record import GONE_REASON, NOT_SERVED_REASON, ServedDevice
+from cdi_plugin.inventory.record import ServedDevice
 
 
 class GracePeriod:
@@ -21,25 +21,25 @@ class GracePeriod:
         before: Mapping[str, ServedDevice],
         now_served: Mapping[str, ServedDevice],
         now: float,
-        resolves: Callable[[str], bool],
+        why: Callable[[str], str],
     ) -> dict[str, ServedDevice]:
         """``now_served`` plus the devices of ``before`` it lacks whose period is not over, as
-        Unhealthy; ``resolves(name)`` tells a kind no longer served from an entry that is gone."""
+        Unhealthy; ``why(name)`` says why a device is no longer served (its entry is gone, its
+        kind is no longer served, its name is defined twice)."""
         out = dict(now_served)
         for name, device in before.items():
             if name not in out:
-                kept = self.keep(device, now, resolves)
+                kept = self.keep(device, now, why)
                 if kept is not None:
                     out[name] = kept
         return out
 
-    def keep(self, device: ServedDevice, now: float, resolves: Callable[[str], bool]) -> ServedDevice | None:
+    def keep(self, device: ServedDevice, now: float, why: Callable[[str], str]) -> ServedDevice | None:
         """A device no longer served, as it stays (Unhealthy) until its period is over; None after."""
         since = device.gone_since if device.gone_since is not None else now
         if now - since >= self.seconds:
             return None
-        reason = NOT_SERVED_REASON if resolves(device.cdi_name) else GONE_REASON
-        kept = replace(device, healthy=False, reason=reason, gone_since=since)
+        kept = replace(device, healthy=False, reason=why(device.cdi_name), gone_since=since)
         return device if kept == device else kept
 
     def next_expiry(self, devices: Iterable[ServedDevice]) -> float | None:

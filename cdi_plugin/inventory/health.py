@@ -19,10 +19,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cdi_plugin.cdi.model import Device, Spec
+from cdi_plugin.wording import file_type
 
 StatFn = Callable[[str], os.stat_result]
 
-_TYPE_NAMES = {"c": "a char device", "u": "a char device", "b": "a block device", "p": "a FIFO"}
+_TYPE_NAMES = {"c": "a character device", "u": "a character device", "b": "a block device", "p": "a FIFO"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,20 +64,6 @@ def host_nodes(spec: Spec, device: Device) -> tuple[HostNode, ...]:
     return tuple(out)
 
 
-def _kind(mode: int) -> str:
-    if stat.S_ISCHR(mode):
-        return "a char device"
-    if stat.S_ISBLK(mode):
-        return "a block device"
-    if stat.S_ISFIFO(mode):
-        return "a FIFO"
-    if stat.S_ISDIR(mode):
-        return "a directory"
-    if stat.S_ISREG(mode):
-        return "a regular file"
-    return "not a device node"
-
-
 def check(nodes: Iterable[HostNode], stat_fn: StatFn = os.stat) -> Health:
     """Stat every host node; the first problem found makes the device Unhealthy."""
     rdevs: list[Rdev] = []
@@ -92,10 +79,10 @@ def check(nodes: Iterable[HostNode], stat_fn: StatFn = os.stat) -> Health:
         mode = info.st_mode
         is_dev = stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
         if not (is_dev or stat.S_ISFIFO(mode)):
-            return Health(False, f"host device node {node.path} is {_kind(mode)}, not a device node")
+            return Health(False, f"host device node {node.path} is {file_type(mode)}, not a device node")
         wanted = _TYPE_NAMES.get(node.type or "")
-        if wanted and _kind(mode) != wanted:
-            return Health(False, f"host device node {node.path} is {_kind(mode)}, the spec says {wanted}")
+        if wanted and file_type(mode) != wanted:
+            return Health(False, f"host device node {node.path} is {file_type(mode)}, the spec says {wanted}")
         if is_dev:
             major, minor = os.major(info.st_rdev), os.minor(info.st_rdev)
             if (node.major is not None and node.major != major) or (

@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+
+from cdi_plugin.wording import defined_in
 
 #: Why a device in its grace period is Unhealthy.
 GONE_REASON = "its CDI spec entry is gone"
 NOT_SERVED_REASON = "its kind is no longer served"
+
+
+def ambiguous_reason(paths: Sequence[str]) -> str:
+    """Why a device whose name several files of one directory define is not served."""
+    return f"{defined_in(list(paths))} at the same priority, so no runtime resolves it"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -45,7 +45,14 @@ from cdi_plugin.inventory.grace import GracePeriod
 from cdi_plugin.inventory.health import Health, HealthTracker, HostNode, Rdev, check, host_nodes
 from cdi_plugin.inventory.numa import NumaLocator
 from cdi_plugin.inventory.problems import ProblemLog
-from cdi_plugin.inventory.record import NO_FACTS, ServedDevice, UdevFacts
+from cdi_plugin.inventory.record import (
+    GONE_REASON,
+    NO_FACTS,
+    NOT_SERVED_REASON,
+    ServedDevice,
+    UdevFacts,
+    ambiguous_reason,
+)
 from cdi_plugin.inventory.selection import KindSelection
 from cdi_plugin.inventory.source import Reading, SpecSource
 from cdi_plugin.store.registry import ResolvedDevice, Snapshot, Stat
@@ -163,6 +170,9 @@ class SpecInventory:
         directory's event was handled."""
         nodes = self.health.nodes(cdi_name)
         if nodes is None:
+            paths = self._problems.ambiguous.get(cdi_name)
+            if paths is not None:
+                return f"is {ambiguous_reason(paths)}"
             return "does not resolve in the CDI spec directories (removed, broken or conflicting)"
         watch = self._node_watch
         if watch is not None and watch.pulse.count == self._nodes_checked and not watch.unread():
@@ -374,8 +384,12 @@ class SpecInventory:
         self._udev[name] = (rdevs, found)
         return found
 
-    def _resolves(self, name: str) -> bool:
-        return self._reading is not None and self._reading.snapshot.resolve(name) is not None
+    def _why(self, name: str) -> str:
+        """Why a device served before is not served now."""
+        if self._reading is not None and self._reading.snapshot.resolve(name) is not None:
+            return NOT_SERVED_REASON
+        paths = self._problems.ambiguous.get(name)
+        return GONE_REASON if paths is None else ambiguous_reason(paths)
 
     def _revise(self, names: Iterable[str], *, restat: bool, nodes_changed: bool = False) -> None:
         """Evaluate these devices' records again (``restat``: stat their nodes again); fire
@@ -392,7 +406,7 @@ class SpecInventory:
             if found is not None:
                 record: ServedDevice | None = self._record(name, found, before)
             else:
-                record = None if before is None else self.grace.keep(before, now, self._resolves)
+                record = None if before is None else self.grace.keep(before, now, self._why)
             if record is not before:
                 fresh[name] = record
         self._publish(fresh, nodes_changed)
@@ -407,7 +421,7 @@ class SpecInventory:
         fresh: dict[str, ServedDevice | None] = {}
         for name, device in devices.items():
             if name not in health:
-                kept = self.grace.keep(device, now, self._resolves)
+                kept = self.grace.keep(device, now, self._why)
                 if kept is not device:
                     fresh[name] = kept
         for name, found in health.items():

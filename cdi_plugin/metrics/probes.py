@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import os
+import stat
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+from cdi_plugin.wording import file_type
 
 #: ``/healthz`` fails when the event loop has not beaten for this long.
 STALE_AFTER = 30.0
@@ -31,8 +34,8 @@ def _directory_problem(directory: Path) -> str | None:
         return None
     except OSError as exc:
         return f"{directory}: {exc.strerror or exc}"
-    if not os.path.isdir(directory):
-        return f"{directory}: not a directory"
+    if not stat.S_ISDIR(st.st_mode):
+        return f"{directory}: is {file_type(st.st_mode)}, not a directory"
     if st.st_nlink == 0:
         return f"{directory}: deleted on the host while mounted here; a restart mounts the new one"
     try:

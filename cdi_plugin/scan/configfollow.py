@@ -19,16 +19,26 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from cdi_plugin.cdi.codec import Format
+from cdi_plugin.cdi.runtime_checks import format_refusal
+from cdi_plugin.cdi.runtimes import targets
 from cdi_plugin.errors import ConfigError
-from cdi_plugin.generate.config import DEFAULT_CONFIG_NAME, DeviceClass, classes_of, default_classes
-from cdi_plugin.store.configfile import read_config
+from cdi_plugin.generate.config import (
+    DEFAULT_CONFIG_NAME,
+    DeviceClass,
+    classes_of,
+    default_classes,
+    runtimes_of,
+)
+from cdi_plugin.store.configfile import ConfigFile, read_config
 
 log = logging.getLogger(__name__)
 
 
 class ConfigFollower:
     """The device classes of ``path`` (the embedded default without a path or a ``classes``
-    section). :meth:`load` raises :class:`ConfigError`; :meth:`reload` never does."""
+    section), and the runtimes the specs are for: ``runtimes`` (``--runtime``) and the file's
+    ``runtimes``. :meth:`load` raises :class:`ConfigError`; :meth:`reload` never does."""
 
     def __init__(
         self,
@@ -38,11 +48,15 @@ class ConfigFollower:
         allow_hooks_and_mounts: bool = True,
         on_invalid: Callable[[], None] | None = None,
         check_plugin: Callable[[Any, str], object] | None = None,
+        runtimes: tuple[str, ...] = (),
+        fmt: Format = "json",
     ) -> None:
         """``check_plugin(section, source)`` checks the ``plugin`` section of an edit, raising
         :class:`ConfigError` to refuse the whole edit as a bad one."""
         self.path = path
         self.check_plugin = check_plugin
+        self.given_runtimes, self.fmt = runtimes, fmt
+        self.runtimes = runtimes
         self.allow_hooks_and_mounts = allow_hooks_and_mounts
         #: Called once for each distinct invalid edit (the metrics count them).
         self.on_invalid = on_invalid
@@ -53,12 +67,28 @@ class ConfigFollower:
         self._plugin: Any = None
         self._seen: str | None = None
 
+    def _runtimes(self, config: ConfigFile | None) -> tuple[str, ...]:
+        """``--runtime`` and the file's ``runtimes``; ConfigError if one reads no file of the format."""
+        runtimes = tuple(dict.fromkeys(self.given_runtimes + runtimes_of(config)))
+        for runtime in targets(runtimes):
+            refused = format_refusal(runtime, self.fmt)
+            if refused is not None:
+                where = (
+                    f"{self.path}: runtimes"
+                    if config is not None and runtime.name in runtimes_of(config)
+                    else "--runtime"
+                )
+                raise ConfigError(f"{where}: {refused}, and the specs are written as {self.fmt}")
+        return runtimes
+
     def load(self) -> None:
         if self.path is None:
             self.classes = default_classes()
+            self.runtimes = self._runtimes(None)
             return
         config = read_config(self.path)
         self.classes, self.source = classes_of(config, allow_hooks_and_mounts=self.allow_hooks_and_mounts)
+        self.runtimes = self._runtimes(config)
         self._plugin = config.contents.get("plugin")
         self._seen = hashlib.sha256(config.data).hexdigest()
 
@@ -93,6 +123,7 @@ class ConfigFollower:
             classes, source = classes_of(config, allow_hooks_and_mounts=self.allow_hooks_and_mounts)
             if self.check_plugin is not None:
                 self.check_plugin(config.contents.get("plugin"), config.source)
+            runtimes = self._runtimes(config)
         except ConfigError as exc:
             self._invalid(exc)
             return False
@@ -102,6 +133,14 @@ class ConfigFollower:
                 "%s: the 'plugin' section changed; cdi-plugin serve applies it when it starts again",
                 self.path,
             )
+        if runtimes != self.runtimes:
+            log.info(
+                "%s: reloaded; the specs are now for %s; rescanning",
+                self.path,
+                ", ".join(runtimes) or "any runtime",
+            )
+            self.classes, self.source, self.runtimes = classes, source, runtimes
+            return True
         if classes == self.classes:
             log.info("%s: reloaded; the device classes did not change", self.path)
             return False

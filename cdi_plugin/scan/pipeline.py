@@ -15,10 +15,12 @@ from typing import Any
 
 from cdi_plugin.cdi import codec
 from cdi_plugin.cdi.model import Spec
+from cdi_plugin.cdi.runtime_checks import ceiling, format_refusal, refusals
+from cdi_plugin.cdi.runtimes import Runtime, targets
 from cdi_plugin.discovery.model import DeviceSource, DiscoveredDevice, Discovery
 from cdi_plugin.errors import GenerateError
 from cdi_plugin.generate.builder import BuildResult, BuiltSpec, build_specs
-from cdi_plugin.generate.config import DeviceClass, classes_of
+from cdi_plugin.generate.config import DeviceClass, classes_of, runtimes_of
 from cdi_plugin.generate.match import query_for
 from cdi_plugin.store import files
 from cdi_plugin.store.configfile import read_config
@@ -66,6 +68,13 @@ class ScanOptions:
     runtime_dirs: tuple[Path, ...] = field(default_factory=files.spec_dirs)
     #: More directories searched for foreign specs of the same kinds (``--spec-dir``).
     spec_dirs: tuple[Path, ...] = ()
+    #: The runtimes every spec written must be read by (``--runtime``; for ``cdi-gen scan``, the
+    #: configuration's ``runtimes`` too).
+    runtimes: tuple[str, ...] = ()
+
+    def version_ceiling(self) -> str | None:
+        """The highest cdiVersion a spec may have: ``max_version``, and what ``runtimes`` read."""
+        return ceiling(self.max_version, targets(self.runtimes))
 
     def conflict_dirs(self) -> tuple[Path, ...]:
         """The directories, besides the output directory, where a foreign spec of a kind being
@@ -158,6 +167,27 @@ def _file_reports(plan: Plan, build: BuildResult, dry_run: bool) -> tuple[FileRe
     )
 
 
+def _refuse_format(runtimes: Sequence[Runtime], fmt: codec.Format) -> None:
+    """Raise :class:`GenerateError` when one of ``runtimes`` reads no file of format ``fmt``."""
+    for runtime in runtimes:
+        refused = format_refusal(runtime, fmt)
+        if refused is not None:
+            raise GenerateError(f"--format {fmt}: {refused}; nothing was written")
+
+
+def _check_runtimes(specs: Sequence[Spec], runtimes: Sequence[Runtime], fmt: codec.Format) -> None:
+    """Raise :class:`GenerateError` naming the first spec one of ``runtimes`` would drop, and why."""
+    for spec in specs:
+        for runtime in runtimes:
+            errors = [p for p in refusals(runtime, spec, f".{fmt}", fmt) if p.is_error]
+            if errors:
+                first = errors[0]
+                hint = f" ({first.hint})" if first.hint else ""
+                raise GenerateError(
+                    f"{spec.kind}: {first.pointer or '/'}: {first.message}{hint}; nothing was written"
+                )
+
+
 def run_scan(
     options: ScanOptions,
     source: DeviceSource,
@@ -172,11 +202,14 @@ def run_scan(
     removed, and a kind without an enabled class (or without devices) loses its spec. ``placed``
     hears of each file written or removed as soon as it is in place.
     """
+    runtimes = targets(options.runtimes)
     if classes is None:
         config = read_config(options.config) if options.config is not None else None
         loaded, config_source = classes_of(config, allow_hooks_and_mounts=options.allow_hooks_and_mounts)
+        runtimes = targets(options.runtimes + runtimes_of(config))
     else:
         loaded, config_source = list(classes), "<given classes>"
+    _refuse_format(runtimes, options.fmt)
     if kinds is not None:
         loaded = [c for c in loaded if c.kind in kinds]
     enabled = any(c.enabled for c in loaded)
@@ -189,6 +222,7 @@ def run_scan(
             + "; ".join(build.refused)
             + " (--skip-refused writes the other devices)"
         )
+    _check_runtimes([s.spec for s in build.specs], runtimes, options.fmt)
     lock = (
         contextlib.nullcontext(None) if options.dry_run else locked(options.output_dir, options.lock_timeout)
     )

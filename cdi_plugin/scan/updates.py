@@ -161,7 +161,7 @@ class BatchWork:
             if not cls.enabled or (scope is not None and cls.kind not in scope):
                 continue
             live = index_class(
-                cls, by_kind.get(cls.kind), report.devices, self.options.max_version, self.options.fmt
+                cls, by_kind.get(cls.kind), report.devices, self.options.version_ceiling(), self.options.fmt
             )
             data = written.get(cls.kind)
             if live is not None and data is not None and live.render().data == data:

@@ -142,6 +142,8 @@ class Watcher:
             check_plugin=options.check_plugin,
             allow_hooks_and_mounts=options.scan.allow_hooks_and_mounts,
             on_invalid=None if metrics is None else lambda: metrics.record_validation_failure("config"),
+            runtimes=options.scan.runtimes,
+            fmt=options.scan.fmt,
         )
         self.config.load()
         if source is None:
@@ -161,7 +163,12 @@ class Watcher:
             lost=lambda: self._add(ALL),
             fail=self._fail,
         )
-        self.work = BatchWork(dataclasses.replace(options.scan, skip_refused=True, dry_run=False), source)
+        self.work = BatchWork(
+            dataclasses.replace(
+                options.scan, skip_refused=True, dry_run=False, runtimes=self.config.runtimes
+            ),
+            source,
+        )
         #: The number of the last device event, and of each device's last one since the last batch.
         self._number = 0
         self._numbers: dict[str, int] = {}
@@ -440,6 +447,7 @@ class Watcher:
         # in a worker thread: reading the file, checking it (in a child process once serve has
         # asked for that) and building the classes take up to about 0.1 s
         if await asyncio.to_thread(self.config.reload):
+            self.work.options = dataclasses.replace(self.work.options, runtimes=self.config.runtimes)
             before = self.targets
             self.targets = targets_for(self.config.classes)
             if (before.subsystems, before.every_subsystem) != (

@@ -44,7 +44,7 @@ def config_error(source: str, problems: list[Problem]) -> ConfigError:
 def parse_config(data: bytes, source: str) -> dict[str, Any]:
     """Parse and validate configuration text; raises :class:`ConfigError`."""
     try:
-        obj, _ = codec.parse(data, source, "yaml")
+        obj, _ = codec.parse(data, source, "yaml", "configuration")
     except SpecLoadError as exc:
         where = f"{key_path(exc.pointer)}: " if exc.pointer.strip("/") else ""
         raise ConfigError(f"{source}: {where}{exc.message}") from None
@@ -73,7 +73,7 @@ def read_config_bytes(path: Path) -> bytes:
     """A configuration file's bytes (through symbolic links: a ConfigMap mounts its files through
     them); raises :class:`ConfigError`."""
     try:
-        return read_file(path, MAX_CONFIG_BYTES, "configuration file")
+        return read_file(path, MAX_CONFIG_BYTES, "a configuration file")
     except SpecLoadError as exc:
         raise ConfigError(f"{path}: {exc.message}") from None
 

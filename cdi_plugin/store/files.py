@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import os
@@ -11,6 +12,7 @@ from pathlib import Path
 from cdi_plugin.cdi import codec
 from cdi_plugin.cdi.names import Kind
 from cdi_plugin.errors import SpecLoadError
+from cdi_plugin.wording import file_type
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +71,12 @@ def scan_spec_dir(directory: Path) -> list[Path]:
     except FileNotFoundError:
         return []
     except OSError as exc:
+        if exc.errno == errno.ENOTDIR:
+            with contextlib.suppress(OSError):
+                mode = os.stat(directory).st_mode
+                raise SpecLoadError(
+                    str(directory), "", "not-a-directory", f"is {file_type(mode)}, not a directory"
+                ) from None
         raise SpecLoadError(str(directory), "", *_os_reason(exc)) from None
     return [
         Path(e.path)
@@ -103,7 +111,8 @@ def read_file(path: Path, max_bytes: int, what: str, *, follow_links: bool = Tru
     swapped in between check and read is seen); opening never blocks (a FIFO does not wait for a
     writer) and, without ``follow_links``, a symbolic link is refused and nothing but a regular
     file is opened (opening a device can act on it). Every failure is a one-line
-    :class:`SpecLoadError` naming the file and calling it ``what`` where needed.
+    :class:`SpecLoadError` naming the file and calling it ``what`` (``a device spec``) where needed;
+    a file that is not a regular file is named for what it is (a FIFO, a directory, a device...).
     """
     source = str(path)
     flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow_links else os.O_NOFOLLOW)
@@ -112,6 +121,13 @@ def read_file(path: Path, max_bytes: int, what: str, *, follow_links: bool = Tru
             _check_regular(os.lstat(path).st_mode, source, what)
         fd = os.open(path, flags)
     except OSError as exc:
+        if exc.errno == errno.ELOOP and not follow_links:  # swapped for a link after the lstat
+            raise SpecLoadError(
+                source, "", "not-a-file", "is a symbolic link, which is not followed"
+            ) from None
+        if exc.errno == errno.ENXIO:  # a socket, or a device node without its device
+            with contextlib.suppress(OSError):
+                _check_regular((os.stat if follow_links else os.lstat)(path).st_mode, source, what)
         raise SpecLoadError(source, "", *_os_reason(exc)) from None
     try:
         info = os.fstat(fd)
@@ -126,7 +142,7 @@ def read_file(path: Path, max_bytes: int, what: str, *, follow_links: bool = Tru
         os.close(fd)
     if info.st_size > max_bytes or len(data) > max_bytes:
         raise SpecLoadError(
-            source, "", "too-large", f"the file is larger than {_size(max_bytes)}, too large for a {what}"
+            source, "", "too-large", f"the file is larger than {_size(max_bytes)}, too large for {what}"
         )
     return data
 
@@ -134,12 +150,10 @@ def read_file(path: Path, max_bytes: int, what: str, *, follow_links: bool = Tru
 def _check_regular(mode: int, source: str, what: str) -> None:
     if stat.S_ISLNK(mode):
         raise SpecLoadError(source, "", "not-a-file", "is a symbolic link, which is not followed")
-    if stat.S_ISDIR(mode):
-        raise SpecLoadError(source, "", "not-a-file", f"is a directory, not a {what}")
     if not stat.S_ISREG(mode):
-        raise SpecLoadError(source, "", "not-a-file", "is not a regular file")
+        raise SpecLoadError(source, "", "not-a-file", f"is {file_type(mode)}, not {what}")
 
 
 def read_spec_bytes(path: Path, max_bytes: int = MAX_SPEC_BYTES) -> bytes:
     """Read a spec file (through symbolic links, as runtimes do) with :func:`read_file`."""
-    return read_file(path, max_bytes, "device spec")
+    return read_file(path, max_bytes, "a device spec")

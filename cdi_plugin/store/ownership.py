@@ -53,8 +53,8 @@ def read_record(directory: Path) -> dict[str, OwnedFile]:
     """
     path = directory / RECORD_NAME
     try:
-        data = read_file(path, MAX_SPEC_BYTES, "ownership record", follow_links=False)
-        raw, _ = parse(data, str(path), "json")
+        data = read_file(path, MAX_SPEC_BYTES, "an ownership record", follow_links=False)
+        raw, _ = parse(data, str(path), "json", "ownership record")
         files = raw["files"]
         return {
             name: OwnedFile(name, str(entry["kind"]), str(entry["sha256"]), _previous(entry))

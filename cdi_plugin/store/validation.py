@@ -3,6 +3,7 @@ and the names a runtime's cache would drop or shadow across files. The CLI only 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -10,6 +11,8 @@ from typing import Any
 from cdi_plugin.cdi import codec
 from cdi_plugin.cdi.model import Spec
 from cdi_plugin.cdi.problems import Problem, Severity, from_error
+from cdi_plugin.cdi.runtime_checks import refusals
+from cdi_plugin.cdi.runtimes import Runtime
 from cdi_plugin.cdi.validate import runtime_problems, validate_bytes
 from cdi_plugin.errors import SpecLoadError
 from cdi_plugin.store.files import read_spec_bytes, scan_spec_dir, spec_dirs, spec_format
@@ -24,6 +27,8 @@ class FileCheck:
     problems: list[Problem] = field(default_factory=list)
     #: Warnings make the file invalid too (``validate --strict``).
     strict: bool = False
+    #: Per runtime checked (``validate --runtime``): why it drops the file or reads it differently.
+    runtimes: dict[str, list[Problem]] = field(default_factory=dict)
 
     @property
     def valid(self) -> bool:
@@ -33,7 +38,7 @@ class FileCheck:
         return sum(p.severity is severity for p in self.problems)
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "path": str(self.path),
             "valid": self.valid,
             "kind": self.spec.kind if self.spec else None,
@@ -41,6 +46,16 @@ class FileCheck:
             "devices": len(self.spec.devices) if self.spec else None,
             "problems": [p.to_json() for p in self.problems],
         }
+        if self.runtimes:
+            loads = _runtime_loads(self)
+            out["runtimes"] = {
+                name: {
+                    "loads": loads and not any(p.is_error for p in found),
+                    "problems": [p.to_json() for p in found],
+                }
+                for name, found in self.runtimes.items()
+            }
+        return out
 
 
 @dataclass
@@ -64,7 +79,9 @@ class ValidationReport:
         }
 
 
-def _check_file(path: Path, priority: int, max_version: str | None) -> FileCheck:
+def _check_file(
+    path: Path, priority: int, max_version: str | None, runtimes: Sequence[Runtime] = ()
+) -> FileCheck:
     report = FileCheck(path, priority)
     fmt = spec_format(path)
     if fmt is None and path.exists():
@@ -81,6 +98,10 @@ def _check_file(path: Path, priority: int, max_version: str | None) -> FileCheck
     result = validate_bytes(data, str(path), guessed, max_version)
     report.spec = result.spec
     report.problems = result.problems + report.problems
+    if result.spec is not None:
+        for runtime in runtimes:
+            found = report.runtimes[runtime.name] = refusals(runtime, result.spec, path.suffix, result.syntax)
+            report.problems += found
     return report
 
 
@@ -130,13 +151,14 @@ def _device_pointers(spec: Spec | None) -> dict[str, str]:
 
 
 def validate_paths(
-    paths: list[Path], max_version: str | None = None, strict: bool = False
+    paths: list[Path], max_version: str | None = None, strict: bool = False, runtimes: Sequence[Runtime] = ()
 ) -> ValidationReport:
     """Validate files and directories; directories get the runtime's priority and conflict rules.
 
     A directory's priority is its position among the directories named (or holding the files
     named), in the order given; with no paths, the spec directories runtimes read are checked.
-    ``strict`` makes a file with warnings invalid.
+    ``strict`` makes a file with warnings invalid; each of ``runtimes`` adds why it would drop a
+    file (an error) or read it differently (a warning).
     """
     searched = paths or list(spec_dirs())
     reports: list[FileCheck] = []
@@ -149,10 +171,10 @@ def validate_paths(
             except SpecLoadError as exc:
                 reports.append(FileCheck(path, priority, problems=[from_error(exc)]))
                 continue
-            reports += [_check_file(p, priority, max_version) for p in files]
+            reports += [_check_file(p, priority, max_version, runtimes) for p in files]
         elif path.exists() or path.is_symlink() or paths:
             priority = priorities.setdefault(path.parent.resolve(), len(priorities))
-            reports.append(_check_file(path, priority, max_version))
+            reports.append(_check_file(path, priority, max_version, runtimes))
     _add_conflicts(reports)
     for report in reports:
         report.strict = strict

@@ -172,7 +172,8 @@ def _documented() -> dict[str, str]:
 def test_docs_give_every_rule_its_severity() -> None:
     documented = _documented()
     extra = {"not-found", "unreadable", "not-a-file", "not-a-directory", "too-large", "not-strict-json",
-             "ignored-suffix", "conflict", "shadowed", "version-above-max"}  # fmt: skip
+             "ignored-suffix", "conflict", "shadowed", "version-above-max",
+             "runtime-format", "runtime-version", "runtime-field", "runtime-ignored"}  # fmt: skip
     assert set(documented) == SPEC_RULES | WARN_RULES | extra
     for rule in SPEC_RULES:
         assert documented[rule].startswith("error"), rule
@@ -182,4 +183,5 @@ def test_docs_give_every_rule_its_severity() -> None:
         "not-strict-json",
         "ignored-suffix",
         "shadowed",
+        "runtime-ignored",
     }

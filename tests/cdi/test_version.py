@@ -8,6 +8,7 @@ import pytest
 
 from cdi_plugin.cdi import codec, version
 from cdi_plugin.cdi.problems import Severity
+from cdi_plugin.cdi.runtimes import RUNTIMES
 from tests.cdi.helpers import doc, spec
 
 NODE = {"deviceNodes": [{"path": "/dev/widget0"}]}
@@ -268,9 +269,9 @@ def test_removed_intel_rdt_fields(declared: str, severity: Severity, field: str)
     [
         ("0.3.0", []),
         ("0.5.0", []),
-        ("0.6.0", ["podman 4.3 and containerd 1.7.0-1.7.2"]),
-        ("0.7.0", ["podman 4.3 and containerd 1.7.0-1.7.2", "iSulad", "containerd 1.7.13"]),
-        ("1.1.0", [name for name, _ in version.RUNTIME_MAX_VERSION]),
+        ("0.6.0", ["containerd 1.7.0-1.7.12", "podman 4.3"]),
+        ("0.7.0", ["containerd 1.7.0-1.7.12", "containerd 1.7.13-1.7.19", "podman 4.3", "iSulad 2.1.6"]),
+        ("1.1.0", [r.title for r in RUNTIMES if r.max_version != "1.1.0"]),
     ],
 )
 def test_runtimes_below(v: str, dropped_by: list[str]) -> None:

@@ -72,7 +72,7 @@ CASES: list[tuple[Callable[[Path], Path], str]] = [
     (missing_directory, r"no such file or directory"),
     (ten_megabytes, r"the file is larger than 4 MiB, too large for a device spec"),
     (binary_garbage, r"not UTF-8 text \(binary data at byte \d+\)|binary data \(NUL byte at offset \d+\)"),
-    (fifo, r"is not a regular file"),
+    (fifo, r"is a FIFO, not a device spec"),
     (too_deep, r"line 1: nested more than 64 levels deep, which no spec is"),
 ]
 

@@ -426,8 +426,12 @@ def test_malformed_or_conflicting_specs_are_logged_and_skipped(
             await client.wait_until(lambda d: _healthy(d) == {"a"})
             messages = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
             assert any(f"{layout.etc / 'broken.json'}" in m and "invalid JSON" in m for m in messages)
-            assert any(f"{KIND}=b" in m and "zz-dup.json" in m and "same priority" in m for m in messages), (
-                messages
+            both = (
+                f"defined in both {layout.etc / 'cdi-plugin.io-test.json'} and {layout.etc / 'zz-dup.json'}"
+            )
+            assert (
+                f"skipping device {KIND}=b: {both} at the same priority, so no runtime resolves it"
+                in messages
             )
             assert (await client.allocate(["a"])).cdi_devices[0].name == f"{KIND}=a"
             (layout.etc / "zz-dup.json").unlink()
@@ -527,7 +531,8 @@ def test_stale_socket_is_replaced_but_a_live_one_or_a_file_is_not(
             await asyncio.sleep(0.3)
             assert OTHER not in kubelet.clients
             assert (layout.plugin_dir / sock(layout, OTHER)).read_text() == "someone's file"
-            assert any("exists and is not a socket" in r.getMessage() for r in caplog.records)
+            refusal = f"{sock(layout, OTHER)} is a regular file, not a socket; not replacing it"
+            assert any(refusal in r.getMessage() for r in caplog.records)
         assert (layout.plugin_dir / sock(layout, OTHER)).exists()
 
     run(scenario())

@@ -124,6 +124,24 @@ async def test_allocate_refuses_unknown_unhealthy_and_vanished_devices(layout: L
     assert info.value.details == f"device 'a' of {KIND} is Unhealthy: its CDI spec entry is gone"
 
 
+async def test_allocate_names_both_files_of_a_device_defined_twice(layout: Layout) -> None:
+    a = make_node(layout.dev / "a")
+    first = write_spec(layout.etc, spec_of(KIND, {"a": [a]}))
+    state = _state(layout)
+    # a second file of the same directory defines it too: a runtime resolves neither
+    second = write_spec(layout.etc, spec_of(KIND, {"a": [a]}), name="zz-copy.json", owned=False)
+    with pytest.raises(Aborted) as info:
+        await _service(state).Allocate(_allocate(["a"]), FakeContext())
+    assert info.value.code == grpc.StatusCode.FAILED_PRECONDITION
+    assert info.value.details == (
+        f"device 'a' of {KIND} is Unhealthy: defined in both {first} and {second} at the same "
+        "priority, so no runtime resolves it"
+    )
+    assert state.inventory.problem(f"{KIND}=a") == (
+        f"is defined in both {first} and {second} at the same priority, so no runtime resolves it"
+    )
+
+
 async def test_preferred_allocation_spreads_over_physical_devices(layout: Layout) -> None:
     a, b = make_node(layout.dev / "a"), make_node(layout.dev / "b")
     write_spec(layout.etc, spec_of(KIND, {"a": [a], "b": [b]}))

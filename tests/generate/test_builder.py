@@ -60,7 +60,7 @@ def test_a_dot_in_the_class_needs_0_6_0_which_the_default_maximum_refuses() -> N
     dotted = parse_classes(config, "test.yaml")
     with pytest.raises(GenerateError, match=r"needs cdiVersion 0.6.0 for a '.' in the class") as info:
         build_specs(dotted, WORKSTATION, "0.5.0")
-    assert "runtimes that would drop it: podman 4.3 and containerd 1.7.0-1.7.2" in str(info.value)
+    assert "runtimes that would drop it: containerd 1.7.0-1.7.12, podman 4.3" in str(info.value)
     assert build_specs(dotted, WORKSTATION, "0.6.0").specs[0].spec.cdi_version == "0.6.0"
 
 

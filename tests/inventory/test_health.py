@@ -31,10 +31,10 @@ def test_no_device_nodes_is_healthy() -> None:
         ("missing", HostNode("{d}/gone"), "{d}/gone is missing"),
         ("file", HostNode("{d}/file"), "is a regular file, not a device node"),
         ("dir", HostNode("{d}/sub"), "is a directory, not a device node"),
-        ("char", HostNode("{d}/null", "b"), "is a char device, the spec says a block device"),
+        ("char", HostNode("{d}/null", "b"), "is a character device, the spec says a block device"),
         ("char", HostNode("{d}/null", "c", 1, 5), "is 1:3, the spec says 1:5"),
         ("char", HostNode("{d}/null", "c", 4, None), "is 1:3, the spec says 4:*"),
-        ("fifo", HostNode("{d}/fifo", "c"), "is a FIFO, the spec says a char device"),
+        ("fifo", HostNode("{d}/fifo", "c"), "is a FIFO, the spec says a character device"),
         ("none", HostNode("relative/null"), "not an absolute path"),
     ],
 )

@@ -58,18 +58,18 @@ def test_grace_period_keeps_a_device_unhealthy_then_drops_it() -> None:
     a = ServedDevice(cdi_name=f"{OURS}=a", numa_nodes=(1,))
     b = ServedDevice(cdi_name=f"{OURS}=b")
     before = {a.cdi_name: a, b.cdi_name: b}
-    now = grace.carry(before, {a.cdi_name: a}, 100.0, lambda name: name == b.cdi_name)
+    now = grace.carry(before, {a.cdi_name: a}, 100.0, lambda name: NOT_SERVED_REASON)
     assert now[b.cdi_name] == ServedDevice(
         cdi_name=b.cdi_name, healthy=False, reason=NOT_SERVED_REASON, gone_since=100.0
     )
     assert grace.next_expiry(now.values()) == 110.0
-    later = grace.carry(now, {}, 109.0, lambda name: False)
+    later = grace.carry(now, {}, 109.0, lambda name: GONE_REASON)
     assert {n: (d.reason, d.gone_since, d.numa_nodes) for n, d in later.items()} == {
         a.cdi_name: (GONE_REASON, 109.0, (1,)),  # keeps its last NUMA node
         b.cdi_name: (GONE_REASON, 100.0, ()),  # keeps the time it went; its entry is gone now
     }
-    assert grace.carry(later, {}, 110.0, lambda name: False).keys() == {a.cdi_name}
-    assert grace.carry(later, {b.cdi_name: b}, 110.0, lambda name: True)[b.cdi_name] == b  # back
+    assert grace.carry(later, {}, 110.0, lambda name: GONE_REASON).keys() == {a.cdi_name}
+    assert grace.carry(later, {b.cdi_name: b}, 110.0, lambda name: GONE_REASON)[b.cdi_name] == b  # back
 
 
 def test_health_tracker_stats_each_group_once_until_told_to_restat(tmp_path: Path) -> None:

@@ -73,7 +73,7 @@ def test_missing_spec_directories_are_fine_but_a_file_in_their_place_is_not(tmp_
     assert Probes([present, missing]).liveness().ok
     check = Probes([present, file]).liveness()
     assert not check.ok
-    assert check.detail == f"{file}: not a directory"
+    assert check.detail == f"{file}: is a regular file, not a directory"
 
 
 def _liveness_script(directory: Path) -> str:

@@ -185,7 +185,7 @@ def test_an_invalid_spec_is_refused_before_anything_is_written(tmp_path: Path) -
     assert str(info.value) == (
         f"{tmp_path}/cdi-plugin.io-gpu.render.json: /cdiVersion: cdiVersion 0.6.0 is above the allowed "
         "maximum 0.5.0; needed by a '.' in the class of kind 'cdi-plugin.io/gpu.render' (runtimes that would "
-        "drop this spec: podman 4.3 and containerd 1.7.0-1.7.2); nothing was written"
+        "drop this spec: containerd 1.7.0-1.7.12, podman 4.3); nothing was written"
     )
     empty = spec("cdi-plugin.io/fuse")
     with pytest.raises(SpecWriteError, match="/devices: the spec defines no devices"):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 from pathlib import Path
 
 import pytest
@@ -93,7 +94,15 @@ def test_fifo_is_refused_without_waiting_for_a_writer(tmp_path: Path) -> None:
     fifo = tmp_path / "a.json"
     os.mkfifo(fifo)
     err = read_error(fifo)
-    assert (err.rule, err.message) == ("not-a-file", "is not a regular file")
+    assert (err.rule, err.message) == ("not-a-file", "is a FIFO, not a device spec")
+
+
+def test_a_socket_or_a_device_is_named_for_what_it_is(tmp_path: Path) -> None:
+    with socket.socket(socket.AF_UNIX) as server:
+        server.bind(str(tmp_path / "sock.json"))
+        assert read_error(tmp_path / "sock.json").message == "is a socket, not a device spec"
+    (tmp_path / "null.json").symlink_to("/dev/null")  # followed, as runtimes follow it
+    assert read_error(tmp_path / "null.json").message == "is a character device, not a device spec"
 
 
 def test_symlink_loop(tmp_path: Path) -> None:
@@ -155,9 +164,12 @@ def test_a_file_in_place_of_a_directory(tmp_path: Path, caplog: pytest.LogCaptur
     path.write_text("")
     with pytest.raises(SpecLoadError) as caught:
         files.scan_spec_dir(path)
-    assert (caught.value.rule, str(caught.value)) == ("not-a-directory", f"{path}: not a directory")
+    assert (caught.value.rule, str(caught.value)) == (
+        "not-a-directory",
+        f"{path}: is a regular file, not a directory",
+    )
     assert files.list_spec_files(path) == []
-    assert f"skipping spec directory {path}: not a directory" in caplog.text
+    assert f"skipping spec directory {path}: is a regular file, not a directory" in caplog.text
 
 
 @pytest.mark.root

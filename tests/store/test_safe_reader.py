@@ -35,7 +35,7 @@ def hostile(path: Path, how: str) -> None:
 @pytest.mark.parametrize(
     ("how", "reason"),
     [
-        ("fifo", "is not a regular file"),
+        ("fifo", "is a FIFO, not an ownership record"),
         ("dev-zero", "is a symbolic link, which is not followed"),
         ("huge", "larger than 4 MiB"),
     ],
@@ -77,8 +77,9 @@ def test_a_recorded_spec_file_that_is_not_a_regular_file_is_not_owned(tmp_path: 
 @pytest.mark.parametrize(
     ("how", "reason"),
     [
-        ("fifo", "is not a regular file"),
-        ("dev-zero", "is not a regular file"),  # a ConfigMap mounts its files through symbolic links
+        ("fifo", "is a FIFO, not a configuration file"),
+        ("dev-zero", "is a character device, not a configuration file"),  # links are followed: a
+        # ConfigMap mounts its files through symbolic links
         ("huge", "the file is larger than 1 MiB, too large for a configuration file"),
     ],
 )
@@ -110,9 +111,19 @@ def test_a_config_read_through_a_symbolic_link_is_read(tmp_path: Path) -> None:
             "plugin.replicas: line 1: a number 5000 characters long",
         ),
         ("a: &x [1]\nb: *x\n", "line 1: YAML anchors and aliases are not allowed (&x)"),
+        # what is wrong with a configuration is said of configurations, not of specs
+        (
+            "plugin: " + "[" * 100 + "]" * 100 + "\n",
+            "line 1: nested more than 64 levels deep, which no configuration is",
+        ),
+        (
+            '{"plugin": ' + "[" * 100 + "]" * 100 + "}",
+            "line 1: nested more than 64 levels deep, which no configuration is",
+        ),
+        (" \n", "the file is empty (no configuration data)"),
     ],
 )
-def test_a_config_with_an_oversize_number_or_an_alias_is_a_one_line_error(
+def test_a_config_too_large_a_number_an_alias_too_deep_or_empty_is_a_one_line_error(
     tmp_path: Path, text: str, message: str
 ) -> None:
     path = tmp_path / "config.yaml"
@@ -146,8 +157,8 @@ def test_without_following_links_only_a_regular_file_is_opened(tmp_path: Path, h
     with Inotify() as inotify:
         inotify.sync_timeout = 30
         inotify.add_watch(tmp_path, Mask.OPEN)
-        with pytest.raises(SpecLoadError, match="state: is not a regular file"):
-            files.read_file(path, 1024, "state file", follow_links=False)
+        with pytest.raises(SpecLoadError, match=r"state: is (a FIFO|a character device), not a state file$"):
+            files.read_file(path, 1024, "a state file", follow_links=False)
         sentinel.read_text()  # its IN_OPEN comes after any the read caused
         opened = []
         while not opened or opened[-1] != "sentinel":

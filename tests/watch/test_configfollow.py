@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from pathlib import Path
 
 import pytest
 
+from cdi_plugin.discovery.fixture import dumps
 from cdi_plugin.errors import ConfigError
 from cdi_plugin.generate.config import DEFAULT_CONFIG_NAME
 from cdi_plugin.scan.configfollow import ConfigFollower
-from tests.watch.helpers import replace_file
+from cdi_plugin.scan.watcher import Watcher
+from tests.watch.helpers import replace_file, watch_options
 
 FUSE = "classes:\n  - {vendor: cdi-plugin.io, class: fuse, match: {subsystem: misc, kernel: fuse}}\n"
 TUN = "  - {vendor: cdi-plugin.io, class: tun, match: {subsystem: misc, kernel: tun}}\n"
@@ -168,3 +171,41 @@ def test_an_edit_naming_an_exclusive_kind_for_both_apis_is_refused_and_the_last_
     replace_file(config, FUSE + TUN + shared)
     assert follower.reload(), "a shared kind may be served both ways"
     assert kinds(follower) == ["cdi-plugin.io/fuse", "cdi-plugin.io/tun"]
+
+
+def test_the_runtimes_of_the_file_join_the_given_ones_and_an_edit_changing_them_rescans(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, "cdi_plugin")
+    config = tmp_path / "config.yaml"
+    config.write_text(FUSE)
+    follower = ConfigFollower(config, runtimes=("cri-o",), fmt="yaml")
+    follower.load()
+    assert follower.runtimes == ("cri-o",)
+    replace_file(config, "runtimes: [podman-4, cri-o]\n" + FUSE)
+    assert follower.reload(), "the same classes, for other runtimes: rescan"
+    assert follower.runtimes == ("cri-o", "podman-4")
+    assert f"{config}: reloaded; the specs are now for cri-o, podman-4; rescanning" in caplog.messages
+    # iSulad reads no YAML file, which is what this follower writes: refused, the last good stays
+    replace_file(config, "runtimes: [isulad]\n" + FUSE)
+    assert not follower.reload()
+    assert follower.runtimes == ("cri-o", "podman-4")
+    assert caplog.messages[-1] == (
+        f"{config}: runtimes: isulad (iSulad 2.1.6) reads only .json files, and the specs are written as "
+        "yaml; keeping the last good configuration"
+    )
+    with pytest.raises(ConfigError, match=r"^--runtime: isulad \(iSulad 2.1.6\) reads only .json files"):
+        ConfigFollower(None, runtimes=("isulad",), fmt="yaml").load()
+
+
+def test_the_watcher_writes_for_the_given_and_the_configured_runtimes(tmp_path: Path) -> None:
+    host = tmp_path / "host.json"
+    host.write_text(dumps([]))
+    config = tmp_path / "config.yaml"
+    config.write_text("runtimes: [isulad]\n" + FUSE)
+    options = watch_options(tmp_path / "out", config, source=f"fixture:{host}")
+    scan = dataclasses.replace(options.scan, runtimes=("podman-4",), max_version="1.1.0")
+    watcher = Watcher(dataclasses.replace(options, scan=scan))
+    assert watcher.work.options.runtimes == ("podman-4", "isulad")
+    # a device update (no rescan) may raise a spec's cdiVersion only as far as all of them read
+    assert watcher.work.options.version_ceiling() == "0.5.0"

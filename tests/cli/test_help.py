@@ -1,0 +1,62 @@
+"""``--help`` of every command of both programs: wrapped to the terminal, and ``serve``'s options
+in groups (device plugin, scanner, DRA, logging and metrics)."""
+
+from __future__ import annotations
+
+import re
+
+import click
+import pytest
+from click.testing import CliRunner
+
+from cdi_plugin.cli import gen, plugin
+
+COMMANDS = [
+    (program, [name] if name else [])
+    for program in (gen.main, plugin.main)
+    for name in ["", *program.commands]
+]
+
+
+def _help(program: click.Group, command: list[str], width: int) -> str:
+    result = CliRunner().invoke(program, [*command, "--help"], terminal_width=width)
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+@pytest.mark.parametrize("width", [60, 80])
+@pytest.mark.parametrize(
+    ("program", "command"), COMMANDS, ids=[f"{p.name} {' '.join(c)}" for p, c in COMMANDS]
+)
+def test_all_help_text_wraps_to_the_terminal(program: click.Group, command: list[str], width: int) -> None:
+    long = [line for line in _help(program, command, width).splitlines() if len(line) > width]
+    assert long == []
+
+
+#: The groups of ``serve --help``, in order, and their options.
+SERVE_GROUPS = {
+    "Devices served (both kubelet APIs)": ["--config", "--spec-dir", "--kind", "--grace-period", "--api",
+                                           "--allow-exclusive-kinds-on-both-apis"],
+    "Device plugin API": ["--plugin-dir", "--kubelet-socket", "--replicas", "--cdi-strategy"],
+    "Scanner (with --scan)": [
+        "--scan", "--output-dir", "--format", "--cdi-version-max", "--runtime", "--source", "--uevent-source",
+        "--allow-hooks-and-mounts",
+    ],
+    "DRA driver (with --api dra or both)": [
+        "--driver-name", "--node-name", "--kubeconfig", "--kubelet-plugins-dir", "--kubelet-registry-dir",
+    ],
+    "Logging and metrics": ["--log-format", "--metrics-address", "--verbose"],
+    "Other options": ["--help"],
+}  # fmt: skip
+
+
+def test_serve_help_groups_every_option() -> None:
+    text = _help(plugin.main, ["serve"], 100)
+    sections = re.split(r"^(\S[^:\n]*):\n", text, flags=re.MULTILINE)[1:]
+    found = {
+        title: re.findall(r"^ {2}(?:-\w, )?(--[\w-]+)", body, flags=re.MULTILINE)
+        for title, body in zip(sections[::2], sections[1::2], strict=True)
+    }
+    assert found == SERVE_GROUPS
+    options = {o for p in plugin.serve.params for o in getattr(p, "opts", ()) if o.startswith("--")}
+    assert {o for group in SERVE_GROUPS.values() for o in group} == options - {"--sysfs-root"} | {"--help"}
