@@ -91,7 +91,7 @@ def _device_obj(d: PreparedDevice) -> dict[str, Any]:
 def decode(data: bytes, source: str) -> PreparedState:
     """The state a file holds; PreparedStateError names the file, the field and the reason."""
     try:
-        doc, syntax = parse(data, source, "json")
+        doc, syntax = parse(data, source, "json", document="prepared-claims file")
     except SpecLoadError as exc:
         raise PreparedStateError(f"{source}: {exc.message}") from None
     if syntax != "json":

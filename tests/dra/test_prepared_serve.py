@@ -229,12 +229,12 @@ def _oversized(path: Path) -> str:
 
 def _deep(path: Path) -> str:
     path.write_text("[" * 200_000 + "]" * 200_000)
-    return "nested more than 64 levels deep, which no spec is"
+    return "nested more than 64 levels deep, which no prepared-claims file is"
 
 
 def _zero(path: Path) -> str:
     make_node(path, os.makedev(1, 5))
-    return "is not a regular file"
+    return "is a character device, not a prepared-claims file"
 
 
 def _link(path: Path) -> str:
@@ -244,7 +244,7 @@ def _link(path: Path) -> str:
 
 def _fifo(path: Path) -> str:
     os.mkfifo(path)
-    return "is not a regular file"
+    return "is a FIFO, not a prepared-claims file"
 
 
 def _directory(path: Path) -> str:

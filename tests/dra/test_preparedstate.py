@@ -62,8 +62,11 @@ def test_a_file_of_an_earlier_release_is_read() -> None:
         (b"{not json", "invalid JSON: line 1 column 2: Expecting property name enclosed in double quotes"),
         (b"version: 1\nclaims: {}\n", "not JSON"),
         (b"[1, 2]", "an array where an object belongs"),
-        (b"[" * 200_000 + b"]" * 200_000, "nested more than 64 levels deep, which no spec is"),
-        (b"", "the file is empty (no spec data)"),
+        (
+            b"[" * 200_000 + b"]" * 200_000,
+            "nested more than 64 levels deep, which no prepared-claims file is",
+        ),
+        (b"", "the file is empty (no prepared-claims file data)"),
         (doc({}, extra=1), 'unknown field "extra"'),
         (b'{"version": 1}', "no 'claims'"),
         (b'{"version": 2, "claims": {}}', "version: 2; this driver reads version 1"),
