@@ -52,7 +52,8 @@ def _older(obj: Obj, than: int | None) -> bool:
 
 class SliceCache:
     """The stored slices by name. An object older than what is known already (a watch event
-    behind the driver's own write, or behind the last list) is ignored."""
+    behind the driver's own write, or behind the last list) is ignored, and a list older than
+    an object known (the answer to a write sent while the list was on its way) keeps that object."""
 
     def __init__(self, on_change: Callable[[], None] = lambda: None) -> None:
         self.on_change = on_change
@@ -64,8 +65,12 @@ class SliceCache:
         return list(self._objects.values())
 
     def replace(self, items: Iterable[Obj], version: str) -> None:
+        listed = int(version) if version.isdigit() and len(version) <= 20 else None
+        newer = {name: obj for name, obj in self._objects.items() if not _older(obj, listed)}
         self._objects = {obj["metadata"]["name"]: obj for obj in items}
-        self._listed = int(version) if version.isdigit() and len(version) <= 20 else None
+        if listed is not None:
+            self._objects.update(newer)
+        self._listed = listed
         self.synced.set()
         self.on_change()
 

@@ -64,6 +64,8 @@ def _handler(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
             self.wfile.write(data)
 
         def _stream(self, watch: Watch) -> None:
+            """Chunked, one event a line; the connection stays open for the next request once the
+            stream ended, as with a real API server."""
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
             self.send_header("Transfer-Encoding", "chunked")
@@ -75,8 +77,7 @@ def _handler(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                     self.wfile.flush()
                 self.wfile.write(b"0\r\n\r\n")
             except OSError:  # the client went away
-                pass
-            self.close_connection = True
+                self.close_connection = True
 
         do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = _serve
 

@@ -45,7 +45,9 @@ def _closed(h: BaseHTTPRequestHandler, stopping: threading.Event, seconds: float
 
 
 def _start(h: BaseHTTPRequestHandler, code: int, content_type: str, length: int | None = None) -> None:
+    """The head of an answer after which the connection is closed (and the client told so)."""
     h.send_response(code)
+    h.send_header("Connection", "close")
     h.send_header("Content-Type", content_type)
     if length is None:
         h.send_header("Transfer-Encoding", "chunked")
@@ -70,6 +72,7 @@ def body(code: int, data: bytes, content_type: str = "application/json") -> Acti
     def act(h: BaseHTTPRequestHandler, stopping: threading.Event) -> None:
         _start(h, code, content_type, len(data))
         h.wfile.write(data)
+        _done(h)
 
     return act
 

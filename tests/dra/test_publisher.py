@@ -16,7 +16,8 @@ import pytest
 from cdi_plugin.dra import api
 from cdi_plugin.dra.kube import SLICES, KubeApi
 from cdi_plugin.dra.publisher import SlicePublisher
-from cdi_plugin.dra.slices import Plan, slice_name
+from cdi_plugin.dra.reflector import SliceCache, SliceWatch
+from cdi_plugin.dra.slices import Plan, build_pool, slice_name
 from cdi_plugin.inventory import SpecInventory
 from tests.deviceplugin.helpers import make_node
 from tests.dra import faults
@@ -203,15 +204,15 @@ async def test_a_steady_state_sends_nothing_but_watch_renewals(
     kube: KubeApi, server: FakeApiServer, spec_dir: Path, host_nodes: Path
 ) -> None:
     """Renewed from the bookmarks' versions, however much the rest of the cluster changes: the
-    server keeps only the last 40 versions, and other claims change all the while."""
-    server.keep = 40
+    server keeps only the last 200 versions, and other claims change 100 times a second."""
+    server.keep = 200
     inv = inventory_of(spec_dir, host_nodes, 2)
     publisher = SlicePublisher(kube, watch_timeout=(1, 1))
 
     async def churn() -> None:
         for i in range(10**6):
             server.add_claim(claim_obj(api.Claim("ns", f"c{i % 50}", f"uid-{i}")))
-            await asyncio.sleep(0.02)
+            await asyncio.sleep(0.01)
 
     churning = asyncio.create_task(churn())
     try:
@@ -229,7 +230,7 @@ async def test_a_steady_state_sends_nothing_but_watch_renewals(
     assert lists(server) == 1
     versions = [int(v) for v in watches(server)]
     assert versions == sorted(versions)
-    assert versions[-1] > versions[1] + 40  # the bookmarks' versions: older ones were forgotten
+    assert versions[-1] > versions[1] + 200  # the bookmarks' versions: older ones were forgotten
 
 
 async def test_a_silent_watch_is_replaced_from_the_last_version(
@@ -249,15 +250,27 @@ async def test_a_silent_watch_is_replaced_from_the_last_version(
     )
 
 
+@contextlib.asynccontextmanager
+async def reflecting(kube: KubeApi, sleeps: Sleeps) -> AsyncIterator[SliceCache]:
+    """The list and watch of the node's slices alone, its delays recorded in ``sleeps``."""
+    cache = SliceCache()
+    task = asyncio.create_task(SliceWatch(kube, cache, sleep=sleeps).run())
+    try:
+        yield cache
+    finally:
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+
 async def test_a_storm_of_410s_lists_at_most_4_times_in_10_s(
-    kube: KubeApi, server: FakeApiServer, spec_dir: Path, host_nodes: Path, caplog: pytest.LogCaptureFixture
+    kube: KubeApi, server: FakeApiServer, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Counted in the time the reflector waits (its sleeps are recorded, not slept)."""
     server.misbehave("GET", SLICES, faults.expired(), watch=True, times=None)
     sleeps = Sleeps()
-    publisher = SlicePublisher(kube, sleep=sleeps)
     with caplog.at_level(logging.WARNING):
-        async with publishing(publisher, inventory_of(spec_dir, host_nodes, 1)):
+        async with reflecting(kube, sleeps):
             await until(lambda: lists(server) >= 8, "eight lists")
     at = [sum(sleeps[:i]) for i in range(8)]  # when each list was sent, in the reflector's time
     assert max(sum(t <= start + 10 for t in at[i:]) for i, start in enumerate(at)) <= 4
@@ -266,28 +279,39 @@ async def test_a_storm_of_410s_lists_at_most_4_times_in_10_s(
 
 
 async def test_a_storm_of_watch_errors_backs_off_without_listing(
-    kube: KubeApi, server: FakeApiServer, spec_dir: Path, host_nodes: Path
+    kube: KubeApi, server: FakeApiServer
 ) -> None:
     server.misbehave("GET", SLICES, faults.status(500, "InternalError", "etcd"), watch=True, times=None)
     sleeps = Sleeps()
-    publisher = SlicePublisher(kube, sleep=sleeps)
-    async with publishing(publisher, inventory_of(spec_dir, host_nodes, 1)):
+    async with reflecting(kube, sleeps):
         await until(lambda: len(watches(server)) >= 8, "eight watches")
     assert lists(server) == 1
     assert all(delay >= 0.8 * min(2**i, 30) for i, delay in enumerate(sleeps))
 
 
-async def test_a_watch_that_ends_at_once_is_a_failure(
-    kube: KubeApi, server: FakeApiServer, spec_dir: Path, host_nodes: Path
-) -> None:
+async def test_a_watch_that_ends_at_once_is_a_failure(kube: KubeApi, server: FakeApiServer) -> None:
     """A proxy that ends every stream at once must not make the driver renew in a loop."""
     server.misbehave("GET", SLICES, faults.watch_lines(), watch=True, times=None)
     sleeps = Sleeps()
-    publisher = SlicePublisher(kube, sleep=sleeps)
-    async with publishing(publisher, inventory_of(spec_dir, host_nodes, 1)):
+    async with reflecting(kube, sleeps):
         await until(lambda: len(watches(server)) >= 5, "five watches")
     assert len(sleeps) >= 4
     assert sleeps[3] >= 0.8 * 8
+
+
+async def test_a_list_older_than_a_write_keeps_the_write(kube: KubeApi, server: FakeApiServer) -> None:
+    """The answer to a write sent while a list was on its way is newer than the list: kept."""
+    cache = SliceCache()
+    items, version = await kube.list_slices()
+    written = await kube.create_slice(build_pool(DRIVER, NODE, {}, taints=True).slices(0)[0])
+    cache.put(written)
+    cache.replace(items, version)  # the list answered before the write
+    assert cache.objects() == [written]
+    cache.replace(*await kube.list_slices())
+    assert cache.objects() == [written]
+    server.delete_slices(nodeName=NODE)
+    cache.replace(*await kube.list_slices())  # a list newer than the object: it is gone
+    assert cache.objects() == []
 
 
 @pytest.mark.parametrize(
