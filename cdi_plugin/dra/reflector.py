@@ -39,10 +39,13 @@ READ_TIMEOUT = 60.0
 RETRY = Backoff(initial=1.0, maximum=30.0)
 
 
+def _number(version: str) -> int | None:
+    """A resourceVersion as a number, None when it is not one (then it is not compared)."""
+    return int(version) if version.isdigit() and len(version) <= 20 else None
+
+
 def _version(obj: Obj) -> int | None:
-    """The resourceVersion as a number, None when it is not one (then it is not compared)."""
-    text = obj["metadata"]["resourceVersion"]
-    return int(text) if text.isdigit() and len(text) <= 20 else None
+    return _number(obj["metadata"]["resourceVersion"])
 
 
 def _older(obj: Obj, than: int | None) -> bool:
@@ -65,11 +68,13 @@ class SliceCache:
         return list(self._objects.values())
 
     def replace(self, items: Iterable[Obj], version: str) -> None:
-        listed = int(version) if version.isdigit() and len(version) <= 20 else None
-        newer = {name: obj for name, obj in self._objects.items() if not _older(obj, listed)}
-        self._objects = {obj["metadata"]["name"]: obj for obj in items}
-        if listed is not None:
-            self._objects.update(newer)
+        listed = _number(version)
+        newer = {
+            name: obj
+            for name, obj in self._objects.items()
+            if listed is not None and (found := _version(obj)) is not None and found > listed
+        }
+        self._objects = {obj["metadata"]["name"]: obj for obj in items} | newer
         self._listed = listed
         self.synced.set()
         self.on_change()
