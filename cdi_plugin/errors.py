@@ -26,11 +26,12 @@ CdiPluginError
  ├── SocketInUseError      (dra.kubelet) another process serves a socket the driver would bind
  ├── PreparedStateError    (dra.preparedstate) the prepared-claims file is unreadable or a field is wrong
  ├── StateWriteError       (dra.prepared) the prepared claims could not be written; nothing changed
- ├── ApiServerError        (dra.kube) the API server refused a request, or kept failing
- │    └── WatchExpired     (dra.kube) a watch's version is older than the API server keeps (410)
+ ├── ApiServerError        (dra.rest) a request failed: refused, unanswered, or answered with garbage
+ ├── BadAnswer             (dra.shapes) an answer that is not JSON, or a field of the wrong shape
  ├── Uncertain             (scan.livespecs) internal: a device's update needs a rescan of its class
  ├── _Ended                (aio.run) internal: ends a run loop's task group
  ├── _Err                  (cdi.codec) internal: a decoding problem before the source is attached
+ ├── _TooBig               (dra.rest) internal: an answer passed its size bound
  ├── _Wrong                (dra.preparedstate) internal: a wrong field before the file is attached
  ├── _YamlRefused          (cdi.textparse) internal: a YAML construct a spec may not use
  └── _Invalid              (generate.config) internal: a config problem before the source is attached

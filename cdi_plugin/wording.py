@@ -1,8 +1,9 @@
 """How messages count things (``1 device``, ``2 devices``, ``3 device classes``), list them
-(``A, B and C``) and name what a file is (``a FIFO``)."""
+(``A, B and C``), name what a file is (``a FIFO``) and show text from outside (escaped)."""
 
 from __future__ import annotations
 
+import re
 import stat
 
 
@@ -40,3 +41,29 @@ _FILE_TYPES = (
     (stat.S_ISSOCK, "a socket"),
     (stat.S_ISLNK, "a symbolic link"),
 )
+
+
+#: Characters that end or redraw a line on a terminal or in a log reader: C0 and C1 controls, DEL,
+#: the Unicode line and paragraph separators, and the bidirectional overrides and isolates.
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _escape(m: re.Match[str]) -> str:
+    c = m.group()
+    return _NAMED.get(c) or (f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}")
+
+
+def escape_controls(text: str) -> str:
+    """``text`` with every control character written as an escape (``\\n``, ``\\x1b``, ``\\u2028``),
+    so that text from outside can never start a line of its own or rewrite one in a log."""
+    return _CONTROL.sub(_escape, text) if _CONTROL.search(text) else text
+
+
+def shown(value: object, limit: int = 80) -> str:
+    """``value`` for a message: a string quoted, anything else as Python writes it, control
+    characters escaped, cut after ``limit`` characters."""
+    text = value if isinstance(value, str) else repr(value)
+    cut = f"... ({len(text)} characters)" if len(text) > limit else ""
+    quote = "'" if isinstance(value, str) else ""
+    return quote + escape_controls(text[:limit]) + quote + cut

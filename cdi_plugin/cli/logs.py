@@ -1,4 +1,10 @@
-"""Logging of the long-running ``cdi-plugin serve`` and ``cdi-gen watch``: text or JSON lines on stderr."""
+"""Logging of the long-running ``cdi-plugin serve`` and ``cdi-gen watch``: text or JSON lines on stderr.
+
+Messages carry text from outside (file names, device names, the API server's answers), so every
+control character in them is written as an escape (a newline as a backslash and ``n``): one record is
+one line, and no text can forge another or redraw the terminal. A traceback keeps its lines, each
+escaped and indented under the record's.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +12,9 @@ import json
 import logging
 import sys
 import time
-from typing import Literal
+from typing import Any, Literal
+
+from cdi_plugin.wording import escape_controls
 
 LogFormat = Literal["text", "json"]
 
@@ -23,16 +31,41 @@ class JsonFormatter(logging.Formatter):
             + f".{int(record.msecs):03d}Z",
             "level": record.levelname.lower(),
             "logger": record.name,
-            "msg": record.getMessage(),
+            "msg": escape_controls(record.getMessage()),
         }
         for key, value in vars(record).items():
             if key not in _STANDARD and key not in out:
-                out[key] = (
-                    value if isinstance(value, str | int | float | bool) or value is None else str(value)
-                )
+                out[key] = _field(value)
         if record.exc_info:
-            out["error"] = self.formatException(record.exc_info)
+            out["error"] = _traceback(self.formatException(record.exc_info))
         return json.dumps(out, ensure_ascii=False)
+
+
+def _field(value: Any) -> object:
+    if isinstance(value, int | float | bool) or value is None:
+        return value
+    return escape_controls(value if isinstance(value, str) else str(value))
+
+
+def _traceback(text: str) -> str:
+    return "\n".join("  " + escape_controls(line) for line in text.split("\n"))
+
+
+class TextFormatter(logging.Formatter):
+    """``time level message``, the message's control characters escaped."""
+
+    def __init__(self) -> None:
+        super().__init__("%(asctime)s %(levelname)-7s %(message)s")
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        record.message = escape_controls(record.message)
+        return super().formatMessage(record)
+
+    def formatException(self, ei: Any) -> str:
+        return _traceback(super().formatException(ei))
+
+    def formatStack(self, stack_info: str) -> str:
+        return _traceback(stack_info)
 
 
 def configure(fmt: LogFormat = "text", level: int = logging.INFO) -> None:
@@ -41,7 +74,7 @@ def configure(fmt: LogFormat = "text", level: int = logging.INFO) -> None:
     if fmt == "json":
         handler.setFormatter(JsonFormatter())
     else:
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)-7s %(message)s"))
+        handler.setFormatter(TextFormatter())
     # neither format shows process or thread: skip collecting them for every record
     logging.logProcesses = logging.logThreads = logging.logMultiprocessing = False
     root = logging.getLogger()

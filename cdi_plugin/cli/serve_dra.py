@@ -5,20 +5,22 @@ device nodes, grace period), so both APIs always see the same devices. Its life 
 
 1. the driver and node names are checked, and the API server's credentials loaded, before
    anything starts (a one-line error otherwise);
-2. the API server is asked for the node, again with backoff while it cannot be reached or fails
-   (the device plugin side serves meanwhile); a node it does not know stops the process;
+2. the API server is asked for the node (its one GET of the node), again with backoff while it
+   cannot be reached or fails (the device plugin side serves meanwhile); a node it says it does
+   not know stops the process;
 3. the prepared claims are read (a file that cannot be used is reported, and Prepare refused
    until it is repaired or moved away); the DRA socket, then the registration socket the kubelet's
    plugin watcher finds; the kubelet's two directories are watched, and a socket removed (a
    kubelet restart that wiped them) is bound again, so the plugin watcher registers the driver
    anew, and the prepared claims are written again when their file went;
-4. the node's ResourceSlices follow the inventory, and are published again whenever the kubelet
-   registers the driver (a starting kubelet deletes its node's slices) and every 30 s;
-5. the claims allocated on the node's pool are kept by a watch, so NodePrepareResources reads
-   from the API server only the claims the watch has not brought (yet).
+4. the node's ResourceSlices are watched and follow the inventory: written when they differ
+   from it, checked again whenever the kubelet registers the driver (a starting kubelet deletes
+   its node's slices);
+5. NodePrepareResources reads each claim it is asked for with a GET.
 
-A stop removes both sockets and leaves the slices: the kubelet deletes them once no driver
-instance is connected.
+Nothing the API server answers ends the driver or touches the kubelet side and the device
+plugin: failures are logged and retried with backoff. A stop removes both sockets and leaves the
+slices: the kubelet deletes them once no driver instance is connected.
 """
 
 from __future__ import annotations
@@ -31,13 +33,14 @@ from pathlib import Path
 
 from cdi_plugin.aio.dirwatch import DirWatch
 from cdi_plugin.aio.run import run_until
-from cdi_plugin.dra.claims import ClaimCache
+from cdi_plugin.dra.backoff import Failures
 from cdi_plugin.dra.inventory import Inventory
-from cdi_plugin.dra.kube import ApiServerError, KubeApi
+from cdi_plugin.dra.kube import KubeApi
 from cdi_plugin.dra.kubelet import DraService, KubeletPlugin, Paths, SocketInUseError
 from cdi_plugin.dra.names import DraConfigError, check_driver_name, check_node_name
 from cdi_plugin.dra.prepared import PreparedClaims, StateWriteError
 from cdi_plugin.dra.publisher import RETRY, SlicePublisher
+from cdi_plugin.dra.rest import ApiServerError
 
 log = logging.getLogger(__name__)
 
@@ -112,9 +115,8 @@ class DraDriver:
             o.driver, o.node, o.paths.dra_socket, o.paths.registration_socket,
         )  # fmt: skip
         await self._confirm_node()
-        cache = ClaimCache(o.driver, o.node, self.kube)
         prepared = PreparedClaims(o.paths.state_file)
-        service = DraService(o.driver, o.node, self.inventory, self.kube, prepared, cache=cache)
+        service = DraService(o.driver, o.node, self.inventory, self.kube, prepared)
         plugin = KubeletPlugin(o.paths, service, on_registered=self.publisher.wake)
         await self.inventory.settled()  # the first reading of the spec directories, not an empty pool
         kept = {o.paths.dra_socket, o.paths.registration_socket, o.paths.state_file}
@@ -126,20 +128,17 @@ class DraDriver:
             ) as watch,
             plugin,
         ):
-            await run_until(
-                asyncio.Event(), self.publisher.run(self.inventory), _keep_bound(plugin, watch), cache.run()
-            )
+            await run_until(asyncio.Event(), self.publisher.run(self.inventory), _keep_bound(plugin, watch))
 
     async def _confirm_node(self) -> None:
         """Return once the API server knows the node; DraConfigError when it says there is none."""
-        attempt = 0
+        failures = Failures(RETRY)
         while True:
             try:
-                await self.kube.node_uid()
+                await self.kube.read_node_uid()
                 return
             except ApiServerError as exc:
-                delay = RETRY.delay(attempt)
-                attempt += 1
+                delay = failures.next_delay()
                 log.error(
                     "DRA driver %s: cannot confirm node %s: %s; not registered with the kubelet yet, "
                     "trying again in %.0f s",

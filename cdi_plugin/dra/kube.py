@@ -1,90 +1,47 @@
-"""The API server: this node's ResourceSlices for this driver, and the claims to prepare.
+"""What the driver asks of the API server: its node, a claim, and its own ResourceSlices.
 
-The only module that imports the Kubernetes client (lightkube), and only the DRA driver imports
-this module, so the device plugin alone never loads it. lightkube was chosen for its footprint
-and its asyncio client that knows ``resource.k8s.io/v1`` (see docs/dra.md).
+Every answer comes checked through :mod:`cdi_plugin.dra.rest` and :mod:`cdi_plugin.dra.shapes`.
+Names go into paths only after they passed the API's name rules, and as escaped path segments.
 
-Every slice this module lists, replaces or deletes is one whose ``spec.nodeName`` and
-``spec.driver`` are this node and driver: the list asks the server for exactly those (field
-selectors) and checks again what comes back. Updates carry the stored ``resourceVersion``
-(optimistic concurrency). Conflicts (409), throttling (429), server errors (5xx) and transport
-errors are retried with exponential backoff; a conflict re-reads the slices and plans again.
-ResourceClaims are read one at a time, or listed and watched in every namespace (the driver
-keeps those allocated on its node: :mod:`cdi_plugin.dra.claims`).
+* The node: one GET, at start (its UID makes the Node own the slices).
+* A claim: one GET each, when the kubelet asks to prepare it, retried within a deadline well
+  inside the kubelet's 45 s, each attempt with its own timeout. No claim is ever listed or watched.
+* The slices: listed and watched with the field selectors ``spec.driver`` and ``spec.nodeName``
+  (only this node's slices of this driver; what comes back is checked again), created, replaced
+  with their stored ``resourceVersion`` and deleted, one at a time by name.
 """
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
+import json
 import logging
-import random
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import Any
+from urllib.parse import quote
 
-import httpx2
-import yaml
-from lightkube import ALL_NS, ApiError, AsyncClient, ConfigError, KubeConfig
-from lightkube.resources.core_v1 import Node
-from lightkube.resources.resource_v1 import ResourceClaim, ResourceSlice
-
+from cdi_plugin.dra.backoff import Backoff
 from cdi_plugin.dra.kubelet import ClaimReadError
-from cdi_plugin.dra.names import DraConfigError
-from cdi_plugin.dra.slices import Obj, Plan, Pool, plan
-from cdi_plugin.errors import CdiPluginError
+from cdi_plugin.dra.names import DraConfigError, claim_name_problem
+from cdi_plugin.dra.rest import ApiServerError, RestClient
+from cdi_plugin.dra.shapes import BadAnswer, Obj, list_of, node_uid, resource_version, slice_problem
+from cdi_plugin.wording import shown
 
 log = logging.getLogger(__name__)
 
-RETRYABLE = frozenset({409, 429, 500, 502, 503, 504})
-#: The API server ends a watch after this long (seconds); it is taken up again from where it was.
-WATCH_TIMEOUT = 300
-#: ResourceClaims asked for per page when listing them.
-LIST_CHUNK = 500
+SLICES = "/apis/resource.k8s.io/v1/resourceslices"
 FIELD_MANAGER = "cdi-plugin"
-T = TypeVar("T")
+#: One attempt at reading a claim; the attempts of one claim together (the kubelet waits 45 s).
+CLAIM_ATTEMPT_TIMEOUT = 10.0
+CLAIM_DEADLINE = 28.0
+CLAIM_RETRY = Backoff()
+#: Pages of a list followed at most (the driver's own slices fit in one).
+MAX_PAGES = 100
 
 
-class ApiServerError(CdiPluginError):
-    """The API server refused a request for good, or kept failing after every retry."""
-
-
-class WatchExpired(ApiServerError):
-    """A watch's resourceVersion is older than the API server keeps (410): list again."""
-
-
-@dataclass(frozen=True, slots=True)
-class Backoff:
-    """Delays between attempts: ``initial`` doubling up to ``maximum``, with +-20 % jitter."""
-
-    initial: float = 0.2
-    maximum: float = 10.0
-    attempts: int = 6
-
-    def delay(self, attempt: int) -> float:
-        return min(self.maximum, self.initial * 2.0**attempt) * random.uniform(0.8, 1.2)
-
-
-def _code(exc: Exception) -> int | None:
-    """The HTTP status of a failed request; None for a transport error (no answer at all)."""
-    return exc.status.code if isinstance(exc, ApiError) else None
-
-
-def _describe(exc: Exception) -> str:
-    if isinstance(exc, ApiError):
-        return f"{exc.status.code} {exc.status.reason or ''}: {exc.status.message or ''}".replace(" :", ":")
-    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-
-
-def _config_problem(exc: Exception) -> str:
-    if isinstance(exc, KeyError):
-        return f"{exc} missing"
-    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-
-
-def _slice(obj: Obj) -> ResourceSlice:
-    return cast(ResourceSlice, ResourceSlice.from_dict(obj))
+def _segment(value: str) -> str:
+    return quote(value, safe="")
 
 
 class KubeApi:
@@ -92,162 +49,158 @@ class KubeApi:
         self,
         driver: str,
         node: str,
-        client: AsyncClient,
+        rest: RestClient,
         *,
-        backoff: Backoff = Backoff(),
+        backoff: Backoff = CLAIM_RETRY,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        claim_deadline: float = CLAIM_DEADLINE,
+        claim_attempt_timeout: float = CLAIM_ATTEMPT_TIMEOUT,
     ) -> None:
         self.driver = driver
         self.node = node
-        self.client = client
+        self.rest = rest
         self.backoff = backoff
         self.sleep = sleep
-        self._node_uid = ""
+        self.claim_deadline = claim_deadline
+        self.claim_attempt_timeout = claim_attempt_timeout
+        self.node_uid = ""
+        self._selector = {"fieldSelector": f"spec.driver={driver},spec.nodeName={node}"}
 
     @classmethod
     def connect(cls, driver: str, node: str, kubeconfig: Path | None = None, **kwargs: Any) -> KubeApi:
-        """In-cluster credentials, else ``$KUBECONFIG`` or ``~/.kube/config``.
-
-        An explicit ``kubeconfig`` overrides them and the environment altogether (proxies included).
-        """
-        try:
-            config = KubeConfig.from_file(kubeconfig) if kubeconfig is not None else KubeConfig.from_env()
-            client = AsyncClient(
-                config, lazy=False, field_manager=FIELD_MANAGER, trust_env=kubeconfig is None
-            )
-        except (ConfigError, OSError, ValueError, KeyError, AttributeError, TypeError, yaml.YAMLError) as exc:
-            where = (
-                f"--kubeconfig {kubeconfig}"
-                if kubeconfig is not None
-                else "Kubernetes credentials (no service account, $KUBECONFIG or ~/.kube/config)"
-            )
-            raise DraConfigError(f"{where}: {_config_problem(exc)}") from exc
-        return cls(driver, node, client, **kwargs)
+        """The API server of the credentials found (see RestClient.connect); DraConfigError."""
+        return cls(driver, node, RestClient.connect(kubeconfig), **kwargs)
 
     async def close(self) -> None:
-        await self.client.close()
+        await self.rest.close()
 
-    async def _retry(self, what: str, call: Callable[[], Awaitable[T]]) -> T:
-        for attempt in range(self.backoff.attempts):
-            try:
-                return await call()
-            except (ApiError, httpx2.TransportError) as exc:
-                code = _code(exc)
-                if code is not None and code not in RETRYABLE:
-                    raise ApiServerError(f"{what}: {_describe(exc)}") from exc
-                if attempt + 1 == self.backoff.attempts:
-                    raise ApiServerError(
-                        f"{what}: {_describe(exc)} (gave up after {self.backoff.attempts} attempts)"
-                    ) from exc
-                delay = self.backoff.delay(attempt)
-                log.warning("%s: %s; retrying in %.1f s", what, _describe(exc), delay)
-                await self.sleep(delay)
-        raise AssertionError("unreachable")  # pragma: no cover
-
-    async def node_uid(self) -> str:
-        """The node's UID; DraConfigError when the API server has no such node."""
-
-        async def get() -> str:
-            try:
-                node = await self.client.get(Node, self.node)
-            except ApiError as exc:
-                if exc.status.code == 404:
-                    raise DraConfigError(f"node {self.node!r}: not found in the API server") from exc
-                raise
-            return str(node.metadata.uid) if node.metadata is not None else ""
-
-        self._node_uid = await self._retry(f"reading node {self.node}", get)
-        return self._node_uid
+    async def read_node_uid(self) -> str:
+        """The node's UID (kept as :attr:`node_uid`); DraConfigError when the API server says there
+        is no such node, ApiServerError when it cannot tell."""
+        path = f"/api/v1/nodes/{_segment(self.node)}"
+        try:
+            answer = await self.rest.request("GET", path)
+        except ApiServerError as exc:
+            if exc.code == 404 and exc.reason == "NotFound":
+                raise DraConfigError(f"node {self.node!r}: not found in the API server") from exc
+            raise
+        self.node_uid = _checked(f"GET {path}", node_uid, answer)
+        return self.node_uid
 
     async def read_claim(self, namespace: str, name: str) -> Mapping[str, Any] | None:
-        """A ResourceClaim as a dict, None when it does not exist (the kubelet side's ClaimReader)."""
+        """A ResourceClaim as the API server holds it, None when it has none by that name.
 
-        async def get() -> Mapping[str, Any] | None:
+        ClaimReadError naming the claim and the reason when it cannot be read: a name the API
+        would refuse (nothing is sent), a refusal, or failures until the deadline or the last attempt.
+        """
+        problem = claim_name_problem(namespace, name)
+        if problem is not None:
+            raise ClaimReadError(problem)
+        path = f"/apis/resource.k8s.io/v1/namespaces/{_segment(namespace)}/resourceclaims/{_segment(name)}"
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.claim_deadline
+        attempt = 0
+        while True:
+            attempt += 1
+            timeout = min(self.claim_attempt_timeout, deadline - loop.time())
             try:
-                claim = await self.client.get(ResourceClaim, name, namespace=namespace)
-            except ApiError as exc:
-                if exc.status.code == 404:
+                return await self.rest.request("GET", path, timeout=timeout)
+            except ApiServerError as exc:
+                if exc.code == 404 and exc.reason == "NotFound":
                     return None
-                raise
-            result: Mapping[str, Any] = claim.to_dict()
-            return result
+                delay = self.backoff.delay(attempt - 1)
+                if not exc.retryable or attempt >= self.backoff.attempts:
+                    raise ClaimReadError(f"{exc} (attempt {attempt})") from None
+                if loop.time() + delay >= deadline:
+                    raise ClaimReadError(
+                        f"{exc} (gave up after {attempt} attempts in {self.claim_deadline:g} s)"
+                    ) from None
+                log.warning("%s; trying again in %.1f s", exc, delay)
+                await self.sleep(delay)
 
+    async def list_slices(self) -> tuple[list[Obj], str]:
+        """This node's slices of this driver, checked, and the list's resourceVersion."""
+        items: list[Obj] = []
+        params = dict(self._selector)
+        for _ in range(MAX_PAGES):
+            answer = await self.rest.request("GET", SLICES, params=params)
+            found, version, more = _checked(f"GET {SLICES}", list_of, answer)
+            items += self._ours(f"GET {SLICES}", found)
+            if not more:
+                return items, version
+            params["continue"] = more
+        raise ApiServerError(f"GET {SLICES}", f"still more pages after {MAX_PAGES}")
+
+    async def watch_slices(
+        self, since: str, *, timeout: int, read_timeout: float
+    ) -> AsyncGenerator[tuple[str, Obj], None]:
+        """Changes to this node's slices after ``since`` (with bookmarks); the API server ends the
+        watch after ``timeout`` seconds. ApiServerError when it fails (code 410: list again)."""
+        params = {
+            **self._selector, "watch": "true", "resourceVersion": since,
+            "allowWatchBookmarks": "true", "timeoutSeconds": str(timeout),
+        }  # fmt: skip
+        what = f"GET {SLICES} (watch)"
+        events = self.rest.watch(SLICES, params, read_timeout=read_timeout, longest=timeout + read_timeout)
         try:
-            return await self._retry(f"reading ResourceClaim {namespace}/{name}", get)
+            async for kind, obj in events:
+                if kind == "BOOKMARK":
+                    yield kind, {"metadata": {"resourceVersion": _checked(what, resource_version, obj)}}
+                elif self._ours(what, [obj]):
+                    yield kind, obj
+        finally:
+            await events.aclose()
+
+    def _ours(self, what: str, objs: list[Obj]) -> list[Obj]:
+        """The slices of this node and driver, each checked; others (the server ignored the field
+        selector) are left out with a warning, never touched."""
+        out = []
+        for obj in objs:
+            problem = slice_problem(obj)
+            if problem is not None:
+                raise ApiServerError(what, f"a ResourceSlice that is not one: {problem}")
+            spec = obj["spec"]
+            if (spec["driver"], spec["nodeName"]) == (self.driver, self.node):
+                out.append(obj)
+            else:
+                log.warning(
+                    "%s: ResourceSlice %s of driver %s on node %s answered, not asked for; left alone",
+                    what, shown(obj["metadata"]["name"]), shown(spec["driver"]), shown(spec["nodeName"]),
+                )  # fmt: skip
+        return out
+
+    async def create_slice(self, obj: Obj) -> Obj:
+        return await self._write("POST", SLICES, obj)
+
+    async def replace_slice(self, obj: Obj) -> Obj:
+        return await self._write("PUT", f"{SLICES}/{_segment(obj['metadata']['name'])}", obj)
+
+    async def delete_slice(self, obj: Obj) -> None:
+        """Delete a stored slice if it is still the one stored (uid and resourceVersion); one
+        already gone is fine."""
+        meta = obj["metadata"]
+        preconditions = {"uid": meta.get("uid"), "resourceVersion": meta["resourceVersion"]}
+        body = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": preconditions}
+        try:
+            await self.rest.request(
+                "DELETE", f"{SLICES}/{_segment(meta['name'])}", body=json.dumps(body).encode()
+            )
         except ApiServerError as exc:
-            raise ClaimReadError(str(exc)) from exc
+            if exc.code != 404:
+                raise
 
-    async def list_claims(self) -> tuple[list[Mapping[str, Any]], str]:
-        """Every ResourceClaim of every namespace, and the list's resourceVersion."""
-
-        async def once() -> tuple[list[Mapping[str, Any]], str]:
-            found = self.client.list(ResourceClaim, namespace=ALL_NS, chunk_size=LIST_CHUNK)
-            items: list[Mapping[str, Any]] = []
-            async for claim in found:
-                items.append(claim.to_dict())
-                if len(items) % 100 == 0:
-                    await asyncio.sleep(0)  # decoding a large cluster's claims: let the sockets be served
-            return items, found.resourceVersion
-
-        return await self._retry("listing ResourceClaims", once)
-
-    async def watch_claims(self, since: str) -> AsyncIterator[tuple[str, Mapping[str, Any]]]:
-        """ResourceClaim events after ``since``, until the watch fails (WatchExpired on 410)."""
-        watch = self.client.watch(
-            ResourceClaim, namespace=ALL_NS, resource_version=since, server_timeout=WATCH_TIMEOUT
+    async def _write(self, method: str, path: str, obj: Obj) -> Obj:
+        answer = await self.rest.request(
+            method, path, params={"fieldManager": FIELD_MANAGER}, body=json.dumps(obj).encode()
         )
-        try:
-            async for kind, claim in watch:
-                yield kind, claim.to_dict()
-        except httpx2.HTTPError as exc:  # an ApiError, the watch's own answer, or the transport
-            code = _code(exc)
-            if code is None and isinstance(exc, httpx2.HTTPStatusError):
-                code = exc.response.status_code
-            what = f"watching ResourceClaims (listed at version {since}): {_describe(exc)}"
-            raise (WatchExpired if code == 410 else ApiServerError)(what) from exc
+        stored = self._ours(f"{method} {path}", [answer])
+        if not stored:
+            raise ApiServerError(f"{method} {path}", "the answer is another node's or driver's slice")
+        return stored[0]
 
-    def _ours(self, obj: Obj) -> bool:
-        spec = obj.get("spec") or {}
-        return spec.get("nodeName") == self.node and spec.get("driver") == self.driver
 
-    async def _list(self) -> list[Obj]:
-        found = self.client.list(
-            ResourceSlice, fields={"spec.nodeName": self.node, "spec.driver": self.driver}
-        )
-        stored = [s.to_dict() async for s in found]
-        return [obj for obj in stored if self._ours(obj)]
-
-    async def slices(self) -> list[Obj]:
-        """This node's slices of this driver, as stored."""
-        return await self._retry("listing ResourceSlices", self._list)
-
-    async def _apply(self, changes: Plan) -> None:
-        for obj in changes.delete:
-            try:
-                await self.client.delete(ResourceSlice, obj["metadata"]["name"])
-            except ApiError as exc:
-                if exc.status.code != 404:
-                    raise
-        for obj in changes.update:
-            await self.client.replace(_slice(obj))
-        for obj in changes.create:
-            await self.client.create(_slice(obj))
-
-    async def publish(self, pool: Pool) -> Plan:
-        """Bring the stored slices to ``pool``, owned by the Node; what was sent (empty when nothing)."""
-        if pool.driver != self.driver or pool.node != self.node:
-            raise ValueError(f"pool of {pool.driver} on {pool.node}, not {self.driver} on {self.node}")
-        pool = dataclasses.replace(pool, node_uid=self._node_uid or await self.node_uid())
-
-        async def once() -> Plan:
-            changes = plan(pool, await self._list())
-            await self._apply(changes)
-            return changes
-
-        done = await self._retry(f"publishing ResourceSlices of {self.driver} on {self.node}", once)
-        if not done.empty:
-            log.info(
-                "published pool %s generation %d: %d created, %d updated, %d deleted",
-                pool.node, done.generation, len(done.create), len(done.update), len(done.delete),
-            )  # fmt: skip
-        return done
+def _checked(what: str, check: Callable[[Obj], Any], obj: Obj) -> Any:
+    try:
+        return check(obj)
+    except BadAnswer as exc:
+        raise ApiServerError(what, str(exc)) from None

@@ -9,9 +9,10 @@ Sockets (absolute paths, the same inside and outside the container):
 The DRA socket starts first, so the kubelet never registers an endpoint that does not answer;
 on stop the registration socket goes first. A stale socket is removed before listening.
 
-Prepare takes every claim from a :class:`ClaimLookup` (the claims a watch keeps), else reads it
-through a :class:`ClaimReader` (outside the lock), then, one call at a time, answers each claim
-with its devices' CDI names or a one-line error. Prepared claims are kept in
+Prepare checks the namespace, name and UID of every claim the kubelet names (a claim that breaks
+the API's name rules is a per-claim error, and nothing is sent), reads each claim through a
+:class:`ClaimReader` (a GET, outside the lock, all at once), then, one call at a time, answers
+each claim with its devices' CDI names or a one-line error. Prepared claims are kept in
 ``<plugins>/<driver>/prepared.json`` (:mod:`cdi_plugin.dra.prepared`): a device prepared for one
 claim is refused to another until Unprepare, which only names the claim, releases it, also after
 the driver restarted (the kubelet does not prepare its claims again then). Each call's changes
@@ -34,12 +35,12 @@ from cdi_plugin.aio.sockets import someone_listens
 from cdi_plugin.dra import api
 from cdi_plugin.dra.health_service import HealthService
 from cdi_plugin.dra.inventory import Inventory, ServedDevice
-from cdi_plugin.dra.names import DEFAULT_PLUGINS_DIR, DEFAULT_REGISTRY_DIR
+from cdi_plugin.dra.names import DEFAULT_PLUGINS_DIR, DEFAULT_REGISTRY_DIR, claim_ref_problem
 from cdi_plugin.dra.prepare import by_device_name, prepare_claim
 from cdi_plugin.dra.prepared import PreparedClaims, StateWriteError
 from cdi_plugin.dra.preparedstate import claim_problem
 from cdi_plugin.errors import CdiPluginError
-from cdi_plugin.wording import plural
+from cdi_plugin.wording import plural, shown
 
 log = logging.getLogger(__name__)
 
@@ -51,12 +52,6 @@ class ClaimReadError(CdiPluginError):
 class ClaimReader(Protocol):
     async def read_claim(self, namespace: str, name: str) -> Mapping[str, Any] | None:
         """The claim object, or ``None`` when it does not exist; ClaimReadError when unknown."""
-        ...
-
-
-class ClaimLookup(Protocol):
-    def get(self, namespace: str, name: str, uid: str) -> Mapping[str, Any] | None:
-        """The claim with this UID when it is known to be allocated here now, else None."""
         ...
 
 
@@ -86,6 +81,12 @@ class Paths:
 Result = tuple[api.PreparedDevice, ...] | str
 
 
+def _ref_problem(ref: api.Claim) -> str | None:
+    """Why the claim the kubelet names cannot be read (names the API refuses), as its error."""
+    problem = claim_ref_problem(ref.namespace, ref.name, ref.uid)
+    return None if problem is None else f"claim {shown(f'{ref.namespace}/{ref.name}')}: {problem}"
+
+
 class DraService:
     """NodePrepareResources / NodeUnprepareResources for both API versions."""
 
@@ -96,15 +97,12 @@ class DraService:
         inventory: Inventory,
         claims: ClaimReader,
         prepared: PreparedClaims,
-        *,
-        cache: ClaimLookup | None = None,
     ) -> None:
         self.driver = driver
         self.pool = pool
         self.inventory = inventory
         self.claims = claims
         self.prepared = prepared
-        self.cache = cache
         self._lock = asyncio.Lock()
         self._served: tuple[Mapping[str, ServedDevice], Mapping[str, ServedDevice]] | None = None
 
@@ -115,11 +113,6 @@ class DraService:
             self._served = (devices, by_device_name(devices))
         return self._served[1]
 
-    def _known(self, ref: api.Claim) -> Mapping[str, Any] | None:
-        if self.cache is None:
-            return None
-        return self.cache.get(ref.namespace, ref.name, ref.uid)
-
     async def _read(self, ref: api.Claim) -> Mapping[str, Any] | ClaimReadError | None:
         try:
             return await self.claims.read_claim(ref.namespace, ref.name)
@@ -127,14 +120,12 @@ class DraService:
             return exc
 
     async def prepare(self, refs: list[api.Claim]) -> dict[str, Result]:
-        # Not read again when prepared already; read from the API server only when the watch lacks it.
-        found: dict[str, Mapping[str, Any] | ClaimReadError | None] = {
-            ref.uid: self._known(ref) for ref in refs if self.prepared.get(ref.uid) is None
-        }
-        unknown = [ref for ref in refs if ref.uid in found and found[ref.uid] is None]
-        if unknown:
-            read = await asyncio.gather(*(self._read(ref) for ref in unknown))
-            found.update((ref.uid, obj) for ref, obj in zip(unknown, read, strict=True))
+        # A claim prepared already is not read again; one whose names the API would refuse, never.
+        unread = [ref for ref in refs if self.prepared.get(ref.uid) is None]
+        refused = {ref.uid: why for ref in unread if (why := _ref_problem(ref)) is not None}
+        wanted = [ref for ref in unread if ref.uid not in refused]
+        read = await asyncio.gather(*(self._read(ref) for ref in wanted))
+        found = dict(zip((ref.uid for ref in wanted), read, strict=True))
         await self.inventory.settled()
         out: dict[str, Result] = {}
         async with self._lock:
@@ -146,12 +137,17 @@ class DraService:
                 where = f"claim {ref.namespace}/{ref.name}"
                 obj = found.get(ref.uid)
                 done = state.claims.get(ref.uid)
-                if unusable is not None:
+                result: Result
+                if unusable is not None:  # logged once, when the file was found so
                     out[ref.uid] = f"{where}: {unusable}"
-                elif done is not None:
+                    continue
+                if done is not None:
                     out[ref.uid] = done
+                    continue
+                if ref.uid in refused:
+                    result = refused[ref.uid]
                 elif isinstance(obj, ClaimReadError):
-                    out[ref.uid] = f"{where}: cannot read it: {obj}"
+                    result = f"{where}: cannot read it: {obj}"
                 else:
                     result = prepare_claim(
                         ref,
@@ -165,12 +161,12 @@ class DraService:
                     why = None if isinstance(result, str) else claim_problem(ref.uid, result)
                     if why is not None:
                         result = f"{where}: cannot be recorded as prepared: {why}"
-                    if isinstance(result, str):
-                        log.warning("prepare failed: %s", result)
-                    else:
-                        added[ref.uid] = result
-                        state = state.with_claims({ref.uid: result})
-                    out[ref.uid] = result
+                if isinstance(result, str):
+                    log.warning("prepare failed: %s", result)
+                else:
+                    added[ref.uid] = result
+                    state = state.with_claims({ref.uid: result})
+                out[ref.uid] = result
             if added:
                 try:
                     await self.prepared.put(added)

@@ -1,4 +1,5 @@
-"""Names the Kubernetes API checks: the driver, the node (and pool), and each device's name.
+"""Names the Kubernetes API checks: the driver, the node (and pool), each device's name, and the
+names of a claim the kubelet asks for.
 
 A device's name in a ResourceSlice is a DNS label derived from its fully-qualified CDI name
 (``vendor/class=name``): the class and name, lower-cased, every run of other characters turned
@@ -16,6 +17,7 @@ from pathlib import Path
 
 from cdi_plugin.cdi.names import SHORT_HASH_LEN, parse_qualified_name, short_hash
 from cdi_plugin.errors import CdiPluginError
+from cdi_plugin.wording import shown
 
 #: The driver's name unless told otherwise, and the kubelet's directories where it looks for plugins.
 DEFAULT_DRIVER = "cdi-plugin.io"
@@ -25,7 +27,11 @@ DEFAULT_PLUGINS_DIR = Path("/var/lib/kubelet/plugins")
 LABEL_MAX = 63
 SUBDOMAIN_MAX = 253
 DRIVER_MAX = 63
+UID_MAX = 128
 _LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+#: A UID as the API server makes them (a UUID), or as tests and other servers do: no separators,
+#: spaces or controls, so that it is safe as a key, in a file and in a message.
+_UID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
 
 class DraConfigError(CdiPluginError):
@@ -38,6 +44,40 @@ def is_dns_label(value: str) -> bool:
 
 def is_dns_subdomain(value: str, limit: int = SUBDOMAIN_MAX) -> bool:
     return 0 < len(value) <= limit and all(_LABEL.fullmatch(part) for part in value.split("."))
+
+
+def is_pool_name(value: str) -> bool:
+    """A pool name: DNS subdomains joined by ``/``, at most 253 characters in all."""
+    return 0 < len(value) <= SUBDOMAIN_MAX and all(is_dns_subdomain(part) for part in value.split("/"))
+
+
+def is_request_name(value: str) -> bool:
+    """A request of a claim, or one of its subrequests (``main/sub``): DNS labels."""
+    parts = value.split("/")
+    return len(parts) <= 2 and all(is_dns_label(part) for part in parts)
+
+
+def claim_name_problem(namespace: str, name: str) -> str | None:
+    """Why no claim can have this namespace and name, or None.
+
+    The namespace must be a DNS label and the name a DNS subdomain, as the API server requires of
+    every claim it stores, so neither can change the path of a request it goes into.
+    """
+    if not is_dns_label(namespace):
+        return f"namespace {shown(namespace)}: not a DNS label of at most {LABEL_MAX} characters"
+    if not is_dns_subdomain(name):
+        return f"name {shown(name)}: not a DNS subdomain of at most {SUBDOMAIN_MAX} characters"
+    return None
+
+
+def claim_ref_problem(namespace: str, name: str, uid: str) -> str | None:
+    """Why a claim the kubelet names cannot be prepared (its names or UID), or None."""
+    problem = claim_name_problem(namespace, name)
+    if problem is not None:
+        return problem
+    if len(uid) > UID_MAX or not _UID.fullmatch(uid):
+        return f"UID {shown(uid)}: not a UID (letters, digits, '-', '.' and '_', at most {UID_MAX})"
+    return None
 
 
 def check_driver_name(name: str) -> str:

@@ -2,7 +2,8 @@
 
 Pure: the claim object (as the API server returns it, or ``None`` when it is gone) and the
 devices served now in, per claim either the prepared devices or one line saying which device
-failed and why.
+failed and why. The claim is read through :func:`shapes.claim_results`: a field the driver needs
+that is missing, mistyped or not a name the API allows makes the claim fail, never the call.
 """
 
 from __future__ import annotations
@@ -13,7 +14,9 @@ from types import MappingProxyType
 from typing import Any
 
 from cdi_plugin.dra.inventory import ServedDevice
-from cdi_plugin.dra.names import device_names
+from cdi_plugin.dra.names import UID_MAX, device_names
+from cdi_plugin.dra.shapes import BadAnswer, claim_results
+from cdi_plugin.wording import escape_controls
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,19 +65,21 @@ def prepare_claim(
     where = f"claim {ref.namespace}/{ref.name}"
     if claim is None:
         return f"{where}: not found in the API server (deleted after allocation?)"
-    uid = claim.get("metadata", {}).get("uid")
+    try:
+        uid, results = claim_results(claim, ref.namespace, ref.name, driver)
+    except BadAnswer as exc:
+        return f"{where}: the API server's answer is not a usable claim: {exc}"
     if uid != ref.uid:
-        return f"{where}: UID {uid} in the API server, {ref.uid} requested (the claim was replaced)"
-    allocation = (claim.get("status") or {}).get("allocation")
-    if not allocation:
+        found_uid = escape_controls(uid[:UID_MAX])
+        return f"{where}: UID {found_uid} in the API server, {ref.uid} requested (the claim was replaced)"
+    if results is None:
         return f"{where}: not allocated"
-    results = [r for r in (allocation.get("devices") or {}).get("results") or [] if r.get("driver") == driver]
     if not results:
         return f"{where}: no device allocated by driver {driver}"
     requests: dict[tuple[str, str], list[str]] = {}
     admin: dict[tuple[str, str], bool] = {}
     for result in results:
-        key = (str(result.get("pool")), str(result.get("device")))
+        key = (result.pool, result.device)
         device = f"device {key[0]}/{key[1]}"
         if key[0] != pool:
             return f"{where}: {device}: pool {key[0]} is not this node's pool {pool}"
@@ -86,11 +91,11 @@ def prepare_claim(
         why = problem(found.cdi_name)
         if why is not None:
             return f"{where}: {device} ({found.cdi_name}): {why}"
-        admin[key] = admin.get(key, True) and bool(result.get("adminAccess"))
+        admin[key] = admin.get(key, True) and result.admin_access
         holder = in_use.get(key, ref.uid)
         if holder != ref.uid and not admin[key]:
             return f"{where}: {device} ({found.cdi_name}): already prepared for claim {holder}"
-        base = str(result.get("request", "")).partition("/")[0]
+        base = result.request.partition("/")[0]
         names = requests.setdefault(key, [])
         if base not in names:
             names.append(base)

@@ -1,33 +1,40 @@
-"""Keeps the node's ResourceSlices following the inventory.
+"""Keeps the node's ResourceSlices following the inventory, with the least traffic.
 
-Each state of the inventory becomes one publish of the whole pool (the inventory coalesces
-changes, and a publish that finds nothing to change sends nothing). The pool is also published
-again when :meth:`SlicePublisher.wake` is called (the kubelet registered the driver: a starting
-kubelet deletes its node's slices) and every ``resync`` seconds, which brings back slices someone
-else deleted. A failed publish is logged and tried again with backoff, with the inventory's
-latest state; the kubelet side keeps serving meanwhile. Device taints are used until the API
-server shows it drops them (the DRADeviceTaints gate is off): from then on unhealthy devices are
-withdrawn instead.
+What the API server holds comes from a :class:`SliceWatch` (this node's slices of this driver,
+listed once, then watched), so comparing it with the pool costs no request. The pool is compared
+again whenever the inventory changes, the watch shows a change (someone edited or deleted a
+slice: a starting kubelet deletes its node's slices), or the kubelet registers the driver
+(:meth:`SlicePublisher.wake`), and written only when it differs: in a steady state nothing is
+sent but the watch's renewals. The answers to the writes go into the cache at once, so the next
+comparison sees them before the watch brings them.
+
+A failed write is logged in one line and tried again, with the inventory's latest state, after a
+delay growing from 1 s to 30 s; a conflict (the cache was behind) lists the slices once before.
+Device taints are used until the API server shows it drops them (the DRADeviceTaints gate is
+off): from then on unhealthy devices are withdrawn instead. The kubelet side keeps serving
+whatever happens here.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 
 from cdi_plugin.aio.pulse import Pulse
 from cdi_plugin.aio.run import run_until
+from cdi_plugin.dra.backoff import Backoff, Failures
 from cdi_plugin.dra.inventory import Inventory, ServedDevice
-from cdi_plugin.dra.kube import ApiServerError, Backoff, KubeApi
-from cdi_plugin.dra.slices import Plan, build_pool, taints_dropped
+from cdi_plugin.dra.kube import KubeApi
+from cdi_plugin.dra.reflector import READ_TIMEOUT, WATCH_TIMEOUT, SliceCache, SliceWatch
+from cdi_plugin.dra.rest import ApiServerError
+from cdi_plugin.dra.slices import Plan, Pool, build_pool, plan, taints_dropped
 
 log = logging.getLogger(__name__)
 
-#: Between failed publishes (each already retried within itself).
+#: Between failed publishes.
 RETRY = Backoff(initial=1.0, maximum=30.0)
-#: Between publishes when nothing else asks for one (what the kubelet's helper library does).
-RESYNC = 30.0
 
 
 class SlicePublisher:
@@ -39,57 +46,89 @@ class SlicePublisher:
         backoff: Backoff = RETRY,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         on_publish: Callable[[Plan], None] | None = None,
-        resync: float = RESYNC,
+        watch_timeout: tuple[int, int] = WATCH_TIMEOUT,
+        read_timeout: float = READ_TIMEOUT,
     ) -> None:
         self.kube = kube
-        self.resync = resync
-        self._wake = Pulse()
         self.taints = taints
-        self.backoff = backoff
+        self.failures = Failures(backoff)
         self.sleep = sleep
         self.on_publish = on_publish
+        self._wake = Pulse()
+        self.cache = SliceCache(on_change=self._wake.fire)
+        self.watch = SliceWatch(
+            kube, self.cache, watch_timeout=watch_timeout, read_timeout=read_timeout, sleep=sleep
+        )
+        self._stale = False  # a write met a conflict: list before the next
+
+    def _pool(self, devices: Mapping[str, ServedDevice], *, taints: bool) -> Pool:
+        pool = build_pool(self.kube.driver, self.kube.node, devices, taints=taints)
+        return dataclasses.replace(pool, node_uid=self.kube.node_uid)
 
     async def publish(self, devices: Mapping[str, ServedDevice]) -> Plan:
-        pool = build_pool(self.kube.driver, self.kube.node, devices, taints=self.taints)
-        done = await self.kube.publish(pool)
+        """Bring the stored slices to the pool of ``devices``; what was sent (empty when nothing)."""
+        if self._stale:
+            self.cache.replace(*await self.kube.list_slices())
+            self._stale = False
+        pool = self._pool(devices, taints=self.taints)
+        done = await self._apply(pool)
         tainted = self.taints and any(e.get("taints") for chunk in pool.chunks for e in chunk)
-        if tainted and taints_dropped(pool, await self.kube.slices()):
+        if tainted and taints_dropped(pool, self.cache.objects()):
             log.warning(
                 "the API server dropped the device taints (feature gate DRADeviceTaints off?): "
                 "unhealthy devices are withdrawn from the pool instead"
             )
             self.taints = False
-            done = await self.kube.publish(
-                build_pool(self.kube.driver, self.kube.node, devices, taints=False)
-            )
+            done = await self._apply(self._pool(devices, taints=False))
         if self.on_publish is not None:
             self.on_publish(done)
         return done
 
+    async def _apply(self, pool: Pool) -> Plan:
+        changes = plan(pool, self.cache.objects())
+        try:
+            for obj in changes.delete:
+                await self.kube.delete_slice(obj)
+                self.cache.remove(obj["metadata"]["name"])
+            for obj in changes.update:
+                self.cache.put(await self.kube.replace_slice(obj))
+            for obj in changes.create:
+                self.cache.put(await self.kube.create_slice(obj))
+        except ApiServerError as exc:
+            self._stale = self._stale or exc.code == 409
+            raise
+        if not changes.empty:
+            log.info(
+                "published pool %s generation %d: %d created, %d updated, %d deleted",
+                pool.node, changes.generation, len(changes.create), len(changes.update), len(changes.delete),
+            )  # fmt: skip
+        return changes
+
     def wake(self) -> None:
-        """Publish again now, whether or not the inventory changed."""
+        """Compare the pool with the stored slices again now, whether or not anything changed."""
         self._wake.fire()
 
     async def run(self, inventory: Inventory) -> None:
-        """Publish every state of ``inventory`` until cancelled."""
+        """Follow the stored slices and publish every state of ``inventory``, until cancelled."""
 
         async def follow() -> None:
             async for _ in inventory.changes():
                 self._wake.fire()
 
-        await run_until(asyncio.Event(), follow(), self._publish_on_wake(inventory))
+        await run_until(asyncio.Event(), follow(), self.watch.run(), self._publish_on_wake(inventory))
 
     async def _publish_on_wake(self, inventory: Inventory) -> None:
         await self._wake.wait_after(0)  # the inventory's first state
+        await self.cache.synced.wait()  # and the stored slices
         while True:
-            seen, attempt = self._wake.count, 0
-            while True:
-                try:
-                    await self.publish(inventory.devices())
-                    break
-                except ApiServerError as exc:
-                    delay = self.backoff.delay(attempt)
-                    log.error("%s; trying again in %.0f s", exc, delay)
-                    attempt += 1
-                    await self.sleep(delay)
-            await self._wake.wait_after(seen, self.resync)
+            seen = self._wake.count
+            try:
+                await self.publish(inventory.devices())
+            except Exception as exc:  # ApiServerError; anything else is a fault of the driver's own
+                problem = str(exc) if isinstance(exc, ApiServerError) else f"{type(exc).__name__}: {exc}"
+                delay = self.failures.next_delay()
+                log.error("publishing ResourceSlices: %s; trying again in %.0f s", problem, delay)
+                await self.sleep(delay)
+                continue
+            self.failures.reset()
+            await self._wake.wait_after(seen)

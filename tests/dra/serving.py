@@ -92,6 +92,12 @@ class DraNode:
             *extra,
         ]  # fmt: skip
 
+    def both_ways(self, kind: str = "cdi-plugin.io/fuse") -> list[str]:
+        """Options serving ``kind`` through both APIs at once (its replicas is 1: it needs the option)."""
+        path = self.config.with_name("config.yaml")
+        path.write_text(f'plugin: {{resources: {{"{kind}": {{api: both}}}}}}\n')
+        return ["--config", str(path), "--allow-exclusive-kinds-on-both-apis"]
+
     def kubelet_sockets(self) -> list[str]:
         return sockets(self.kubelet)
 

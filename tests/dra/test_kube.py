@@ -1,244 +1,368 @@
-"""Slices and claims through the API server, against a fake one over real HTTP."""
+"""The driver's requests to the API server, against a fake one over real HTTP that also answers as
+no API server should: every answer is input, and each bad one is one error naming the request and
+the reason, within a bound of time and memory."""
 
 from __future__ import annotations
 
-import copy
+import asyncio
 import json
-from collections.abc import AsyncIterator, Iterator
+import time
 from pathlib import Path
-from typing import Any
 
 import pytest
-import pytest_asyncio
 
-from cdi_plugin.dra import api
-from cdi_plugin.dra.kube import ApiServerError, Backoff, KubeApi
-from cdi_plugin.dra.kubelet import ClaimReadError, DraService, KubeletPlugin, Paths, PreparedClaims
+from cdi_plugin.dra.kube import SLICES, KubeApi
+from cdi_plugin.dra.kubelet import ClaimReadError
 from cdi_plugin.dra.names import DraConfigError
-from cdi_plugin.dra.slices import build_pool, slice_name
-from cdi_plugin.inventory import SpecInventory
-from tests.deviceplugin.helpers import make_node
-from tests.dra.conftest import DRIVER, NODE, write_spec
-from tests.dra.fakeapiserver import CLAIMS, SLICES, FakeApiServer, running
-from tests.dra.fakekubelet import FakeKubelet
-from tests.dra.rules import pool_problems
-from tests.dra.specinventory import refresh, spec_inventory
-from tests.dra.test_kubelet import claim_obj
+from cdi_plugin.dra.rest import ApiServerError
+from cdi_plugin.dra.slices import build_pool
+from tests.dra import faults
+from tests.dra.conftest import DRIVER, NODE
+from tests.dra.fakeapiserver import CLAIMS, NODES, FakeApiServer, running
+from tests.dra.kubefixtures import Sleeps, connect, foreign, kube, server, sleeps
+
+__all__ = ["kube", "server", "sleeps"]
 
 pytestmark = pytest.mark.asyncio
 
+CLAIM = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+         "metadata": {"namespace": "ns", "name": "c", "uid": "u1"}}  # fmt: skip
+CLAIM_PATH = f"{CLAIMS}ns/resourceclaims/c"
 
-@pytest.fixture
-def server() -> Iterator[FakeApiServer]:
-    with running(FakeApiServer()) as api:
-        api.add_node(NODE)
-        yield api
-
-
-class Sleeps(list[float]):
-    async def __call__(self, delay: float) -> None:
-        self.append(delay)
-
-
-@pytest.fixture
-def sleeps() -> Sleeps:
-    return Sleeps()
-
-
-def _kubeconfig(tmp_path: Path, url: str) -> Path:
-    path = tmp_path / "kubeconfig"
-    path.write_text(json.dumps({
-        "apiVersion": "v1", "kind": "Config", "current-context": "test",
-        "clusters": [{"name": "test", "cluster": {"server": url}}],
-        "contexts": [{"name": "test", "context": {"cluster": "test", "user": "test"}}],
-        "users": [{"name": "test", "user": {"token": "t"}}],
-    }))  # fmt: skip
-    return path
-
-
-@pytest_asyncio.fixture
-async def kube(tmp_path: Path, server: FakeApiServer, sleeps: Sleeps) -> AsyncIterator[KubeApi]:
-    api = KubeApi.connect(
-        DRIVER, NODE, _kubeconfig(tmp_path, server.url), backoff=Backoff(0.1, 1.0, 4), sleep=sleeps
-    )
-    yield api
-    await api.close()
+#: Answers no API server sends, and the reason the driver gives for each (after the request).
+BAD_ANSWERS = {
+    "an HTML 503 page": (faults.html(503), "503 Service Unavailable (text/html, not a Status)"),
+    "an HTML page with 200": (
+        faults.body(200, b"<!DOCTYPE html><html><body>Sign in</body></html>", "text/html"),
+        "200 answer: an HTML page ('<!DOCTYPE html><html><body>Sign in</body></html>')",
+    ),
+    "a non-JSON 200 body": (faults.body(200, b"OK\r\n", "text/plain"), "200 answer: not JSON ('OK')"),
+    "a JSON array": (faults.body(200, b"[1, 2]"), "200 answer: a JSON array, not an object"),
+    "a JSON string": (faults.body(200, b'"ok"'), "200 answer: a JSON string, not an object"),
+    "an empty 200 body": (faults.body(200, b""), "200 answer: an empty body"),
+    "a number of 5000 digits": (faults.body(200, b'{"a": ' + b"9" * 5000 + b"}"), "a number 5000 characters"),
+    "JSON nested 100000 deep": (faults.body(200, b"[" * 100000), "200 answer: JSON nested too deep"),
+    "a 64 MiB body": (faults.huge(64 << 20), "an answer larger than 4 MiB"),
+    "a 64 MiB body, its length declared": (
+        faults.huge(64 << 20, declared=True),
+        "an answer larger than 4 MiB",
+    ),
+    "a body without end": (faults.drip(0.05), "no complete answer within 1 s"),
+    "no answer at all": (faults.hang(), "no complete answer within 1 s"),
+    "a 500 that is not a Status": (
+        faults.body(500, b'{"error": "boom"}'),
+        "500 Internal Server Error (application/json, not a Status)",
+    ),
+}
 
 
-def _inventory(spec_dir: Path, host_nodes: Path, count: int) -> SpecInventory:
-    nodes = {}
-    for i in range(count):
-        make_node(host_nodes / f"fuse{i}")
-        nodes[f"fuse{i}"] = str(host_nodes / f"fuse{i}")
-    write_spec(spec_dir, "cdi-plugin.io/fuse", nodes)
-    return spec_inventory([spec_dir])
+@pytest.mark.parametrize("answer", BAD_ANSWERS)
+async def test_every_bad_answer_is_one_error_naming_the_request(
+    kube: KubeApi, server: FakeApiServer, answer: str
+) -> None:
+    action, reason = BAD_ANSWERS[answer]
+    server.misbehave("GET", NODES, action)
+    started = time.monotonic()
+    with pytest.raises(ApiServerError) as info:
+        await kube.rest.request("GET", f"{NODES}{NODE}", timeout=1.0)
+    assert time.monotonic() - started < 5
+    message = str(info.value)
+    assert message.startswith(f"GET {NODES}{NODE}: "), message
+    assert reason in message, message
+    assert "\n" not in message
+    assert len(message) < 300
+    assert await kube.read_node_uid() == server.nodes[NODE]["metadata"]["uid"]  # the next one is fine
 
 
-def _ours(server: FakeApiServer) -> list[dict[str, Any]]:
-    found = [
-        s for s in server.slices.values() if s["spec"]["nodeName"] == NODE and s["spec"]["driver"] == DRIVER
-    ]
-    return sorted(found, key=lambda s: str(s["metadata"]["name"]))
+@pytest.mark.parametrize(
+    ("node", "reason"),
+    [
+        ({"metadata": {"uid": 5}}, "metadata.uid: 5 is not a string"),
+        ({"metadata": []}, r"metadata: \[\] is not an object"),
+        ({"metadata": "x"}, "metadata: 'x' is not an object"),
+        ({"kind": "Node"}, "metadata.uid: missing"),
+        ({"metadata": {"uid": ""}}, "metadata.uid: empty"),
+    ],
+)
+async def test_a_node_of_the_wrong_shape_is_an_error(
+    kube: KubeApi, server: FakeApiServer, node: dict[str, object], reason: str
+) -> None:
+    server.misbehave("GET", NODES, faults.body(200, json.dumps(node).encode()))
+    with pytest.raises(ApiServerError, match=f"^GET {NODES}{NODE}: {reason}$"):
+        await kube.read_node_uid()
 
 
-def _foreign(node: str, driver: str) -> dict[str, Any]:
-    return build_pool(driver, node, {}, taints=True).slices(0)[0]
-
-
-async def test_node_check(kube: KubeApi, server: FakeApiServer) -> None:
-    assert await kube.node_uid() == server.nodes[NODE]["metadata"]["uid"]
-    other = KubeApi(DRIVER, "node-x", kube.client)
+async def test_the_node_check(kube: KubeApi, server: FakeApiServer) -> None:
+    assert await kube.read_node_uid() == kube.node_uid == server.nodes[NODE]["metadata"]["uid"]
+    server.misbehave("GET", NODES, faults.html(404))  # a proxy's page, not the API server's word
+    with pytest.raises(ApiServerError, match=r"404 Not Found \(text/html, not a Status\)"):
+        await kube.read_node_uid()
+    other = KubeApi(DRIVER, "node-x", kube.rest)
     with pytest.raises(DraConfigError, match="node 'node-x': not found in the API server"):
-        await other.node_uid()
+        await other.read_node_uid()
+
+
+async def test_a_status_message_cannot_forge_a_line(kube: KubeApi, server: FakeApiServer) -> None:
+    server.misbehave("GET", NODES, faults.status(403, "Forbidden", "no\n2026-01-01 INFO all is well\x1b[2J"))
+    with pytest.raises(ApiServerError) as info:
+        await kube.read_node_uid()
+    assert str(info.value) == f"GET {NODES}{NODE}: 403 Forbidden: no\\n2026-01-01 INFO all is well\\x1b[2J"
+    assert (info.value.code, info.value.retryable) == (403, False)
 
 
 async def test_read_claim(kube: KubeApi, server: FakeApiServer, sleeps: Sleeps) -> None:
-    server.add_claim({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
-                      "metadata": {"namespace": "ns", "name": "c", "uid": "u1"}})  # fmt: skip
+    server.add_claim(CLAIM)
     claim = await kube.read_claim("ns", "c")
     assert claim is not None
     assert claim["metadata"]["uid"] == "u1"
     assert await kube.read_claim("ns", "gone") is None
     server.fail("GET", CLAIMS, 500, 429)
-    claim = await kube.read_claim("ns", "c")
-    assert claim is not None
+    assert await kube.read_claim("ns", "c") is not None
     assert len(sleeps) == 2
     assert sleeps[1] > sleeps[0]  # exponential backoff
     server.fail("GET", CLAIMS, 403)
-    with pytest.raises(ClaimReadError, match=r"ResourceClaim ns/c: 403 Forbidden: injected 403"):
+    with pytest.raises(
+        ClaimReadError, match=rf"^GET {CLAIM_PATH}: 403 Forbidden: injected 403 \(attempt 1\)$"
+    ):
         await kube.read_claim("ns", "c")
 
 
-async def test_api_server_down_gives_up_with_a_clear_error(tmp_path: Path, sleeps: Sleeps) -> None:
+@pytest.mark.parametrize(
+    "answer", ["an HTML 503 page", "a non-JSON 200 body", "a JSON array", "no answer at all"]
+)
+async def test_a_claim_read_that_keeps_failing_gives_up_naming_the_claim_and_the_reason(
+    kube: KubeApi, server: FakeApiServer, sleeps: Sleeps, answer: str
+) -> None:
+    server.add_claim(CLAIM)
+    action, reason = BAD_ANSWERS[answer]
+    server.misbehave("GET", CLAIM_PATH, action, times=None)
+    started = time.monotonic()
+    with pytest.raises(ClaimReadError) as info:
+        await kube.read_claim("ns", "c")
+    assert time.monotonic() - started < kube.claim_deadline + 2
+    assert str(info.value).startswith(f"GET {CLAIM_PATH}: ")
+    assert reason.replace("1 s", "") in str(info.value)
+    assert len(sleeps) >= 1
+    assert sleeps == sorted(sleeps)  # retried, with backoff
+    server.behave()
+    assert await kube.read_claim("ns", "c") is not None
+
+
+async def test_a_hanging_claim_read_ends_within_its_deadline(tmp_path: Path, server: FakeApiServer) -> None:
+    """Each attempt has its own timeout; all of them end by the deadline, well before the kubelet's."""
+    server.add_claim(CLAIM)
+    server.misbehave("GET", CLAIM_PATH, faults.hang(), times=None)
+    kube = connect(tmp_path, server.url, claim_deadline=2.5, claim_attempt_timeout=1.0)
+    try:
+        started = time.monotonic()
+        with pytest.raises(
+            ClaimReadError, match=r"no complete answer within [\d.]+ s \(gave up after \d attempts in 2.5 s\)"
+        ):
+            await kube.read_claim("ns", "c")
+        assert time.monotonic() - started < 3.5
+    finally:
+        await kube.close()
+    assert 2 <= server.count("GET", CLAIM_PATH) <= 3
+
+
+@pytest.mark.parametrize(
+    ("namespace", "name", "reason"),
+    [
+        (
+            "ns",
+            "../../../../api/v1/nodes/node-a",
+            "name '../../../../api/v1/nodes/node-a': not a DNS subdomain",
+        ),
+        ("ns?watch=true", "c", "namespace 'ns?watch=true': not a DNS label"),
+        ("ns", "c#x", "name 'c#x': not a DNS subdomain"),
+        ("ns", "c%2F..", "name 'c%2F..': not a DNS subdomain"),
+        ("ns", "a" * 300, "name 'aaaa"),
+        ("ns", "c\n", "name 'c\\n': not a DNS subdomain"),
+        ("", "c", "namespace '': not a DNS label"),
+    ],
+)
+async def test_a_claim_name_the_api_would_refuse_is_never_sent(
+    kube: KubeApi, server: FakeApiServer, namespace: str, name: str, reason: str
+) -> None:
+    with pytest.raises(ClaimReadError) as info:
+        await kube.read_claim(namespace, name)
+    assert str(info.value).startswith(reason)
+    assert server.calls == []
+
+
+async def test_names_go_into_the_path_as_segments(kube: KubeApi, server: FakeApiServer) -> None:
+    server.add_claim({**CLAIM, "metadata": {"namespace": "ns", "name": "a.b-c", "uid": "u2"}})
+    assert await kube.read_claim("ns", "a.b-c") is not None
+    assert [(c.method, c.path, c.query) for c in server.calls] == [
+        ("GET", f"{CLAIMS}ns/resourceclaims/a.b-c", {})
+    ]
+
+
+async def test_the_api_server_down_gives_up_with_a_clear_error(tmp_path: Path, sleeps: Sleeps) -> None:
     with running(FakeApiServer()) as api:
         url = api.url  # closed once the block ends: nothing listens there any more
-    down = KubeApi.connect(
-        DRIVER, NODE, _kubeconfig(tmp_path, url), backoff=Backoff(0.1, 1.0, 3), sleep=sleeps
-    )
+    down = connect(tmp_path, url, sleep=sleeps, claim_deadline=20.0)
     try:
-        with pytest.raises(ClaimReadError, match=r"ConnectError.*gave up after 3 attempts"):
+        with pytest.raises(ClaimReadError, match=r"ConnectError.* \(attempt 4\)$"):
             await down.read_claim("ns", "c")
     finally:
         await down.close()
-    assert len(sleeps) == 2
+    assert len(sleeps) == 3
 
 
-async def test_publish_splits_then_follows_the_inventory(
-    kube: KubeApi, server: FakeApiServer, spec_dir: Path, host_nodes: Path
+async def test_slices_are_listed_with_field_selectors_and_checked(
+    kube: KubeApi, server: FakeApiServer
 ) -> None:
-    other_node = server.put_slice(_foreign("node-b", DRIVER))
-    other_driver = server.put_slice(_foreign(NODE, "gpu.example.com"))
-    inv = _inventory(spec_dir, host_nodes, 200)
+    other_node = server.put_slice(foreign("node-b", DRIVER))
+    server.put_slice(foreign(NODE, "gpu.example.com"))
+    mine = server.put_slice(build_pool(DRIVER, NODE, {}, taints=True).slices(0)[0])
+    items, version = await kube.list_slices()
+    assert [s["metadata"]["name"] for s in items] == [mine["metadata"]["name"]]
+    assert version == str(server.revision)
+    [call] = server.calls
+    assert call.query == {"fieldSelector": [f"spec.driver={DRIVER},spec.nodeName={NODE}"]}
 
-    done = await kube.publish(build_pool(DRIVER, NODE, inv.devices(), taints=True))
-    assert (done.generation, len(done.create)) == (0, 2)
-    stored = _ours(server)
-    assert pool_problems(stored) == []
-    assert [len(s["spec"]["devices"]) for s in stored] == [128, 72]
-    node_uid = server.nodes[NODE]["metadata"]["uid"]
-    assert all(
-        s["metadata"]["ownerReferences"]
-        == [{"apiVersion": "v1", "kind": "Node", "name": NODE, "uid": node_uid, "controller": True}]
-        for s in stored
-    )
+    # A server that ignores the selector: the others are left out (and never touched)
+    everything = {
+        "kind": "ResourceSliceList",
+        "metadata": {"resourceVersion": "7"},
+        "items": [other_node, mine],
+    }
+    server.misbehave("GET", SLICES, faults.body(200, json.dumps(everything).encode()))
+    assert await kube.list_slices() == ([mine], "7")
 
-    server.requests.clear()
-    assert (await kube.publish(build_pool(DRIVER, NODE, inv.devices(), taints=True))).empty
-    assert server.writes() == []
 
-    (host_nodes / "fuse0").unlink()  # unhealthy: tainted, its slice holds at most 64 now
-    write_spec(spec_dir, "cdi-plugin.io/fuse", {f"fuse{i}": str(host_nodes / f"fuse{i}") for i in range(201)})
-    make_node(host_nodes / "fuse200")  # and a hot-plugged one
-    refresh(inv)
-    done = await kube.publish(build_pool(DRIVER, NODE, inv.devices(), taints=True))
-    stored = _ours(server)
-    assert pool_problems(stored) == []
-    assert {s["spec"]["pool"]["generation"] for s in stored} == {1}
-    devices = {d["name"]: d for s in stored for d in s["spec"]["devices"]}
-    assert len(devices) == 201
-    assert devices["fuse-fuse0"]["taints"] == [
-        {"key": f"{DRIVER}/unhealthy", "effect": "NoSchedule", "timeAdded": "2026-01-01T00:00:00Z"}
+@pytest.mark.parametrize(
+    ("answer", "reason"),
+    [
+        ({"items": []}, "metadata.resourceVersion: missing"),
+        ({"metadata": {"resourceVersion": 7}, "items": []}, "metadata.resourceVersion: 7 is not a string"),
+        ({"metadata": {"resourceVersion": "7"}, "items": {"a": 1}}, "items: {'a': 1} is not a list"),
+        ({"metadata": {"resourceVersion": "7"}, "items": [[1]]}, "items[0]: not an object"),
+        (
+            {"metadata": {"resourceVersion": "7"}, "items": [{"metadata": {"name": "s"}, "spec": {}}]},
+            "a ResourceSlice that is not one: metadata.resourceVersion: missing",
+        ),
+        (
+            {"metadata": {"resourceVersion": "7"},
+             "items": [{"metadata": {"name": "s", "resourceVersion": "1"}, "spec": {"driver": DRIVER}}]},
+            "a ResourceSlice that is not one: spec.nodeName: missing",
+        ),
+        (
+            {"metadata": {"resourceVersion": "7"},
+             "items": [{"metadata": {"name": "s", "resourceVersion": "1"},
+                        "spec": {"driver": DRIVER, "nodeName": NODE, "pool": {"name": NODE},
+                                 "devices": {}}}]},
+            "a ResourceSlice that is not one: spec.devices: {} is not a list",
+        ),
+    ],
+)  # fmt: skip
+async def test_a_list_of_the_wrong_shape_is_an_error(
+    kube: KubeApi, server: FakeApiServer, answer: dict[str, object], reason: str
+) -> None:
+    server.misbehave("GET", SLICES, faults.body(200, json.dumps(answer).encode()))
+    with pytest.raises(ApiServerError) as info:
+        await kube.list_slices()
+    assert str(info.value) == f"GET {SLICES}: {reason}"
+
+
+async def _events(kube: KubeApi, since: str, *, timeout: int = 1, read_timeout: float = 1.0) -> list[str]:
+    return [
+        kind + ":" + obj["metadata"]["resourceVersion"]
+        async for kind, obj in kube.watch_slices(since, timeout=timeout, read_timeout=read_timeout)
     ]
-    server.requests.clear()  # the server's timeAdded is no difference: nothing to send again
-    assert (await kube.publish(build_pool(DRIVER, NODE, inv.devices(), taints=True))).empty
-    assert server.writes() == []
-
-    write_spec(spec_dir, "cdi-plugin.io/fuse", {"fuse1": str(host_nodes / "fuse1")})  # hot-unplug
-    refresh(inv)
-    done = await kube.publish(build_pool(DRIVER, NODE, inv.devices(), taints=True))
-    stored = _ours(server)
-    assert [s["metadata"]["name"] for s in stored] == [slice_name(DRIVER, NODE, 0)]
-    assert stored[0]["spec"]["pool"] == {"name": NODE, "generation": 2, "resourceSliceCount": 1}
-    assert len(done.delete) == 2
-
-    assert server.slices[other_node["metadata"]["name"]] == other_node
-    assert server.slices[other_driver["metadata"]["name"]] == other_driver
-    assert all(not p.startswith(f"{SLICES}/{other_node['metadata']['name']}") for _, p in server.writes())
 
 
-async def test_a_concurrent_update_is_a_conflict_then_replanned(
-    kube: KubeApi, server: FakeApiServer, spec_dir: Path, host_nodes: Path, sleeps: Sleeps
+async def test_the_slice_watch_brings_this_nodes_changes_and_bookmarks(
+    kube: KubeApi, server: FakeApiServer
 ) -> None:
-    inv = _inventory(spec_dir, host_nodes, 3)
-    await kube.publish(build_pool(DRIVER, NODE, inv.devices(), taints=True))
-    name = slice_name(DRIVER, NODE, 0)
-
-    def someone_else_writes(method: str, path: str) -> None:
-        if method == "PUT":
-            server.before = None
-            server._store(copy.deepcopy(server.slices[name]))  # a new resourceVersion behind our back
-
-    server.before = someone_else_writes
-    (host_nodes / "fuse2").unlink()
-    refresh(inv)
-    done = await kube.publish(build_pool(DRIVER, NODE, inv.devices(), taints=True))
-    puts = [p for m, p in server.requests if m == "PUT"]
-    assert puts == [f"{SLICES}/{name}", f"{SLICES}/{name}"]  # refused with 409, then sent again
-    assert len(sleeps) == 1
-    [stored] = _ours(server)
-    assert stored["spec"]["pool"]["generation"] == done.generation == 1
-    assert any("taints" in d for d in stored["spec"]["devices"])
+    since = str(server.revision)
+    server.put_slice(foreign("node-b", DRIVER))
+    mine = server.put_slice(build_pool(DRIVER, NODE, {}, taints=True).slices(0)[0])
+    assert await _events(kube, since) == [
+        f"ADDED:{mine['metadata']['resourceVersion']}",
+        f"BOOKMARK:{server.revision}",
+    ]
+    [call] = [c for c in server.calls if c.watch]
+    assert call.query["fieldSelector"] == [f"spec.driver={DRIVER},spec.nodeName={NODE}"]
+    assert (call.query["timeoutSeconds"], call.query["allowWatchBookmarks"]) == (["1"], ["true"])
 
 
-async def test_throttling_and_server_errors_are_retried_then_reported(
-    kube: KubeApi, server: FakeApiServer, spec_dir: Path, host_nodes: Path, sleeps: Sleeps
+#: Watch streams no API server sends, and the reason the driver gives for each.
+NOT_AN_EVENT = "an event that is not one: "
+BAD_WATCHES = {
+    "a line that is not JSON": (faults.watch_lines(b"garbage"), NOT_AN_EVENT + "not JSON ('garbage')"),
+    "an HTML line": (faults.watch_lines(b"<html>"), NOT_AN_EVENT + "an HTML page ('<html>')"),
+    "an event that is an array": (
+        faults.watch_lines(b"[1, 2]"),
+        NOT_AN_EVENT + "a JSON array, not an object",
+    ),
+    "an event whose object is an array": (
+        faults.watch_lines({"type": "ADDED", "object": [1]}),
+        NOT_AN_EVENT + "object: [1] is not an object",
+    ),
+    "an event of no known type": (
+        faults.watch_lines({"type": "SYNC", "object": {}}),
+        NOT_AN_EVENT + "type: 'SYNC' is not a watch event type",
+    ),
+    "a slice without metadata.resourceVersion": (
+        faults.watch_lines({"type": "ADDED", "object": {"metadata": {"name": "s"}}}),
+        "a ResourceSlice that is not one: metadata.resourceVersion: missing",
+    ),
+    "an ERROR without a Status": (
+        faults.watch_lines({"type": "ERROR", "object": {}}),
+        "an ERROR event without a Status",
+    ),
+    "410 Expired": (faults.expired(), "410 Expired: too old resource version"),
+    "a watch answered 500": (faults.status(500, "InternalError", "etcd"), "500 InternalError: etcd"),
+    "an HTML 502 page": (faults.html(502), "502 Bad Gateway (text/html, not a Status)"),
+    "a silent connection": (faults.silent(), "nothing received for 1 s (a silent connection)"),
+    "an event of 5 MiB": (
+        faults.watch_lines(b'{"a": "' + b"x" * (5 << 20) + b'"}'),
+        "an event larger than 4 MiB",
+    ),
+    "a stream without end": (faults.drip(0.05), "still open long after the timeout it was asked for"),
+}
+
+
+@pytest.mark.parametrize("stream", BAD_WATCHES)
+async def test_every_bad_watch_is_one_error_naming_the_request(
+    kube: KubeApi, server: FakeApiServer, stream: str
 ) -> None:
-    inv = _inventory(spec_dir, host_nodes, 2)
-    server.fail("POST", SLICES, 429, 500)
-    await kube.publish(build_pool(DRIVER, NODE, inv.devices(), taints=True))
-    assert pool_problems(_ours(server)) == []
-    assert len(sleeps) == 2
-
-    server.fail("GET", SLICES, 503, 503, 503, 503)
-    with pytest.raises(
-        ApiServerError,
-        match=r"publishing ResourceSlices .*: 503 ServiceUnavailable: .*gave up after 4 attempts",
-    ):
-        await kube.publish(build_pool(DRIVER, NODE, {}, taints=True))
-
-
-async def test_a_refused_slice_is_not_retried(kube: KubeApi, server: FakeApiServer, sleeps: Sleeps) -> None:
-    pool = build_pool(DRIVER, NODE, {}, taints=True)
-    bad = type(pool)(DRIVER, NODE, (({"name": "Not_A_Label"},),))
-    with pytest.raises(ApiServerError, match=r"422 Invalid: .*is not a DNS label"):
-        await kube.publish(bad)
-    assert sleeps == []
-    assert _ours(server) == []
+    action, reason = BAD_WATCHES[stream]
+    server.misbehave("GET", SLICES, action, watch=True)
+    started = time.monotonic()
+    with pytest.raises(ApiServerError) as info:
+        await _events(kube, str(server.revision))
+    assert time.monotonic() - started < 5
+    message = str(info.value)
+    assert message.startswith(f"GET {SLICES} (watch): "), message
+    assert reason in message, message
+    assert "\n" not in message
+    assert len(message) < 300
+    assert (info.value.code == 410) == (stream == "410 Expired")
 
 
-async def test_prepare_reads_claims_from_the_api_server(
-    tmp_path: Path, kube: KubeApi, server: FakeApiServer, spec_dir: Path, host_nodes: Path
+async def test_a_stream_that_ends_in_the_middle_of_an_event_is_an_error(
+    kube: KubeApi, server: FakeApiServer
 ) -> None:
-    inv = _inventory(spec_dir, host_nodes, 1)
-    paths = Paths(DRIVER, registry_dir=tmp_path / "registry", plugins_dir=tmp_path / "plugins")
-    ref = api.Claim("ns", "c", "uid-1")
-    server.add_claim(claim_obj(ref, ("fuse", NODE, "fuse-fuse0")))
-    service = DraService(DRIVER, NODE, inv, kube, PreparedClaims(paths.state_file))
-    async with KubeletPlugin(paths, service):
-        kubelet = FakeKubelet(paths.registry_dir)
-        await kubelet.register(kubelet.sockets()[0], DRIVER)
-        assert await kubelet.prepare(ref, api.Claim("ns", "gone", "uid-2")) == {
-            "uid-1": (api.PreparedDevice(("fuse",), NODE, "fuse-fuse0", ("cdi-plugin.io/fuse=fuse0",)),),
-            "uid-2": "claim ns/gone: not found in the API server (deleted after allocation?)",
-        }
-    assert ("GET", f"{CLAIMS}ns/resourceclaims/c") in server.requests
+    server.misbehave("GET", SLICES, faults.stream(b'{"type": "ADDED", "obj'), watch=True)
+    with pytest.raises(ApiServerError, match=r"\(watch\): the stream ended in the middle of an event$"):
+        await _events(kube, str(server.revision))
+
+
+async def test_a_silent_watch_given_up_is_closed(kube: KubeApi, server: FakeApiServer) -> None:
+    """The connection of a silent watch is closed when it is given up: the server sees the client go."""
+    closed = asyncio.Queue[None]()
+    loop = asyncio.get_running_loop()
+    server.misbehave(
+        "GET",
+        SLICES,
+        faults.silent(lambda: loop.call_soon_threadsafe(closed.put_nowait, None)),
+        watch=True,
+        times=3,
+    )
+    for _ in range(3):
+        with pytest.raises(ApiServerError, match="silent"):
+            await _events(kube, str(server.revision), read_timeout=0.2)
+        await asyncio.wait_for(closed.get(), 10)

@@ -6,7 +6,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cdi_plugin.dra.names import DraConfigError, check_driver_name, check_node_name, device_names
+from cdi_plugin.dra.names import (
+    DraConfigError,
+    check_driver_name,
+    check_node_name,
+    claim_ref_problem,
+    device_names,
+    is_pool_name,
+    is_request_name,
+)
 from tests.dra.rules import is_label, is_subdomain
 
 
@@ -90,3 +98,50 @@ def test_every_name_is_a_unique_dns_label(cdi_names: list[str]) -> None:
 def test_the_rules_module_agrees_on_subdomains() -> None:
     assert is_subdomain("cdi-plugin.io", 63)
     assert not is_subdomain("cdi-plugin.io.", 63)
+
+
+@pytest.mark.parametrize(
+    ("namespace", "name", "uid"),
+    [
+        ("default", "fuse-claim", "0f6e3b3c-9b1e-4c59-9d0f-2c1d0f9b8a77"),
+        ("a", "a.b-c", "uid-1"),
+        ("n" * 63, "c", "u"),
+    ],
+)
+def test_claim_refs_the_api_allows(namespace: str, name: str, uid: str) -> None:
+    assert claim_ref_problem(namespace, name, uid) is None
+
+
+@pytest.mark.parametrize(
+    ("namespace", "name", "uid", "problem"),
+    [
+        ("ns", "../x", "u", "name '../x': not a DNS subdomain"),
+        ("ns", "a/b", "u", "name 'a/b': not a DNS subdomain"),
+        ("ns", "..", "u", "name '..': not a DNS subdomain"),
+        ("ns", "c?watch=1", "u", "name 'c?watch=1': not a DNS subdomain"),
+        ("ns", "c%2F", "u", "name 'c%2F': not a DNS subdomain"),
+        ("ns", "c" * 254, "u", "name 'cccc"),
+        ("ns.x", "c", "u", "namespace 'ns.x': not a DNS label"),
+        ("n" * 64, "c", "u", "namespace 'nnnn"),
+        ("ns", "c", "", "UID '': not a UID"),
+        ("ns", "c", "a/b", "UID 'a/b': not a UID"),
+        ("ns", "c", "u\x1b[2J", "UID 'u\\x1b[2J': not a UID"),
+        ("ns", "c", "u" * 129, "UID 'uuuu"),
+    ],
+)
+def test_claim_refs_the_api_refuses_say_why_with_the_name_escaped(
+    namespace: str, name: str, uid: str, problem: str
+) -> None:
+    found = claim_ref_problem(namespace, name, uid)
+    assert found is not None
+    assert found.startswith(problem)
+    assert len(found) < 200
+
+
+@pytest.mark.parametrize(
+    ("value", "pool", "request_name"),
+    [("node-a", True, True), ("a/b.c", True, False), ("a/b/c", True, False), ("", False, False),
+     ("a//b", False, False), ("A", False, False), ("x" * 254, False, False), ("main/sub-1", True, True)],
+)  # fmt: skip
+def test_pool_and_request_names(value: str, pool: bool, request_name: bool) -> None:
+    assert (is_pool_name(value), is_request_name(value)) == (pool, request_name)

@@ -14,7 +14,7 @@ from cdi_plugin.dra import api
 from tests.deviceplugin.fake_kubelet import FakeKubelet as DevicePluginKubelet
 from tests.deviceplugin.helpers import make_node, run
 from tests.dra.conftest import DRIVER, NODE, write_spec
-from tests.dra.fakeapiserver import SLICES, running
+from tests.dra.fakeapiserver import CLAIMS, SLICES, running
 from tests.dra.serving import DraNode, Serve, dra_node, free_port, published, register
 from tests.dra.test_kubelet import claim_obj
 
@@ -26,11 +26,8 @@ FUSE = "cdi-plugin.io/fuse"
 CLAIM = api.Claim("default", "fuse-claim", "uid-1")
 
 
-def _both_ways(node: DraNode) -> list[str]:
-    """Options serving fuse through both APIs at once (its replicas is 1: it needs the option)."""
-    path = node.config.with_name("config.yaml")
-    path.write_text(f'plugin: {{resources: {{"{FUSE}": {{api: both}}}}}}\n')
-    return ["--config", str(path), "--allow-exclusive-kinds-on-both-apis"]
+def claim_path(ref: api.Claim) -> str:
+    return f"{CLAIMS}{ref.namespace}/resourceclaims/{ref.name}"
 
 
 def _fuse_node(node: DraNode) -> None:
@@ -53,12 +50,12 @@ def test_dra_registers_prepares_and_removes_its_sockets_on_exit(dra_node: DraNod
             await serve.logged(f"registered with the kubelet as DRA driver {DRIVER}")
             assert await serve.wait_for(lambda: published(dra_node), "slices") == {"fuse-fuse": FUSE}
 
-            await serve.wait_for(lambda: dra_node.api.watches, "the claims' watch")
             prepared = await kubelet.prepare(CLAIM)
             expected = (api.PreparedDevice(("fuse",), NODE, "fuse-fuse", (f"{FUSE}=fuse",)),)
             assert prepared == {CLAIM.uid: expected}
-            assert not [p for m, p in dra_node.api.requests if "/resourceclaims/" in p]  # from the watch
             assert await kubelet.prepare(CLAIM) == {CLAIM.uid: expected}  # the same answer again
+            claims = [c for c in dra_node.api.calls if "resourceclaims" in c.path]
+            assert [(c.method, c.path, c.query) for c in claims] == [("GET", claim_path(CLAIM), {})]
             other = api.Claim("default", "gone", "uid-2")
             [error] = (await kubelet.prepare(other)).values()
             assert error == "claim default/gone: not found in the API server (deleted after allocation?)"
@@ -87,7 +84,7 @@ def test_a_kubelet_restart_gets_the_driver_registered_and_its_slices_published_a
             # A starting kubelet whose directories were wiped, and which deleted the node's slices.
             shutil.rmtree(dra_node.kubelet / "plugins")
             shutil.rmtree(dra_node.registry)
-            dra_node.api.slices.clear()
+            dra_node.api.delete_slices(nodeName=NODE)
             dra_node.registry.mkdir()
             await serve.wait_for(dra_node.dra_socket.exists, "DRA socket again")
             kubelet = await register(dra_node, serve)
@@ -113,7 +110,7 @@ def test_an_api_server_down_at_start_is_waited_for_while_the_device_plugin_serve
     async def scenario() -> None:
         async with DevicePluginKubelet(dra_node.device_plugins) as dp_kubelet:
             serve = await Serve.start(
-                dra_node.args("both", *_both_ways(dra_node), url=f"http://127.0.0.1:{port}")
+                dra_node.args("both", *dra_node.both_ways(), url=f"http://127.0.0.1:{port}")
             )
             try:
                 client = await dp_kubelet.wait_registered(FUSE, timeout=20)
@@ -130,7 +127,7 @@ def test_an_api_server_down_at_start_is_waited_for_while_the_device_plugin_serve
                         api.PreparedDevice(("fuse",), NODE, "fuse-fuse", (f"{FUSE}=fuse",)),
                     )
                     # 500s and 429s on the slices: retried, the device plugin keeps answering
-                    dra_node.api.fail("GET", SLICES, 500, 429, 503)
+                    dra_node.api.fail("PUT", SLICES, 500, 429, 503)
                     make_node(dra_node.dev / "fuse2")
                     write_spec(dra_node.specs, FUSE, {"fuse": str(dra_node.dev / "fuse"),
                                                       "fuse2": str(dra_node.dev / "fuse2")})  # fmt: skip
@@ -154,7 +151,7 @@ def test_both_apis_serve_the_same_inventory(dra_node: DraNode) -> None:
 
     async def scenario() -> None:
         async with DevicePluginKubelet(dra_node.device_plugins) as dp_kubelet:
-            serve = await Serve.start(dra_node.args("both", *_both_ways(dra_node)))
+            serve = await Serve.start(dra_node.args("both", *dra_node.both_ways()))
             try:
                 kubelet = await register(dra_node, serve)
                 client = await dp_kubelet.wait_registered(FUSE, timeout=20)
@@ -253,7 +250,7 @@ def test_a_stop_while_the_api_server_is_down_stops_at_once(dra_node: DraNode) ->
     async def scenario() -> tuple[int, float, Serve]:
         serve = await Serve.start(dra_node.args("dra", url=f"http://127.0.0.1:{free_port()}"))
         try:
-            await serve.logged(f"reading node {NODE}: ")  # retrying
+            await serve.logged(f"cannot confirm node {NODE}: GET /api/v1/nodes/{NODE}: ConnectError")
         finally:
             started = asyncio.get_running_loop().time()
             code = await serve.stop()

@@ -32,11 +32,7 @@ async def _prepare(node: DraNode, api_choice: str) -> tuple[list[str], list[str]
     """Serve the scanned specs; the CDI IDs NodePrepareResources gives for a claim of the fuse
     device, and (with the device plugin API on) the names Allocate gives for it."""
     async with DevicePluginKubelet(node.device_plugins) as dp_kubelet:
-        both = []
-        if api_choice == "both":  # fuse through both APIs (its replicas is 1: it needs the option)
-            config = node.config.with_name("config.yaml")
-            config.write_text(f'plugin: {{resources: {{"{FUSE}": {{api: both}}}}}}\n')
-            both = ["--config", str(config), "--allow-exclusive-kinds-on-both-apis"]
+        both = node.both_ways() if api_choice == "both" else []
         serve = await Serve.start(node.args(api_choice, *both, any_kind=False))
         try:
             kubelet = await register(node, serve)

@@ -1,0 +1,158 @@
+"""The driver's own ResourceSlices as the API server holds them, kept by a list and a watch.
+
+:class:`SliceWatch` does what client-go's reflector does, for this node's slices of this driver
+(field selectors): one list, then a watch from the list's version, renewed from the last version
+seen each time the API server ends it. Each watch asks the API server to end it after 45 to 55 s
+(``timeoutSeconds``, at random, so that nodes do not renew together) and for bookmarks, which
+carry the latest version, so a renewal does not start from a version the server has forgotten
+however much the rest of the cluster changes. A connection that sends nothing for
+:data:`READ_TIMEOUT` seconds is taken for dead and replaced. An idle node thus sends one watch
+request every 50 s or so, and nothing else.
+
+A failure (no answer, an error, an answer that is not one, a silent connection, a watch that ends
+at once) is logged in one line and followed by a delay growing from 1 s to 30 s, with jitter,
+across cycles (:class:`Failures`): a watch that failed is started again from the last version, and
+only a version the server no longer keeps (410 Expired) makes it list again, so a storm of 410s
+lists at most 4 times in 10 s, then once every 30 s.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+from collections.abc import Awaitable, Callable, Iterable
+
+from cdi_plugin.dra.backoff import Backoff, Failures
+from cdi_plugin.dra.kube import SLICES, KubeApi
+from cdi_plugin.dra.rest import ApiServerError
+from cdi_plugin.dra.shapes import Obj
+
+log = logging.getLogger(__name__)
+
+#: The API server ends each watch after a number of seconds drawn from this range.
+WATCH_TIMEOUT = (45, 55)
+#: Nothing received for this long: the connection is dead (the server sends something at least
+#: every WATCH_TIMEOUT, a bookmark or the end of the watch).
+READ_TIMEOUT = 60.0
+RETRY = Backoff(initial=1.0, maximum=30.0)
+
+
+def _number(version: str) -> int | None:
+    """A resourceVersion as a number, None when it is not one (then it is not compared)."""
+    return int(version) if version.isdigit() and len(version) <= 20 else None
+
+
+def _version(obj: Obj) -> int | None:
+    return _number(obj["metadata"]["resourceVersion"])
+
+
+def _older(obj: Obj, than: int | None) -> bool:
+    version = _version(obj)
+    return version is not None and than is not None and version <= than
+
+
+class SliceCache:
+    """The stored slices by name. An object older than what is known already (a watch event
+    behind the driver's own write, or behind the last list) is ignored, and a list older than
+    an object known (the answer to a write sent while the list was on its way) keeps that object."""
+
+    def __init__(self, on_change: Callable[[], None] = lambda: None) -> None:
+        self.on_change = on_change
+        self.synced = asyncio.Event()
+        self._objects: dict[str, Obj] = {}
+        self._listed: int | None = None
+
+    def objects(self) -> list[Obj]:
+        return list(self._objects.values())
+
+    def replace(self, items: Iterable[Obj], version: str) -> None:
+        listed = _number(version)
+        newer = {
+            name: obj
+            for name, obj in self._objects.items()
+            if listed is not None and (found := _version(obj)) is not None and found > listed
+        }
+        self._objects = {obj["metadata"]["name"]: obj for obj in items} | newer
+        self._listed = listed
+        self.synced.set()
+        self.on_change()
+
+    def apply(self, kind: str, obj: Obj) -> None:
+        """A watch event (ADDED, MODIFIED or DELETED) or the answer to a write (``put``)."""
+        name = obj["metadata"]["name"]
+        known = self._objects.get(name)
+        if _older(obj, self._listed) or (known is not None and _older(obj, _version(known))):
+            return
+        if kind == "DELETED":
+            self._objects.pop(name, None)
+        else:
+            self._objects[name] = obj
+        self.on_change()
+
+    def put(self, obj: Obj) -> None:
+        self.apply("MODIFIED", obj)
+
+    def remove(self, name: str) -> None:
+        if self._objects.pop(name, None) is not None:
+            self.on_change()
+
+
+class SliceWatch:
+    """Keeps a :class:`SliceCache` in step with the API server until cancelled."""
+
+    def __init__(
+        self,
+        kube: KubeApi,
+        cache: SliceCache,
+        *,
+        backoff: Backoff = RETRY,
+        watch_timeout: tuple[int, int] = WATCH_TIMEOUT,
+        read_timeout: float = READ_TIMEOUT,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
+        self.kube = kube
+        self.cache = cache
+        self.failures = Failures(backoff)
+        self.watch_timeout = watch_timeout
+        self.read_timeout = read_timeout
+        self.sleep = sleep
+        self.version = ""  # the last version seen; empty: list first
+
+    async def run(self) -> None:
+        while True:
+            try:
+                if not self.version:
+                    items, self.version = await self.kube.list_slices()
+                    self.cache.replace(items, self.version)
+                    log.debug("ResourceSlices listed at version %s: %d", self.version, len(items))
+                await self._watch()
+                continue
+            except ApiServerError as exc:
+                if exc.code == 410:
+                    self.version = ""
+                problem = str(exc)
+            except Exception as exc:  # a fault of the driver itself: logged, and the loop goes on
+                problem = f"unexpected {type(exc).__name__} following the ResourceSlices: {exc}"
+            delay = self.failures.next_delay()
+            again = "watching them again" if self.version else "listing them again"
+            log.warning("%s; %s in %.1f s", problem, again, delay)
+            await self.sleep(delay)
+
+    async def _watch(self) -> None:
+        timeout = random.randint(*self.watch_timeout)
+        loop = asyncio.get_running_loop()
+        started, seen = loop.time(), 0
+        events = self.kube.watch_slices(self.version, timeout=timeout, read_timeout=self.read_timeout)
+        async with contextlib.aclosing(events) as stream:
+            async for kind, obj in stream:
+                seen += 1
+                if kind != "BOOKMARK":
+                    self.cache.apply(kind, obj)
+                self.version = obj["metadata"]["resourceVersion"]
+        lasted = loop.time() - started
+        if not seen and lasted < timeout / 2:
+            raise ApiServerError(
+                f"GET {SLICES} (watch)", f"ended after {lasted:.1f} s with no event (asked for {timeout} s)"
+            )

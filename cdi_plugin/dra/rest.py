@@ -1,0 +1,260 @@
+"""Requests to the API server, and their answers read as untrusted input.
+
+lightkube does what it does well: credentials (in-cluster service account with its rotating token,
+``$KUBECONFIG``, ``~/.kube/config``, exec plugins), TLS and authentication, on the httpx2 client it
+builds. Every request goes out on that client from here, and lightkube's parsing and models are
+never used: an answer is read streaming, up to :data:`MAX_BODY` bytes and within a deadline,
+decoded and shape-checked by :mod:`cdi_plugin.dra.shapes`, and handed on as plain dicts. Whatever
+comes back (an HTML page of a load balancer, garbage, a body without end, a connection that goes
+silent) becomes an :class:`ApiServerError` naming the request and the reason, in one line.
+
+The only module that imports lightkube and httpx2; only the DRA driver imports it, so the device
+plugin alone never loads them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncGenerator, Mapping
+from pathlib import Path
+
+import httpx2
+import yaml
+from lightkube import ConfigError, KubeConfig
+from lightkube.config.client_adapter import AsyncClient, ConnectionParams
+
+from cdi_plugin import __version__
+from cdi_plugin.dra.names import DraConfigError
+from cdi_plugin.dra.shapes import BadAnswer, Obj, decode_object, status_of, watch_event
+from cdi_plugin.errors import CdiPluginError
+from cdi_plugin.wording import escape_controls
+
+#: The largest answer read (an object, a list, one watch event). The API server stores objects
+#: of at most 1.5 MiB (etcd's limit); a larger answer is not one it sends.
+MAX_BODY = 4 << 20
+#: What is read of an error's body (a Status is a few hundred bytes; a proxy's page is cut).
+MAX_ERROR_BODY = 64 << 10
+CONNECT_TIMEOUT = 5.0
+#: A request's whole answer, headers to the last byte, must come within this.
+REQUEST_TIMEOUT = 10.0
+HEADERS = {
+    "Accept": "application/json",
+    "Accept-Encoding": "identity",  # nothing to inflate: a compressed bomb cannot grow past the bound
+    "User-Agent": f"cdi-plugin/{__version__}",
+}
+#: Status codes worth another attempt: throttling and server errors.
+RETRYABLE = frozenset({429, 500, 502, 503, 504})
+
+
+class ApiServerError(CdiPluginError):
+    """A request that failed: refused by the API server, not answered, or answered with something
+    that is not an answer of the Kubernetes API. ``code`` and ``reason`` are the Status's, when
+    the API server sent one; ``retryable`` says whether trying again may help."""
+
+    def __init__(
+        self, request: str, problem: str, *, code: int | None = None, reason: str = "", retryable: bool = True
+    ) -> None:
+        super().__init__(f"{request}: {problem}")
+        self.code, self.reason, self.retryable = code, reason, retryable
+
+
+def _first_line(exc: Exception) -> str:
+    return escape_controls(str(exc).splitlines()[0]) if str(exc).strip() else ""
+
+
+def _transport(exc: Exception) -> str:
+    return f"{type(exc).__name__}: {_first_line(exc)}".removesuffix(": ")
+
+
+class _TooBig(CdiPluginError):
+    """An answer passed its size bound (reading stopped there)."""
+
+
+async def _body(response: httpx2.Response, limit: int) -> bytes:
+    """The raw body, or _TooBig as soon as it passes ``limit`` bytes."""
+    declared = response.headers.get("Content-Length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise _TooBig
+    data = bytearray()
+    async for chunk in response.aiter_raw():
+        data += chunk
+        if len(data) > limit:
+            raise _TooBig
+    return bytes(data)
+
+
+async def _failure(what: str, response: httpx2.Response) -> ApiServerError:
+    """The error a non-2xx answer stands for: its Status when it is one, else what it is."""
+    code = response.status_code
+    try:
+        status = status_of(decode_object(await _body(response, MAX_ERROR_BODY)))
+    except (_TooBig, BadAnswer, httpx2.HTTPError):
+        status = None
+    if status is None:
+        kind = escape_controls(response.headers.get("Content-Type", "no content type").split(";")[0])
+        return ApiServerError(what, f"{code} {response.reason_phrase or ''} ({kind}, not a Status)")
+    retryable = code in RETRYABLE or status.code in RETRYABLE
+    return ApiServerError(what, str(status), code=status.code, reason=status.reason, retryable=retryable)
+
+
+class RestClient:
+    """Requests on lightkube's httpx2 client: JSON in, checked JSON objects out."""
+
+    def __init__(self, http: httpx2.AsyncClient, timeout: float = REQUEST_TIMEOUT) -> None:
+        self.http = http
+        self.timeout = timeout  # a request's, unless it says otherwise
+
+    @classmethod
+    def connect(cls, kubeconfig: Path | None = None) -> RestClient:
+        """In-cluster credentials, else ``$KUBECONFIG`` or ``~/.kube/config``; an explicit
+        ``kubeconfig`` overrides them and the environment altogether (proxies included).
+        DraConfigError when there are none or they are broken."""
+        try:
+            config = KubeConfig.from_file(kubeconfig) if kubeconfig is not None else KubeConfig.from_env()
+            single = config.get()
+            if single is None:
+                raise ConfigError("no current context")
+            params = ConnectionParams(
+                timeout=httpx2.Timeout(REQUEST_TIMEOUT, connect=CONNECT_TIMEOUT), trust_env=kubeconfig is None
+            )
+            http = AsyncClient(single, params)
+        except (ConfigError, OSError, ValueError, KeyError, AttributeError, TypeError, yaml.YAMLError) as exc:
+            where = (
+                f"--kubeconfig {kubeconfig}"
+                if kubeconfig is not None
+                else "Kubernetes credentials (no service account, $KUBECONFIG or ~/.kube/config)"
+            )
+            problem = f"{exc} missing" if isinstance(exc, KeyError) else _first_line(exc)
+            raise DraConfigError(f"{where}: {problem or type(exc).__name__}") from exc
+        return cls(http)
+
+    async def close(self) -> None:
+        await self.http.aclose()
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, str] | None = None,
+        body: bytes | None = None,
+        timeout: float | None = None,
+    ) -> Obj:
+        """The JSON object the API server answered with (2xx); ApiServerError otherwise."""
+        what = f"{method} {path}"
+        timeout = timeout or self.timeout
+        headers = HEADERS if body is None else {**HEADERS, "Content-Type": "application/json"}
+        request = self.http.build_request(
+            method, path, params=params, content=body, headers=headers,
+            timeout=httpx2.Timeout(timeout, connect=min(timeout, CONNECT_TIMEOUT)),
+        )  # fmt: skip
+        try:
+            async with asyncio.timeout(timeout):
+                response = await self.http.send(request, stream=True)
+                try:
+                    if not 200 <= response.status_code < 300:
+                        raise await _failure(what, response)
+                    data = await _body(response, MAX_BODY)
+                finally:
+                    await response.aclose()
+        except (TimeoutError, httpx2.TimeoutException):
+            raise ApiServerError(what, f"no complete answer within {round(timeout, 1):g} s") from None
+        except _TooBig:
+            raise ApiServerError(what, f"an answer larger than {MAX_BODY >> 20} MiB") from None
+        except httpx2.HTTPError as exc:
+            raise ApiServerError(what, _transport(exc)) from None
+        try:
+            return decode_object(data)
+        except BadAnswer as exc:
+            raise ApiServerError(what, f"{response.status_code} answer: {exc}") from None
+
+    async def watch(
+        self, path: str, params: Mapping[str, str], *, read_timeout: float, longest: float
+    ) -> AsyncGenerator[tuple[str, Obj], None]:
+        """The events of a watch (type and object) until the API server ends it.
+
+        ApiServerError when it cannot start, sends something that is not an event, sends nothing
+        for ``read_timeout`` seconds (a silent connection), is still open after ``longest`` seconds,
+        or an ERROR event (its Status's code and reason, 410 Expired among them). Close the
+        iterator (``contextlib.aclosing``) when leaving it early.
+        """
+        what = f"GET {path} (watch)"
+        request = self.http.build_request(
+            "GET", path, params=params, headers=HEADERS,
+            timeout=httpx2.Timeout(self.timeout, connect=CONNECT_TIMEOUT, read=read_timeout),
+        )  # fmt: skip
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + longest
+        try:
+            async with asyncio.timeout(self.timeout):
+                response = await self.http.send(request, stream=True)
+                if response.status_code != 200:
+                    try:
+                        raise await _failure(what, response)
+                    finally:
+                        await response.aclose()
+        except (TimeoutError, httpx2.TimeoutException):
+            raise ApiServerError(what, f"no answer within {self.timeout:g} s") from None
+        except httpx2.HTTPError as exc:
+            raise ApiServerError(what, _transport(exc)) from None
+        try:
+            async with contextlib.aclosing(_lines(response, what, read_timeout, deadline)) as lines:
+                async for line in lines:
+                    try:
+                        kind, obj = watch_event(decode_object(line))
+                    except BadAnswer as exc:
+                        raise ApiServerError(what, f"an event that is not one: {exc}") from None
+                    if kind == "ERROR":
+                        status = status_of(obj)
+                        if status is None:
+                            raise ApiServerError(what, "an ERROR event without a Status")
+                        raise ApiServerError(
+                            what, str(status), code=status.code, reason=status.reason,
+                            retryable=status.code in RETRYABLE,
+                        )  # fmt: skip
+                    yield kind, obj
+        finally:
+            await response.aclose()
+
+
+async def _lines(
+    response: httpx2.Response, what: str, read_timeout: float, deadline: float
+) -> AsyncGenerator[bytes, None]:
+    """The body's lines, each at most MAX_BODY bytes, each read within ``read_timeout`` seconds."""
+    loop = asyncio.get_running_loop()
+    chunks = response.aiter_raw()
+    buffer = bytearray()
+    searched = 0
+    try:
+        while True:
+            left = deadline - loop.time()
+            if left <= 0:
+                raise ApiServerError(what, "still open long after the timeout it was asked for")
+            try:
+                async with asyncio.timeout(min(read_timeout, left) + 0.5):
+                    chunk = await anext(chunks, None)
+            except (TimeoutError, httpx2.TimeoutException):
+                if loop.time() >= deadline:
+                    continue
+                raise ApiServerError(
+                    what, f"nothing received for {read_timeout:g} s (a silent connection)"
+                ) from None
+            except httpx2.HTTPError as exc:
+                raise ApiServerError(what, _transport(exc)) from None
+            if chunk is None:
+                if buffer.strip():
+                    raise ApiServerError(what, "the stream ended in the middle of an event")
+                return
+            buffer += chunk
+            while (end := buffer.find(b"\n", searched)) >= 0:
+                line = bytes(buffer[:end])
+                del buffer[: end + 1]
+                searched = 0
+                if line.strip():
+                    yield line
+            searched = len(buffer)
+            if len(buffer) > MAX_BODY:
+                raise ApiServerError(what, f"an event larger than {MAX_BODY >> 20} MiB")
+    finally:
+        await chunks.aclose()

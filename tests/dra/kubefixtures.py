@@ -1,0 +1,96 @@
+"""The driver's API server side against the fake API server over real HTTP: the server, a
+kubeconfig naming it, a KubeApi on it, an inventory of N devices, and sleeps that are recorded."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_asyncio
+
+from cdi_plugin.dra.backoff import Backoff
+from cdi_plugin.dra.kube import KubeApi
+from cdi_plugin.dra.slices import build_pool
+from cdi_plugin.inventory import SpecInventory
+from tests.deviceplugin.helpers import make_node
+from tests.dra.conftest import DRIVER, NODE, write_spec
+from tests.dra.fakeapiserver import FakeApiServer, running
+from tests.dra.specinventory import spec_inventory
+
+__all__ = ["kube", "server", "sleeps"]
+
+
+def kubeconfig(path: Path, url: str) -> Path:
+    path.write_text(json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": "test",
+        "clusters": [{"name": "test", "cluster": {"server": url}}],
+        "contexts": [{"name": "test", "context": {"cluster": "test", "user": "test"}}],
+        "users": [{"name": "test", "user": {"token": "t"}}],
+    }))  # fmt: skip
+    return path
+
+
+class Sleeps(list[float]):
+    """An asyncio.sleep that records each delay and sleeps ``real`` seconds instead (0: none)."""
+
+    def __init__(self, real: float = 0.0) -> None:
+        super().__init__()
+        self.real = real
+
+    async def __call__(self, delay: float) -> None:
+        import asyncio
+
+        self.append(delay)
+        await asyncio.sleep(self.real)
+
+
+@pytest.fixture
+def server() -> Iterator[FakeApiServer]:
+    with running(FakeApiServer()) as api:
+        api.add_node(NODE)
+        yield api
+
+
+@pytest.fixture
+def sleeps() -> Sleeps:
+    return Sleeps()
+
+
+def connect(tmp_path: Path, url: str, **kwargs: Any) -> KubeApi:
+    """A KubeApi on ``url``; each request given 2 s (not 10) for its whole answer."""
+    kwargs.setdefault("backoff", Backoff(0.1, 1.0, 4))
+    kube = KubeApi.connect(DRIVER, NODE, kubeconfig(tmp_path / "kubeconfig", url), **kwargs)
+    kube.rest.timeout = 2.0
+    return kube
+
+
+@pytest_asyncio.fixture
+async def kube(tmp_path: Path, server: FakeApiServer, sleeps: Sleeps) -> AsyncIterator[KubeApi]:
+    api = connect(tmp_path, server.url, sleep=sleeps, claim_deadline=5.0, claim_attempt_timeout=1.0)
+    yield api
+    await api.close()
+
+
+def inventory_of(spec_dir: Path, host_nodes: Path, count: int) -> SpecInventory:
+    """An inventory of ``count`` healthy FUSE-like devices, fuse0 to fuse<count-1>."""
+    nodes = {}
+    for i in range(count):
+        make_node(host_nodes / f"fuse{i}")
+        nodes[f"fuse{i}"] = str(host_nodes / f"fuse{i}")
+    write_spec(spec_dir, "cdi-plugin.io/fuse", nodes)
+    return spec_inventory([spec_dir])
+
+
+def ours(server: FakeApiServer) -> list[dict[str, Any]]:
+    """The slices of this node and driver the server holds, by name."""
+    found = [
+        s for s in server.slices.values() if (s["spec"]["nodeName"], s["spec"]["driver"]) == (NODE, DRIVER)
+    ]
+    return sorted(found, key=lambda s: str(s["metadata"]["name"]))
+
+
+def foreign(node: str, driver: str) -> dict[str, Any]:
+    return build_pool(driver, node, {}, taints=True).slices(0)[0]

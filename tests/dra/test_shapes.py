@@ -1,0 +1,103 @@
+"""The API server's answers checked before use: pure, no server needed."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from cdi_plugin.dra import api
+from cdi_plugin.dra.backoff import Backoff, Failures
+from cdi_plugin.dra.shapes import Allocated, BadAnswer, claim_results, decode_object, slice_problem, status_of
+from cdi_plugin.dra.slices import build_pool
+from tests.dra.conftest import DRIVER, NODE
+from tests.dra.test_kubelet import claim_obj
+
+REF = api.Claim("ns", "c", "uid-1")
+
+
+def test_claim_results_of_the_driver() -> None:
+    claim = claim_obj(REF, ("main/sub", NODE, "gpu-card0"), ("x", NODE, "fuse-fuse"), admin=True)
+    claim["status"]["allocation"]["devices"]["results"].append({"driver": "other.io", "pool": 7})
+    assert claim_results(claim, "ns", "c", DRIVER) == (
+        "uid-1",
+        (Allocated("main/sub", NODE, "gpu-card0", True), Allocated("x", NODE, "fuse-fuse", True)),
+    )
+    assert claim_results({"metadata": {"namespace": "ns", "name": "c", "uid": "u"}}, "ns", "c", DRIVER) == (
+        "u",
+        None,
+    )
+
+
+@given(
+    st.recursive(
+        st.none() | st.booleans() | st.integers() | st.text(max_size=5),
+        lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=8), c, max_size=3),
+    )
+)
+@settings(max_examples=300, deadline=None)  # fmt: skip
+def test_any_json_is_a_claim_or_a_bad_answer(value: Any) -> None:
+    """Whatever the shape of an answer, a claim is read or refused, never a KeyError or TypeError."""
+    nested = {"metadata": {"namespace": "ns", "name": "c", "uid": "u"}, "status": {"allocation": value}}
+    for claim in (value, {"metadata": value}, nested):
+        if not isinstance(claim, dict):
+            continue
+        problems = []
+        try:
+            claim_results(claim, "ns", "c", DRIVER)
+        except BadAnswer as exc:
+            problems.append(str(exc))
+        problems.append(slice_problem(claim) or "")
+        status_of(claim)
+        assert all("\n" not in p for p in problems)
+
+
+def test_a_slice_the_driver_builds_is_one_it_accepts() -> None:
+    built = build_pool(DRIVER, NODE, {}, taints=True).slices(3)[0]
+    built["metadata"]["resourceVersion"] = "5"
+    assert slice_problem(built) is None
+    built["spec"]["pool"]["generation"] = -1
+    assert slice_problem(built) == "spec.pool.generation: -1 is negative"
+    built["spec"]["pool"]["generation"] = True
+    assert slice_problem(built) == "spec.pool.generation: True is not an integer"
+
+
+@pytest.mark.parametrize(
+    ("data", "reason"),
+    [
+        (b"\xff\xfe{}", "not JSON"),
+        (b"   ", "an empty body"),
+        (b"null", "a JSON null, not an object"),
+        (b"1e999999", "a JSON number, not an object"),
+        (b'{"a": 1}{"b": 2}', "not JSON"),
+    ],
+)
+def test_decode_object(data: bytes, reason: str) -> None:
+    with pytest.raises(BadAnswer, match=reason):
+        decode_object(data)
+
+
+def test_status_of() -> None:
+    assert str(status_of({"kind": "Status", "code": 410, "reason": "Expired", "message": "old"})) == (
+        "410 Expired: old"
+    )
+    assert status_of({"kind": "Status", "code": "410"}) is None
+    assert status_of({"error": "x"}) is None
+
+
+def test_failures_back_off_to_the_cap_and_are_forgotten_after_a_quiet_while() -> None:
+    random.seed(1)
+    now = [0.0]
+    failures = Failures(Backoff(1.0, 30.0), reset_after=120.0, clock=lambda: now[0])
+    delays = []
+    for _ in range(8):
+        delays.append(failures.next_delay())
+        now[0] += delays[-1]
+    assert delays == sorted(delays)
+    assert 0.8 <= delays[0] <= 1.2
+    assert all(24 <= d <= 36 for d in delays[5:])
+    now[0] += 121
+    assert 0.8 <= failures.next_delay() <= 1.2
