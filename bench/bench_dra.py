@@ -10,7 +10,8 @@ process) and a fake kubelet (this process, gRPC on the driver's unix sockets).
    (NodePrepareResources of no claim, the same RPC path doing nothing) plus one GET of the claim
    on the same fake API server (the driver's client, from this process; the server's own
    handling apart). p50/p99, and the ratio of the p50s. Target: p50 at most 1.2x the no-op's
-   plus the GET's.
+   plus the GET's. With ``--compare PROGRAM`` (another installation's ``cdi-plugin``, e.g. an
+   older checkout's), the same for it, in rounds alternating with this checkout's.
 2. ``serve --scan --api dra`` with a device class matching two loop devices, no grace period; one
    of them is created and destroyed for real through /dev/loop-control. Add: from the kernel
    uevent (a monitor in this process gets the same broadcast) to the fake API server accepting
@@ -26,7 +27,7 @@ process) and a fake kubelet (this process, gRPC on the driver's unix sockets).
 
 Run as root (mknod, loop devices; numbers from 200 up, removed again at the end):
 
-    .venv/bin/python bench/bench_dra.py [--calls 1000] [--cycles 100]
+    .venv/bin/python bench/bench_dra.py [--calls 1000] [--cycles 100] [--compare PROGRAM]
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import os
 import shutil
 import statistics
 import sys
@@ -56,7 +58,7 @@ from tests.deviceplugin.helpers import make_node  # noqa: E402
 from tests.dra.conftest import DRIVER, NODE, write_spec  # noqa: E402
 from tests.dra.fakeapiserver import SLICES, FakeApiServer, running  # noqa: E402
 from tests.dra.fakekubelet import FakeKubelet  # noqa: E402
-from tests.dra.serving import DraNode  # noqa: E402
+from tests.dra.serving import CDI_PLUGIN, DraNode  # noqa: E402
 from tests.dra.test_kubelet import claim_obj  # noqa: E402
 from tests.watch.loops import AVAILABLE, Loops, free_numbers, loop_class  # noqa: E402
 
@@ -122,7 +124,7 @@ async def timed(call: Callable[[], Awaitable[Any]]) -> float:
     return (time.perf_counter() - t0) * 1000
 
 
-async def prepare_bench(calls: int) -> dict[str, list[float]]:
+async def prepare_bench(calls: int, program: Path) -> dict[str, list[float]]:
     devices = 100
     raw = Path(tempfile.mkdtemp(prefix="dra-bench-"))  # short: unix socket paths
     server = TimedApiServer()
@@ -143,7 +145,10 @@ async def prepare_bench(calls: int) -> dict[str, list[float]]:
     out: dict[str, list[float]] = {k: [] for k in (NOOP, new_claim(1), new_claim(8), AGAIN, READ, SERVED)}
     try:
         with running(server):
-            proc = await asyncio.create_subprocess_exec(*node.args("dra"), stderr=asyncio.subprocess.DEVNULL)
+            args = node.args("dra")[1:]
+            proc = await asyncio.create_subprocess_exec(
+                str(program), *args, stderr=asyncio.subprocess.DEVNULL
+            )
             kube = KubeApi.connect(DRIVER, NODE, node.config)
             try:
                 for _ in range(600):
@@ -361,28 +366,41 @@ def main() -> int:
     )
     parser.add_argument("--calls", type=int, default=1000, help="prepares timed per claim size")
     parser.add_argument("--cycles", type=int, default=100, help="adds (and as many removes) to time")
+    parser.add_argument("--compare", type=Path, help="another installation's cdi-plugin program, run beside")
     args = parser.parse_args()
     if not AVAILABLE:
         print("bench_dra: needs root and /dev/loop-control", file=sys.stderr)
         return 2
     missed = 0
     header = f"  {'(ms)':<50} {'p50':>8} {'p99':>8} {'max':>8} {'n':>6}"
-    print(f"cdi-plugin serve --api dra, python {sys.version.split()[0]}")
+    print(f"cdi-plugin serve --api dra, python {sys.version.split()[0]}; load average before: "
+          f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}")  # fmt: skip
     print("NodePrepareResources on the DRA socket, 100 devices served, calls interleaved, 1 ms apart")
     print(header)
-    prep = asyncio.run(prepare_bench(args.calls))
-    for name, values in prep.items():
-        print(row(name, values))
-    noop = statistics.median(prep[NOOP])
-    baseline = statistics.median([a + b for a, b in zip(prep[NOOP], prep[READ], strict=True)])
-    for size in (1, 8):
-        ratio = statistics.median(prep[new_claim(size)]) / baseline
-        verdict = "ok" if ratio <= PREPARE_TARGET else "MISSED"
-        missed += ratio > PREPARE_TARGET
-        alone = ratio * baseline / noop
-        print(f"  claim of {size}: p50 / p50 of (no-op + GET) = {ratio:.2f}x "
-              f"(target <= {PREPARE_TARGET}x: {verdict}); / no-op alone {alone:.2f}x")  # fmt: skip
-    print(f"  repeated call (prepared state): p50 / no-op p50 = {statistics.median(prep[AGAIN]) / noop:.2f}x")
+    programs = {"this checkout": CDI_PLUGIN, **({"compared": args.compare} if args.compare else {})}
+    rounds = 4 if args.compare else 1
+    runs: dict[str, list[dict[str, list[float]]]] = {label: [] for label in programs}
+    for _ in range(rounds):  # alternating, so that both see the same load
+        for label, program in programs.items():
+            runs[label].append(asyncio.run(prepare_bench(args.calls // rounds, program)))
+    for label, program in programs.items():
+        prep = {name: [v for run in runs[label] for v in run[name]] for name in runs[label][0]}
+        if args.compare:
+            print(f" {label}: {program}")
+        for name, values in prep.items():
+            print(row(name, values))
+        noop = statistics.median(prep[NOOP])
+        baseline = statistics.median([a + b for a, b in zip(prep[NOOP], prep[READ], strict=True)])
+        for size in (1, 8):
+            ratio = statistics.median(prep[new_claim(size)]) / baseline
+            verdict = "ok" if ratio <= PREPARE_TARGET else "MISSED"
+            missed += label == "this checkout" and ratio > PREPARE_TARGET
+            alone = ratio * baseline / noop
+            print(f"  claim of {size}: p50 / p50 of (no-op + GET) = {ratio:.2f}x "
+                  f"(target <= {PREPARE_TARGET}x: {verdict}); / no-op alone {alone:.2f}x")  # fmt: skip
+        again = statistics.median(prep[AGAIN]) / noop
+        print(f"  repeated call (prepared state): p50 / no-op p50 = {again:.2f}x")
+    print(f"load average after the prepares: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
     print("hot-plug to the published slice: serve --scan --api dra, real loop devices")
     print(header)

@@ -381,8 +381,10 @@ def serve(
 
 
 from cdi_plugin.cli.dra_objects import dra_objects  # noqa: E402  (a command of its own module)
+from cdi_plugin.cli.prepared_claims import prepared_claims  # noqa: E402
 
 main.add_command(dra_objects)
+main.add_command(prepared_claims)
 
 
 if __name__ == "__main__":

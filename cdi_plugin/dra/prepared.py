@@ -1,18 +1,22 @@
 """The prepared claims on disk, ``<plugins>/<driver>/prepared.json``, so that a restart of the
 driver or of the kubelet loses none (the document: :mod:`cdi_plugin.dra.preparedstate`).
 
-* A change is durable before it is answered: the new document replaces the file atomically, the
-  file and its directory fsynced, once per call whatever the number of claims it changes; only
-  then does memory change. A write that fails leaves both as they were (:class:`StateWriteError`).
-  A caller cancelled meanwhile does not stop the write half-way: memory still follows the file.
+* A change is durable before it is answered, once per call whatever the number of claims it
+  changes: the new document goes into the file's older slot in place and is fdatasynced
+  (:mod:`cdi_plugin.store.slotfile`; a write cut short leaves the record before it); only then
+  does memory change. A write that fails leaves both as they were (:class:`StateWriteError`). A
+  caller cancelled meanwhile does not stop the write half-way: memory still follows the file.
 * The file is read with the project's bounded reader: a regular file (no symbolic link, FIFO or
   device) of at most :data:`MAX_STATE_BYTES`, never blocking, then checked field by field. A file
   that cannot be used is never overwritten: :attr:`PreparedClaims.problem` says why, and nothing
-  is prepared or released until it is repaired or moved away (it is read again at each call).
+  is prepared or released until it is repaired or moved away (it is read again at each call). A
+  plain JSON file (as written before slots) is read, and replaced by a slot file at the first
+  change.
 * :meth:`PreparedClaims.restore` writes the claims again when the file is gone (the kubelet wiped
   its directory).
 * :meth:`PreparedClaims.reload` reads the file again only when it changed since this process last
-  read or wrote it (else one ``lstat``): a process sharing the file reloads before each change.
+  read or wrote it (else an ``lstat`` and the two slot headers): a process sharing the file reloads
+  before each change.
 """
 
 from __future__ import annotations
@@ -25,25 +29,25 @@ from pathlib import Path
 
 from cdi_plugin.dra.preparedstate import Devices, PreparedState, PreparedStateError, decode, encode
 from cdi_plugin.errors import CdiPluginError, SpecLoadError, SpecWriteError
-from cdi_plugin.store.atomic import write_atomic
-from cdi_plugin.store.files import read_file
+from cdi_plugin.store import slotfile
 from cdi_plugin.wording import plural
 
 log = logging.getLogger(__name__)
 
-#: About 20,000 prepared claims; a node prepares a few per pod.
+#: Two slots of at most 2 MiB: about 8,000 prepared claims; a node prepares a few per pod.
 MAX_STATE_BYTES = 4 * 1024 * 1024
 UNTIL_REPAIRED = "nothing is prepared or released until it is repaired or moved away"
-
-_Identity = tuple[int, int, int, int]
+WHAT = "a prepared-claims file"
 
 
 class StateWriteError(CdiPluginError):
     """The prepared claims could not be written; the file and memory are as they were."""
 
 
-def _identity(st: os.stat_result) -> _Identity:
-    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
+def read_prepared(path: Path) -> PreparedState:
+    """The prepared claims the file holds (its newest whole record); SpecLoadError or
+    PreparedStateError, one line, when it cannot be used."""
+    return decode(slotfile.read(path, MAX_STATE_BYTES, WHAT).record, str(path))
 
 
 class PreparedClaims:
@@ -54,7 +58,8 @@ class PreparedClaims:
         self.state = PreparedState()
         #: Why the file cannot be used (one line naming it), or None.
         self.problem: str | None = None
-        self._seen: _Identity | None = None
+        self._seen: slotfile.Seen | None = None
+        self._damaged: str | None = None
         self._lock = asyncio.Lock()
         if not self.reload():
             log.error("%s; %s", self.problem, UNTIL_REPAIRED)
@@ -64,22 +69,24 @@ class PreparedClaims:
         :attr:`problem` set) when it cannot be used. A missing file changes nothing: it is empty at
         start, and wiped with its directory later (:meth:`restore` writes it again)."""
         try:
-            seen = _identity(os.lstat(self.path))
+            changed = slotfile.changed(self.path, self._seen)
         except FileNotFoundError:
             self.problem = None
             return True
         except OSError as exc:
             self.problem = f"{self.path}: {exc.strerror or exc}"
             return False
-        if self.problem is None and seen == self._seen:
+        if self.problem is None and not changed:
             return True
         try:
-            data = read_file(self.path, MAX_STATE_BYTES, "a prepared-claims file", follow_links=False)
-            self.state = decode(data, str(self.path))
+            reading = slotfile.read(self.path, MAX_STATE_BYTES, WHAT)
+            self.state = decode(reading.record, str(self.path))
         except (SpecLoadError, PreparedStateError) as exc:
             self.problem = str(exc)
             return False
-        self.problem, self._seen = None, seen
+        if reading.damaged is not None and reading.damaged != self._damaged:
+            log.warning("%s: %s", self.path, reading.damaged)
+        self.problem, self._seen, self._damaged = None, reading.seen, reading.damaged
         return True
 
     def get(self, uid: str) -> Devices | None:
@@ -136,8 +143,7 @@ class PreparedClaims:
     def _write(self, state: PreparedState) -> None:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            write_atomic(self.path, encode(state), mode=0o600)
-            self._seen = _identity(os.lstat(self.path))
+            self._seen = slotfile.write(self.path, encode(state), self._seen, MAX_STATE_BYTES)
         except SpecWriteError as exc:
             raise StateWriteError(str(exc)) from None
         except OSError as exc:

@@ -14,6 +14,7 @@ their modules on first use, so that a reader of one file does not load the schem
 * writing a scan (:mod:`.plan`, :mod:`.writer`, :mod:`.dirlock`, :mod:`.atomic`): ``plan_writes``,
   ``Plan``, ``apply``, ``Applied``, ``DirLock``, ``write_atomic`` and the errors ``ConflictError``,
   ``PartialWriteError``, ``LockTimeoutError``;
+* state changed in place, two slots written in turn (:mod:`.slotfile`, imported by its users);
 * checks of spec files (:mod:`.validation`): ``validate_paths``, ``ValidationReport``;
 * the configuration file (:mod:`.configfile`): ``ConfigFile``, ``load_config``.
 """

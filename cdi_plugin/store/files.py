@@ -114,6 +114,34 @@ def read_file(path: Path, max_bytes: int, what: str, *, follow_links: bool = Tru
     :class:`SpecLoadError` naming the file and calling it ``what`` (``a device spec``) where needed;
     a file that is not a regular file is named for what it is (a FIFO, a directory, a device...).
     """
+    return read_file_stat(path, max_bytes, what, follow_links=follow_links)[0]
+
+
+def read_file_stat(
+    path: Path, max_bytes: int, what: str, *, follow_links: bool = True
+) -> tuple[bytes, os.stat_result]:
+    """:func:`read_file`, and the status of the file read (from its open descriptor)."""
+    source = str(path)
+    fd, info = open_regular(path, what, follow_links=follow_links)
+    try:
+        data = b""
+        if info.st_size <= max_bytes:
+            with os.fdopen(fd, "rb", closefd=False) as fh:
+                data = fh.read(max_bytes + 1)
+    except OSError as exc:
+        raise SpecLoadError(source, "", *_os_reason(exc)) from None
+    finally:
+        os.close(fd)
+    if info.st_size > max_bytes or len(data) > max_bytes:
+        raise SpecLoadError(
+            source, "", "too-large", f"the file is larger than {_size(max_bytes)}, too large for {what}"
+        )
+    return data, info
+
+
+def open_regular(path: Path, what: str, *, follow_links: bool = True) -> tuple[int, os.stat_result]:
+    """Open a file for reading as :func:`read_file` does (never blocking; without ``follow_links``,
+    nothing but a regular file opened): its descriptor and status, or :class:`SpecLoadError`."""
     source = str(path)
     flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow_links else os.O_NOFOLLOW)
     try:
@@ -131,20 +159,13 @@ def read_file(path: Path, max_bytes: int, what: str, *, follow_links: bool = Tru
         raise SpecLoadError(source, "", *_os_reason(exc)) from None
     try:
         info = os.fstat(fd)
-        _check_regular(info.st_mode, source, what)
-        data = b""
-        if info.st_size <= max_bytes:
-            with os.fdopen(fd, "rb", closefd=False) as fh:
-                data = fh.read(max_bytes + 1)
     except OSError as exc:
-        raise SpecLoadError(source, "", *_os_reason(exc)) from None
-    finally:
         os.close(fd)
-    if info.st_size > max_bytes or len(data) > max_bytes:
-        raise SpecLoadError(
-            source, "", "too-large", f"the file is larger than {_size(max_bytes)}, too large for {what}"
-        )
-    return data
+        raise SpecLoadError(source, "", *_os_reason(exc)) from None
+    if not stat.S_ISREG(info.st_mode):
+        os.close(fd)
+        _check_regular(info.st_mode, source, what)
+    return fd, info
 
 
 def _check_regular(mode: int, source: str, what: str) -> None:

@@ -34,7 +34,7 @@ import pytest
 
 from cdi_plugin.aio.sockets import someone_listens
 from cdi_plugin.dra import api
-from cdi_plugin.dra.preparedstate import decode
+from cdi_plugin.dra.prepared import read_prepared
 from tests.deviceplugin.helpers import make_node, run
 from tests.dra.conftest import DRIVER, NODE, write_spec
 from tests.dra.fakeapiserver import running
@@ -238,7 +238,7 @@ def test_kill_9_at_random_points_prepares_no_device_twice_and_refuses_no_release
     finally:
         forks.close()
     state = dra_node.plugins / DRIVER / "prepared.json"
-    on_disk = decode(state.read_bytes(), str(state))
+    on_disk = read_prepared(state)
     assert {d: uid for (_, d), uid in on_disk.holders.items()} == {
         f"fuse-{d}": h.uid for d, h in kubelet.holder.items() if h is not None
     }

@@ -14,14 +14,20 @@ import pytest_asyncio
 
 from cdi_plugin.dra import api
 from cdi_plugin.dra.kubelet import ClaimReadError, DraService, KubeletPlugin, Paths, SocketInUseError
-from cdi_plugin.dra.prepared import PreparedClaims
+from cdi_plugin.dra.prepared import MAX_STATE_BYTES, PreparedClaims
 from cdi_plugin.inventory import SpecInventory
+from cdi_plugin.store import slotfile
 from tests.deviceplugin.helpers import make_node
 from tests.dra.conftest import DRIVER, NODE, write_spec
 from tests.dra.fakekubelet import FakeKubelet, RegistrationRefused
 from tests.dra.specinventory import spec_inventory
 
 pytestmark = pytest.mark.asyncio
+
+
+def state_doc(path: Path) -> Any:
+    """The prepared-claims document in the file (its newest record), as JSON."""
+    return json.loads(slotfile.read(path, MAX_STATE_BYTES, "prepared-claims file").record)
 
 
 def claim_obj(
@@ -229,14 +235,14 @@ async def test_prepare_is_idempotent_across_restarts_and_unprepare_releases(
         await kubelet.register(kubelet.sockets()[0], DRIVER)
         assert await kubelet.prepare(ref) == first
         assert claims.reads == reads
-        assert json.loads(paths.state_file.read_text())["claims"]["uid-1"][0]["cdi_device_ids"] == [
+        assert state_doc(paths.state_file)["claims"]["uid-1"][0]["cdi_device_ids"] == [
             "cdi-plugin.io/gpu=card1"
         ]
         assert await kubelet.unprepare(ref, api.Claim("ns", "never", "uid-never")) == {
             "uid-1": "",
             "uid-never": "",
         }
-        assert json.loads(paths.state_file.read_text()) == {"version": 1, "claims": {}}
+        assert state_doc(paths.state_file) == {"version": 1, "claims": {}}
         assert (await kubelet.prepare(ref))[
             "uid-1"
         ] == "claim ns/c: not found in the API server (deleted after allocation?)"
@@ -310,5 +316,5 @@ async def test_a_device_prepared_for_one_claim_is_refused_to_another_unless_admi
         "gpu-card1",
         "gpu-card0",
     ]
-    state = json.loads(paths.state_file.read_text())["claims"]  # written before the reply
+    state = state_doc(paths.state_file)["claims"]  # written before the reply
     assert [d["admin_access"] for d in state["uid-admin"]] == [True]

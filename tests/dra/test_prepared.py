@@ -1,5 +1,6 @@
 """The prepared claims on disk: read with the bounded reader, written durably before memory
-changes, never overwritten when unusable, written again when the file is gone."""
+changes (in place, into the slot that does not hold the newest record), never overwritten when
+unusable, written again when the file is gone, and seen by another instance sharing the file."""
 
 from __future__ import annotations
 
@@ -7,15 +8,18 @@ import asyncio
 import json
 import logging
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from cdi_plugin.dra.prepare import PreparedDevice
-from cdi_plugin.dra.prepared import PreparedClaims, StateWriteError
-from cdi_plugin.dra.preparedstate import PreparedState, decode, encode
+from cdi_plugin.dra.prepared import PreparedClaims, StateWriteError, read_prepared
+from cdi_plugin.dra.preparedstate import PreparedState, encode
 from cdi_plugin.store.atomic import write_atomic
+from cdi_plugin.store.slotfile import HEADER, MIN_SLOT
 from tests.dra.test_prepared_serve import BAD_FILES
 
 pytestmark = pytest.mark.timeout(30)
@@ -25,7 +29,11 @@ CARD1 = (PreparedDevice(("gpu",), "node-a", "gpu-card1", ("example.com/gpu=card1
 
 
 def on_disk(path: Path) -> PreparedState:
-    return decode(path.read_bytes(), str(path))
+    return read_prepared(path)
+
+
+def card(i: int) -> tuple[PreparedDevice, ...]:
+    return (PreparedDevice(("gpu",), "node-a", f"gpu-card{i}", (f"example.com/gpu=card{i}",)),)
 
 
 @pytest.fixture
@@ -81,8 +89,9 @@ def test_a_file_of_an_earlier_release_is_read_and_written_anew(path: Path) -> No
     prepared = PreparedClaims(path)
     assert prepared.get("uid-1") == CARD0
     asyncio.run(prepared.put({"uid-2": CARD1}))
-    assert json.loads(path.read_text())["version"] == 1
+    assert path.read_bytes()[:8] == b"CDISLOTS"
     assert on_disk(path) == PreparedState({"uid-1": CARD0, "uid-2": CARD1})
+    assert PreparedClaims(path).state == prepared.state
 
 
 def test_changes_are_on_disk_when_they_return_and_a_failed_one_changes_nothing(path: Path) -> None:
@@ -156,3 +165,89 @@ def test_reload_reads_what_another_process_wrote(path: Path) -> None:
     path.write_text("[]")
     assert not prepared.reload()
     assert prepared.problem == f"{path}: an array where an object belongs"
+
+
+def test_a_torn_write_of_the_newest_slot_leaves_the_state_before_it(
+    path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    prepared = PreparedClaims(path)
+    asyncio.run(prepared.put({"uid-1": CARD0}))  # record 1, slot 0
+    asyncio.run(prepared.put({"uid-2": CARD1}))  # record 2, slot 1
+    with path.open("r+b") as fh:  # the end of record 2 never reached the disk
+        fh.seek(MIN_SLOT + HEADER.size + 100)
+        fh.write(bytes(200))
+    with caplog.at_level(logging.WARNING):
+        again = PreparedClaims(path)
+    assert again.state == PreparedState({"uid-1": CARD0})
+    assert caplog.messages == [f"{path}: slot 1 (checksum mismatch) passed over: record 1 of slot 0 is used"]
+    first = path.read_bytes()[:MIN_SLOT]
+    asyncio.run(again.put({"uid-3": CARD1}))  # into the torn slot: record 1 stays until it is durable
+    assert path.read_bytes()[:MIN_SLOT] == first
+    assert on_disk(path) == PreparedState({"uid-1": CARD0, "uid-3": CARD1})
+
+
+def test_claims_beyond_a_slot_grow_the_file_then_changes_go_in_place_again(path: Path) -> None:
+    prepared = PreparedClaims(path)
+    asyncio.run(prepared.put({"uid-0": CARD0}))
+    small = path.stat()
+    assert small.st_size == 2 * MIN_SLOT
+    asyncio.run(prepared.put({f"uid-{i}": card(i) for i in range(1, 400)}))  # about 100 KB
+    grown = path.stat()
+    assert (grown.st_ino != small.st_ino, grown.st_size) == (True, 4 * MIN_SLOT)
+    assert on_disk(path) == prepared.state
+    assert len(prepared.state.claims) == 400
+    asyncio.run(prepared.drop(["uid-0"]))
+    assert (path.stat().st_ino, path.stat().st_size) == (grown.st_ino, grown.st_size)
+    assert PreparedClaims(path).state == prepared.state == on_disk(path)
+
+
+def test_two_instances_sharing_the_file_each_see_every_change_of_the_other(path: Path) -> None:
+    """As two drivers do during a rolling update: each reloads before its change."""
+    a, b = PreparedClaims(path), PreparedClaims(path)
+
+    async def scenario() -> None:
+        for i in range(40):
+            writer, other = (a, b) if i % 2 == 0 else (b, a)
+            assert writer.reload()
+            await writer.put({f"uid-{i}": card(i)})
+            if i >= 2:
+                await writer.drop([f"uid-{i - 2}"])
+            assert other.reload()
+            assert other.state == writer.state == on_disk(path)
+            assert sorted(other.state.claims) == sorted(f"uid-{j}" for j in {max(i - 1, 0), i})
+
+    asyncio.run(scenario())
+
+
+CHILD = """
+import json, sys
+from pathlib import Path
+from cdi_plugin.dra.prepared import PreparedClaims
+prepared = PreparedClaims(Path(sys.argv[1]))
+for line in sys.stdin:
+    ok = prepared.reload()
+    print(json.dumps([ok, sorted(prepared.state.claims)]), flush=True)
+"""
+
+
+def test_a_reader_in_another_process_sees_each_change(path: Path) -> None:
+    prepared = PreparedClaims(path)
+    asyncio.run(prepared.put({"uid-start": CARD0}))
+    child = subprocess.Popen(
+        [sys.executable, "-c", CHILD, str(path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    assert child.stdin is not None
+    assert child.stdout is not None
+    try:
+        for i in range(60):
+            if i % 3 == 2:
+                asyncio.run(prepared.drop([f"uid-{i - 1}"]))
+            else:
+                asyncio.run(prepared.put({f"uid-{i}": card(i + 2)}))
+            child.stdin.write("reload\n")
+            child.stdin.flush()
+            assert json.loads(child.stdout.readline()) == [True, sorted(prepared.state.claims)], i
+    finally:
+        child.stdin.close()
+        assert child.wait(30) == 0
+        child.stdout.close()

@@ -18,7 +18,9 @@ import pytest
 
 from cdi_plugin.aio.sockets import someone_listens
 from cdi_plugin.dra import api
-from cdi_plugin.dra.preparedstate import decode
+from cdi_plugin.dra.prepared import read_prepared
+from cdi_plugin.dra.preparedstate import PreparedState, encode
+from cdi_plugin.store.slotfile import HEADER, MIN_SLOT, record_slot
 from tests.deviceplugin.helpers import make_node, run
 from tests.dra.conftest import DRIVER, NODE, write_spec
 from tests.dra.fakeapiserver import running
@@ -75,7 +77,7 @@ def held(node: DraNode) -> dict[str, list[str]]:
     path = state_file(node)
     if not path.exists():
         return {}
-    state = decode(path.read_bytes(), str(path))
+    state = read_prepared(path)
     return {uid: [d.device_name for d in devs] for uid, devs in state.claims.items()}
 
 
@@ -227,6 +229,16 @@ def _oversized(path: Path) -> str:
     return "the file is larger than 4 MiB, too large for a prepared-claims file"
 
 
+def _both_slots_damaged(path: Path) -> str:
+    slots = [
+        bytearray(record_slot(n, encode(PreparedState()), MIN_SLOT).ljust(MIN_SLOT, b"\0")) for n in (1, 2)
+    ]
+    for data in slots:
+        data[HEADER.size] ^= 1  # a bit of each record flipped
+    path.write_bytes(b"".join(slots))
+    return "no slot holds a whole record (slot 0: checksum mismatch; slot 1: checksum mismatch)"
+
+
 def _deep(path: Path) -> str:
     path.write_text("[" * 200_000 + "]" * 200_000)
     return "nested more than 64 levels deep, which no prepared-claims file is"
@@ -259,6 +271,7 @@ BAD_FILES: dict[str, Callable[[Path], str]] = {
     "oversized": _oversized,
     "too-deep": _deep,
     "mistyped": _mistyped,
+    "both-slots-damaged": _both_slots_damaged,
     "directory": _directory,
 }
 

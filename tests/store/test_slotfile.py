@@ -1,0 +1,239 @@
+"""A file of two slots: a change overwrites the older slot in place, a torn write leaves the record
+before it, growth and anything unexpected replace the file whole, and a file that holds no whole
+record is refused in one line."""
+
+from __future__ import annotations
+
+import os
+import resource
+import struct
+import zlib
+from pathlib import Path
+
+import pytest
+
+from cdi_plugin.errors import SpecLoadError, SpecWriteError
+from cdi_plugin.store import slotfile
+from cdi_plugin.store.atomic import write_atomic
+from cdi_plugin.store.slotfile import HEADER, MIN_SLOT, changed, read, record_slot, write
+
+MAX = 4 * 1024 * 1024
+
+
+def slot(path: Path, index: int, size: int = MIN_SLOT) -> bytes:
+    return path.read_bytes()[index * size : (index + 1) * size]
+
+
+def written(path: Path, *records: bytes) -> slotfile.Seen:
+    seen = None
+    for record in records:
+        seen = write(path, record, seen, MAX)
+    assert seen is not None
+    return seen
+
+
+def test_created_zero_filled_then_each_change_overwrites_the_older_slot_in_place(tmp_path: Path) -> None:
+    path = tmp_path / "state"
+    seen = write(path, b"one", None, MAX)
+    created = path.stat()
+    assert created.st_size == 2 * MIN_SLOT
+    assert created.st_mode & 0o777 == 0o600
+    assert slot(path, 0)[: HEADER.size + 3] == record_slot(1, b"one", MIN_SLOT)
+    assert slot(path, 1) == bytes(MIN_SLOT)  # zero-filled: an overwrite needs no new block
+    assert read(path, MAX, "state").record == b"one"
+
+    for sequence, record in enumerate([b"two", b"three", b"four"], start=2):
+        newest = slot(path, seen.newest)
+        seen = write(path, record, seen, MAX)
+        assert slot(path, 1 - seen.newest) == newest  # the record before it is untouched
+        reading = read(path, MAX, "state")
+        assert (reading.record, reading.seen.sequence, reading.damaged) == (record, sequence, None)
+        assert reading.seen == seen
+        after = path.stat()
+        assert (after.st_ino, after.st_size) == (created.st_ino, created.st_size)
+    assert (seen.newest, seen.sequence) == (1, 4)  # 1, 3 in slot 0; 2, 4 in slot 1
+    assert os.listdir(tmp_path) == ["state"]  # no temporary file
+
+
+@pytest.mark.parametrize("cut", [17, 20, HEADER.size, HEADER.size + 10, -1])
+def test_a_torn_write_leaves_the_record_before_it(tmp_path: Path, cut: int) -> None:
+    path = tmp_path / "state"
+    written(path, b'{"a": 1}', b'{"a": 2}')  # record 2 in slot 1
+    torn = record_slot(3, b'{"a": 3, "more": "than before"}', MIN_SLOT)[:cut]
+    with path.open("r+b") as fh:  # a crash in the middle of writing record 3 into slot 0
+        fh.write(torn)
+    reading = read(path, MAX, "state")
+    assert reading.record == b'{"a": 2}'
+    assert reading.seen.sequence == 2
+    assert reading.damaged == "slot 0 (checksum mismatch) passed over: record 2 of slot 1 is used"
+
+    seen = write(path, b'{"a": 4}', reading.seen, MAX)  # into the torn slot, not over record 2
+    assert read(path, MAX, "state").record == b'{"a": 4}'
+    assert (seen.newest, seen.sequence) == (0, 3)
+    assert slot(path, 1)[: HEADER.size + 8] == record_slot(2, b'{"a": 2}', MIN_SLOT)
+
+
+def test_a_write_cut_short_fails_and_leaves_no_half_record(tmp_path: Path) -> None:
+    path = tmp_path / "state"
+    seen = written(path, b"one")
+    limit = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (MIN_SLOT + 40, limit[1]))  # 40 bytes of slot 1, then EFBIG
+    try:
+        with pytest.raises(SpecWriteError) as info:
+            write(path, b"two" * 100, seen, MAX)
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, limit)
+    assert str(info.value) == f"{path}: cannot write: File too large"
+    assert slot(path, 1)[: HEADER.size] == bytes(HEADER.size)  # marked empty again
+    reading = read(path, MAX, "state")
+    assert (reading.record, reading.damaged) == (b"one", None)
+    assert write(path, b"two", seen, MAX).sequence == 2
+    assert read(path, MAX, "state").record == b"two"
+
+
+def test_a_record_larger_than_a_slot_grows_the_file_by_writing_it_whole(tmp_path: Path) -> None:
+    path = tmp_path / "state"
+    seen = written(path, b"small", b"small again")
+    before = path.stat().st_ino
+    big = b"x" * (MIN_SLOT - HEADER.size + 1)
+    seen = write(path, big, seen, MAX)
+    grown = path.stat()
+    assert grown.st_ino != before
+    assert grown.st_size == 4 * MIN_SLOT
+    reading = read(path, MAX, "state")
+    assert (reading.record, reading.seen.sequence, reading.seen.slot_size) == (big, 3, 2 * MIN_SLOT)
+    assert slot(path, 1, 2 * MIN_SLOT) == bytes(2 * MIN_SLOT)
+
+    write(path, b"small", seen, MAX)  # slots stay as large: in place again
+    assert (path.stat().st_ino, path.stat().st_size) == (grown.st_ino, grown.st_size)
+    assert read(path, MAX, "state").record == b"small"
+
+    huge = b"y" * (5 * MIN_SLOT)  # doubled until it fits
+    write(path, huge, read(path, MAX, "state").seen, MAX)
+    assert path.stat().st_size == 2 * 8 * MIN_SLOT
+    assert read(path, MAX, "state").record == huge
+
+
+def test_a_record_no_slot_can_hold_is_refused_and_changes_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "state"
+    seen = written(path, b"kept")
+    before = path.read_bytes()
+    with pytest.raises(SpecWriteError) as info:
+        write(path, b"z" * (MAX // 2), seen, MAX)
+    assert (
+        str(info.value)
+        == f"{path}: cannot write: {MAX // 2} bytes, more than a slot of the file holds (2097120)"
+    )
+    assert path.read_bytes() == before
+
+
+def test_a_plain_file_is_read_whole_and_replaced_by_slots_at_the_first_write(tmp_path: Path) -> None:
+    path = tmp_path / "state"
+    path.write_bytes(b'{"plain": true}')
+    reading = read(path, MAX, "state")
+    assert reading.record == b'{"plain": true}'
+    assert reading.seen.slot_size == 0
+    assert not changed(path, reading.seen)
+    write(path, b"slots", reading.seen, MAX)
+    assert path.read_bytes()[:8] == b"CDISLOTS"
+    assert read(path, MAX, "state").record == b"slots"
+
+
+def test_a_file_that_is_not_the_one_seen_is_replaced_whole_not_written_into(tmp_path: Path) -> None:
+    path = tmp_path / "state"
+    seen = written(path, b"mine")
+    write_atomic(path, b"x" * (2 * MIN_SLOT))  # another file of the same size in its place
+    write(path, b"mine again", seen, MAX)
+    assert read(path, MAX, "state").record == b"mine again"
+    assert path.read_bytes()[MIN_SLOT:] == bytes(MIN_SLOT)
+
+    path.unlink()
+    path.mkdir()
+    with pytest.raises(SpecWriteError) as info:
+        write(path, b"in the way", seen, MAX)
+    assert str(info.value) == f"{path}: cannot replace: Is a directory"
+
+
+def test_changed_sees_each_write_in_place_whatever_the_timestamps(tmp_path: Path) -> None:
+    path = tmp_path / "state"
+    writer = written(path, b"one")
+    reader = read(path, MAX, "state").seen
+    assert not changed(path, reader)
+    for record in (b"two", b"three"):
+        before = path.stat()
+        writer = write(path, record, writer, MAX)
+        os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))  # as if within one clock tick
+        assert changed(path, reader)
+        reading = read(path, MAX, "state")
+        assert reading.record == record
+        reader = reading.seen
+        assert not changed(path, reader)
+        assert not changed(path, writer)
+    write_atomic(path, path.read_bytes())  # the same bytes, another file
+    assert changed(path, reader)
+    path.unlink()
+    with pytest.raises(FileNotFoundError):
+        changed(path, reader)
+
+
+def two_slots(first: bytes, second: bytes, size: int = MIN_SLOT) -> bytes:
+    return first.ljust(size, b"\0") + second.ljust(size, b"\0")
+
+
+def damaged(data: bytes) -> bytes:
+    return data[:-1] + bytes([data[-1] ^ 1])
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (
+            two_slots(damaged(record_slot(1, b"{}", MIN_SLOT)), damaged(record_slot(2, b"{}", MIN_SLOT))),
+            "no slot holds a whole record (slot 0: checksum mismatch; slot 1: checksum mismatch)",
+        ),
+        (
+            two_slots(b"CDISLOTS" + b"\xff" * 24, b""),
+            "no slot holds a whole record (slot 0: a record of 4294967295 bytes, longer than the slot; "
+            "slot 1: empty)",
+        ),
+        (
+            two_slots(b"CDISLOTX", record_slot(1, b"{}", MIN_SLOT)[:-1]),
+            "no slot holds a whole record (slot 0: no slot header; slot 1: checksum mismatch)",
+        ),
+        (
+            two_slots(record_slot(4, b"{}", MIN_SLOT), record_slot(4, b"[]", MIN_SLOT)),
+            "both slots hold record 4",
+        ),
+        (
+            two_slots(record_slot(1, b"{}", 2 * MIN_SLOT), b""),
+            "no slot holds a whole record (slot 0: written for slots of 131072 bytes, in slots of 65536; "
+            "slot 1: empty)",
+        ),
+        (
+            record_slot(1, b"{}", MIN_SLOT).ljust(100_000, b"\0"),
+            "100000 bytes, not two slots of 64 KiB to 2 MiB",
+        ),
+        (record_slot(1, b"{}", 4096).ljust(8192, b"\0"), "8192 bytes, not two slots of 64 KiB to 2 MiB"),
+    ],
+)
+def test_a_file_without_a_whole_record_is_one_line_naming_why(
+    tmp_path: Path, data: bytes, message: str
+) -> None:
+    path = tmp_path / "state"
+    path.write_bytes(data)
+    with pytest.raises(SpecLoadError) as info:
+        read(path, MAX, "state")
+    assert str(info.value).startswith(f"{path}: {message}")
+    assert "\n" not in str(info.value)
+
+
+def test_a_later_format_version_is_named() -> None:
+    future = bytearray(record_slot(1, b"{}", MIN_SLOT))
+    future[8] = 2  # the version, with its checksum made to match
+    head = bytes(future[: HEADER.size - 4])
+    future[HEADER.size - 4 : HEADER.size] = struct.pack("<I", zlib.crc32(b"{}", zlib.crc32(head)))
+    with pytest.raises(SpecLoadError) as info:
+        slotfile.parse(two_slots(bytes(future), b""), "f", MAX)
+    assert (
+        str(info.value) == "f: no slot holds a whole record (slot 0: format version 2, not 1; slot 1: empty)"
+    )
