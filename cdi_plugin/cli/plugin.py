@@ -29,6 +29,8 @@ from cdi_plugin.dra.names import DEFAULT_DRIVER, DEFAULT_PLUGINS_DIR, DEFAULT_RE
 PROGRAM = "cdi-plugin"
 #: Where the DaemonSet puts the node's name (the downward API's spec.nodeName).
 NODE_NAME_ENV = "NODE_NAME"
+#: Where the DRA component puts the pod's UID (the downward API's metadata.uid).
+POD_UID_ENV = "POD_UID"
 
 
 def _kinds(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> tuple[str, ...] | None:
@@ -209,6 +211,16 @@ def main() -> None:
     help=f"With --api dra|both: the kubelet's plugin watcher directory, where the registration "
     f"socket goes [default: {DEFAULT_REGISTRY_DIR}].",
 )
+@click.option(
+    "--pod-uid",
+    envvar=POD_UID_ENV,
+    default=None,
+    metavar="UID",
+    help=f"This instance's pod UID, so that the old and the new pod of a DaemonSet update serve side by "
+    f"side [default: ${POD_UID_ENV}]. With --api dra|both on a kubelet >= 1.33 the DRA sockets are "
+    "named after it (an older kubelet: the fixed names, taken over once the old pod has stopped). "
+    "See docs/dra.md, Upgrades.",
+)
 @log_format_option
 @metrics_address_option
 @click.option("-v", "--verbose", is_flag=True, help="Also log debug messages (every ListAndWatch update).")
@@ -231,6 +243,7 @@ def serve(
     kubeconfig: Path | None,
     kubelet_plugins_dir: Path | None,
     kubelet_registry_dir: Path | None,
+    pod_uid: str | None,
     **flags: Any,
 ) -> None:
     """Serve CDI devices to the kubelet until SIGTERM, SIGINT or SIGHUP (exit status 0).
@@ -334,6 +347,7 @@ def serve(
                 kubeconfig,
                 kubelet_plugins_dir or DEFAULT_PLUGINS_DIR,
                 kubelet_registry_dir or DEFAULT_REGISTRY_DIR,
+                pod_uid=pod_uid,
             )
             jobs.append(DraDriver.connect(options, served).run)
         except CdiPluginError as exc:

@@ -32,6 +32,7 @@ from lightkube.resources.resource_v1 import ResourceClaim, ResourceSlice
 
 from cdi_plugin.dra.kubelet import ClaimReadError
 from cdi_plugin.dra.names import DraConfigError
+from cdi_plugin.dra.rolling import kubelet_version
 from cdi_plugin.dra.slices import Obj, Plan, Pool, plan
 from cdi_plugin.errors import CdiPluginError
 
@@ -103,6 +104,8 @@ class KubeApi:
         self.backoff = backoff
         self.sleep = sleep
         self._node_uid = ""
+        #: The node's ``status.nodeInfo.kubeletVersion`` as last read ("" when it had none).
+        self.kubelet_version = ""
 
     @classmethod
     def connect(cls, driver: str, node: str, kubeconfig: Path | None = None, **kwargs: Any) -> KubeApi:
@@ -145,7 +148,7 @@ class KubeApi:
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def node_uid(self) -> str:
-        """The node's UID; DraConfigError when the API server has no such node."""
+        """The node's UID (and :attr:`kubelet_version`); DraConfigError when there is no such node."""
 
         async def get() -> str:
             try:
@@ -154,6 +157,7 @@ class KubeApi:
                 if exc.status.code == 404:
                     raise DraConfigError(f"node {self.node!r}: not found in the API server") from exc
                 raise
+            self.kubelet_version = kubelet_version(node.to_dict())
             return str(node.metadata.uid) if node.metadata is not None else ""
 
         self._node_uid = await self._retry(f"reading node {self.node}", get)

@@ -4,17 +4,22 @@ Sockets (absolute paths, the same inside and outside the container):
 
 * ``<plugins>/<driver>/dra.sock`` serves ``v1.DRAPlugin`` and ``v1beta1.DRAPlugin``, and the
   device health service (:mod:`~cdi_plugin.dra.health_service`) in v1 and v1alpha1;
-* ``<plugins_registry>/<driver>-reg.sock`` serves ``pluginregistration.Registration``.
+* ``<plugins_registry>/<driver>-reg.sock`` serves ``pluginregistration.Registration``;
+* with a pod UID (two instances side by side during an update, :mod:`~cdi_plugin.dra.rolling`),
+  ``dra-<uid>.sock`` and ``<driver>-<uid>-reg.sock`` instead.
 
 The DRA socket starts first, so the kubelet never registers an endpoint that does not answer;
 on stop the registration socket goes first. A stale socket is removed before listening.
 
 Prepare takes every claim from a :class:`ClaimLookup` (the claims a watch keeps), else reads it
-through a :class:`ClaimReader` (outside the lock), then, one call at a time, answers each claim
-with its devices' CDI names or a one-line error. Prepared claims are kept in
-``<plugins>/<driver>/prepared.json`` (:mod:`cdi_plugin.dra.prepared`): a device prepared for one
-claim is refused to another until Unprepare, which only names the claim, releases it, also after
-the driver restarted (the kubelet does not prepare its claims again then). Each call's changes
+through a :class:`ClaimReader` (outside the lock), then, one call at a time across every instance
+of the driver on the node (``serialize.lock``, :mod:`~cdi_plugin.dra.serialize`), reads the
+prepared claims again if another instance changed them and answers each claim with its devices'
+CDI names or a one-line error; a call the kubelet abandons still completes its change. Prepared
+claims are kept in ``<plugins>/<driver>/prepared.json`` (:mod:`cdi_plugin.dra.prepared`): a device
+prepared for one claim is refused to another until Unprepare, which only names the claim,
+releases it, also after the driver restarted (the kubelet does not prepare its claims again
+then), and whichever instance the kubelet calls (the file is shared). Each call's changes
 are written (and fsynced) before it is answered: a claim whose record cannot be written is not
 prepared (or stays prepared), with an error naming the file, and the kubelet calls again.
 """
@@ -22,11 +27,13 @@ prepared (or stays prepared), with an error naming the file, and the kubelet cal
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import Callable, Mapping
+import os
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import grpc
 
@@ -36,8 +43,9 @@ from cdi_plugin.dra.health_service import HealthService
 from cdi_plugin.dra.inventory import Inventory, ServedDevice
 from cdi_plugin.dra.names import DEFAULT_PLUGINS_DIR, DEFAULT_REGISTRY_DIR
 from cdi_plugin.dra.prepare import by_device_name, prepare_claim
-from cdi_plugin.dra.prepared import PreparedClaims, StateWriteError
+from cdi_plugin.dra.prepared import UNTIL_REPAIRED, PreparedClaims, StateWriteError
 from cdi_plugin.dra.preparedstate import claim_problem
+from cdi_plugin.dra.serialize import LOCK_NAME, SerializeError, Serializer
 from cdi_plugin.errors import CdiPluginError
 from cdi_plugin.wording import plural
 
@@ -65,6 +73,8 @@ class Paths:
     driver: str
     registry_dir: Path = DEFAULT_REGISTRY_DIR
     plugins_dir: Path = DEFAULT_PLUGINS_DIR
+    #: Names the sockets of this instance when not empty (checked: :func:`~.rolling.check_pod_uid`).
+    pod_uid: str = ""
 
     @property
     def plugin_dir(self) -> Path:
@@ -72,22 +82,33 @@ class Paths:
 
     @property
     def dra_socket(self) -> Path:
-        return self.plugin_dir / "dra.sock"
+        return self.plugin_dir / (f"dra-{self.pod_uid}.sock" if self.pod_uid else "dra.sock")
 
     @property
     def registration_socket(self) -> Path:
-        return self.registry_dir / f"{self.driver}-reg.sock"
+        uid = f"-{self.pod_uid}" if self.pod_uid else ""
+        return self.registry_dir / f"{self.driver}{uid}-reg.sock"
 
     @property
     def state_file(self) -> Path:
         return self.plugin_dir / "prepared.json"
 
+    @property
+    def lock_file(self) -> Path:
+        return self.plugin_dir / LOCK_NAME
+
 
 Result = tuple[api.PreparedDevice, ...] | str
+#: A claim as looked up for Prepare: the object, None when it does not exist, or why it is unknown.
+Found = Mapping[str, Any] | ClaimReadError | None
+T = TypeVar("T")
 
 
 class DraService:
-    """NodePrepareResources / NodeUnprepareResources for both API versions."""
+    """NodePrepareResources / NodeUnprepareResources for both API versions.
+
+    ``serializer`` is the lock shared with the other instances of the driver on the node; without
+    it, calls take turns within this process only."""
 
     def __init__(
         self,
@@ -98,6 +119,7 @@ class DraService:
         prepared: PreparedClaims,
         *,
         cache: ClaimLookup | None = None,
+        serializer: Serializer | None = None,
     ) -> None:
         self.driver = driver
         self.pool = pool
@@ -105,6 +127,7 @@ class DraService:
         self.claims = claims
         self.prepared = prepared
         self.cache = cache
+        self.serializer = serializer
         self._lock = asyncio.Lock()
         self._served: tuple[Mapping[str, ServedDevice], Mapping[str, ServedDevice]] | None = None
 
@@ -115,29 +138,55 @@ class DraService:
             self._served = (devices, by_device_name(devices))
         return self._served[1]
 
-    def _known(self, ref: api.Claim) -> Mapping[str, Any] | None:
-        if self.cache is None:
-            return None
-        return self.cache.get(ref.namespace, ref.name, ref.uid)
-
     async def _read(self, ref: api.Claim) -> Mapping[str, Any] | ClaimReadError | None:
         try:
             return await self.claims.read_claim(ref.namespace, ref.name)
         except ClaimReadError as exc:
             return exc
 
+    async def _look_up(self, refs: list[api.Claim], found: dict[str, Found]) -> None:
+        """Add the claims of ``refs`` to ``found``: from the watch's cache, else the API server."""
+        unknown = []
+        for ref in refs:
+            known = None if self.cache is None else self.cache.get(ref.namespace, ref.name, ref.uid)
+            if known is None:
+                unknown.append(ref)
+            else:
+                found[ref.uid] = known
+        read = await asyncio.gather(*(self._read(ref) for ref in unknown))
+        found.update((ref.uid, obj) for ref, obj in zip(unknown, read, strict=True))
+
+    def _unprepared(self, refs: list[api.Claim], found: Mapping[str, Found]) -> list[api.Claim]:
+        return [ref for ref in refs if ref.uid not in found and self.prepared.get(ref.uid) is None]
+
+    @contextlib.asynccontextmanager
+    async def _serialized(self) -> AsyncIterator[None]:
+        """One call at a time on the node, with the prepared claims as the last change left them:
+        read again when another instance changed them (else one lstat). A file that cannot be used
+        is read again by :meth:`PreparedClaims.unusable` instead, which says when it is usable."""
+        async with self._lock, self.serializer.hold() if self.serializer else contextlib.nullcontext():
+            if self.prepared.problem is None and not self.prepared.reload():
+                log.error("%s; %s", self.prepared.problem, UNTIL_REPAIRED)
+            yield
+
     async def prepare(self, refs: list[api.Claim]) -> dict[str, Result]:
+        if not refs:
+            return {}
         # Not read again when prepared already; read from the API server only when the watch lacks it.
-        found: dict[str, Mapping[str, Any] | ClaimReadError | None] = {
-            ref.uid: self._known(ref) for ref in refs if self.prepared.get(ref.uid) is None
-        }
-        unknown = [ref for ref in refs if ref.uid in found and found[ref.uid] is None]
-        if unknown:
-            read = await asyncio.gather(*(self._read(ref) for ref in unknown))
-            found.update((ref.uid, obj) for ref, obj in zip(unknown, read, strict=True))
+        found: dict[str, Found] = {}
+        await self._look_up(self._unprepared(refs, found), found)
         await self.inventory.settled()
+        try:
+            return await _completed(self._prepare(refs, found))
+        except SerializeError as exc:
+            log.error("prepare failed: %s", exc)
+            return {ref.uid: f"claim {ref.namespace}/{ref.name}: not prepared: {exc}" for ref in refs}
+
+    async def _prepare(self, refs: list[api.Claim], found: dict[str, Found]) -> dict[str, Result]:
         out: dict[str, Result] = {}
-        async with self._lock:
+        async with self._serialized():
+            # Released by another instance since it was looked at: read it now.
+            await self._look_up(self._unprepared(refs, found), found)
             unusable = self.prepared.unusable()
             served = self._by_name()
             state = self.prepared.state
@@ -184,7 +233,16 @@ class DraService:
         return out
 
     async def unprepare(self, refs: list[api.Claim]) -> dict[str, str]:
-        async with self._lock:
+        if not refs:
+            return {}
+        try:
+            return await _completed(self._unprepare(refs))
+        except SerializeError as exc:
+            log.error("unprepare failed: %s", exc)
+            return {ref.uid: f"claim {ref.namespace}/{ref.name}: still prepared: {exc}" for ref in refs}
+
+    async def _unprepare(self, refs: list[api.Claim]) -> dict[str, str]:
+        async with self._serialized():
             unusable = self.prepared.unusable()
             if unusable is not None:
                 return {ref.uid: f"claim {ref.namespace}/{ref.name}: {unusable}" for ref in refs}
@@ -201,11 +259,26 @@ class DraService:
                 }
         return {ref.uid: "" for ref in refs}
 
+    async def restore(self) -> bool:
+        """Write the prepared claims again if their file is gone (StateWriteError if it fails)."""
+        if os.path.lexists(self.prepared.path):
+            return False
+        async with self._serialized():  # another instance may have written it again already
+            return await self.prepared.restore()
+
     async def NodePrepareResources(self, request: Any, context: Any) -> Any:
         return api.prepare_response(api.version_of(request), await self.prepare(api.claims_of(request)))
 
     async def NodeUnprepareResources(self, request: Any, context: Any) -> Any:
         return api.unprepare_response(api.version_of(request), await self.unprepare(api.claims_of(request)))
+
+
+async def _completed(change: Awaitable[T]) -> T:
+    """The result of ``change``, which runs to its end even if the caller is cancelled (the kubelet
+    gave up on the call): the lock is released only once the state is as the change left it."""
+    task = asyncio.ensure_future(change)
+    task.add_done_callback(lambda t: t.cancelled() or t.exception())  # raised below, or nobody waits
+    return await asyncio.shield(task)
 
 
 class Registrar:
@@ -256,7 +329,9 @@ class SocketInUseError(CdiPluginError):
 async def _listen(path: Path, add: Any) -> grpc.aio.Server:
     path.parent.mkdir(parents=True, exist_ok=True)
     if someone_listens(path):
-        raise SocketInUseError(f"{path}: another process is serving it; not replacing it")
+        raise SocketInUseError(
+            f"{path}: another process is serving it (another instance of the driver?); not replacing it"
+        )
     path.unlink(missing_ok=True)  # stale: nothing listens on it
     server = grpc.aio.server()
     add(server)
@@ -318,16 +393,18 @@ class KubeletPlugin:
                 path.unlink(missing_ok=True)
 
     async def recover(self) -> bool:
-        """Start again when a socket is gone or replaced, or a start failed; True when it did.
-        Then write the prepared claims again if their file is gone (StateWriteError if it fails)."""
+        """Start when not serving (the first time, or a socket is gone or replaced, or a start
+        failed); True when it did. Then write the prepared claims again if their file is gone
+        (StateWriteError if it fails)."""
         intact = len(self._servers) == 2 and all(_identity(p) == inode for p, _, inode in self._servers)
         if not intact:
-            log.warning(
-                "a DRA plugin socket of %s disappeared; serving and registering again", self.paths.driver
-            )
+            if self._servers:
+                log.warning(
+                    "a DRA plugin socket of %s disappeared; serving and registering again", self.paths.driver
+                )
             await self.stop()
             await self.start()
-        await self.service.prepared.restore()
+        await self.service.restore()
         return not intact
 
     async def __aenter__(self) -> KubeletPlugin:
