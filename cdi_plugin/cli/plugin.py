@@ -218,8 +218,8 @@ def main() -> None:
     metavar="UID",
     help=f"This instance's pod UID, so that the old and the new pod of a DaemonSet update serve side by "
     f"side [default: ${POD_UID_ENV}]. With --api dra|both on a kubelet >= 1.33 the DRA sockets are "
-    "named after it (an older kubelet: the fixed names, taken over once the old pod has stopped). "
-    "See docs/dra.md, Upgrades.",
+    "named after it (an older kubelet: the fixed names, taken over once the old pod has stopped); a "
+    "--metrics-address in use is waited for instead of refused. See docs/dra.md, Upgrades.",
 )
 @log_format_option
 @metrics_address_option
@@ -305,6 +305,7 @@ def serve(
 
         forgo_openssl()  # no TLS: neither the DRA driver's API client nor prometheus_client
     import asyncio
+    import functools
 
     from cdi_plugin.deviceplugin import daemon
     from cdi_plugin.metrics import PluginMetrics, ScanMetrics
@@ -352,15 +353,17 @@ def serve(
             jobs.append(DraDriver.connect(options, served).run)
         except CdiPluginError as exc:
             fail(PROGRAM, str(exc))
-    from cdi_plugin.cli.service import run_until_stopped, start_metrics_server
+    from cdi_plugin.cli.service import run_until_stopped, serve_when_free, start_metrics_server
 
     if watcher is not None:
         metrics.probes.track("rescans", lambda: watcher.stalled_since)
-    server = (
-        None
-        if metrics_address is None or metrics.registry is None
-        else start_metrics_server(metrics_address, metrics.registry, metrics.probes, PROGRAM)
-    )
+    server = None
+    if metrics_address is not None and metrics.registry is not None:
+        server = start_metrics_server(
+            metrics_address, metrics.registry, metrics.probes, PROGRAM, wait_if_busy=bool(pod_uid)
+        )
+        if not server.started:
+            jobs.append(functools.partial(serve_when_free, server))
     try:
         asyncio.run(run_until_stopped(*jobs))
     except OSError as exc:
