@@ -24,6 +24,7 @@ CdiPluginError
  ├── DraConfigError        (dra.names) a driver or node name the Kubernetes API would refuse
  ├── ClaimReadError        (dra.kubelet) a ResourceClaim could not be read
  ├── SocketInUseError      (dra.kubelet) another process serves a socket the driver would bind
+ ├── SerializeError        (dra.serialize) the lock the driver's instances share could not be taken
  ├── PreparedStateError    (dra.preparedstate) the prepared-claims file is unreadable or a field is wrong
  ├── StateWriteError       (dra.prepared) the prepared claims could not be written; nothing changed
  ├── ApiServerError        (dra.rest) a request failed: refused, unanswered, or answered with garbage

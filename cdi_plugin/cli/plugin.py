@@ -32,6 +32,8 @@ from cdi_plugin.dra.names import DEFAULT_DRIVER, DEFAULT_PLUGINS_DIR, DEFAULT_RE
 PROGRAM = "cdi-plugin"
 #: Where the DaemonSet puts the node's name (the downward API's spec.nodeName).
 NODE_NAME_ENV = "NODE_NAME"
+#: Where the DRA component puts the pod's UID (the downward API's metadata.uid).
+POD_UID_ENV = "POD_UID"
 
 
 #: The sections of ``serve --help`` and their options (parameter names), in order.
@@ -229,6 +231,16 @@ def main() -> None:
     help=f"The kubelet's plugin watcher directory, where the registration "
     f"socket goes [default: {DEFAULT_REGISTRY_DIR}].",
 )
+@click.option(
+    "--pod-uid",
+    envvar=POD_UID_ENV,
+    default=None,
+    metavar="UID",
+    help=f"This instance's pod UID, so that the old and the new pod of a DaemonSet update serve side by "
+    f"side [default: ${POD_UID_ENV}]. With --api dra|both on a kubelet >= 1.33 the DRA sockets are "
+    "named after it (an older kubelet: the fixed names, taken over once the old pod has stopped); a "
+    "--metrics-address in use is waited for instead of refused. See docs/dra.md, Upgrades.",
+)
 @log_format_option
 @metrics_address_option
 @click.option("-v", "--verbose", is_flag=True, help="Also log debug messages (every ListAndWatch update).")
@@ -252,6 +264,7 @@ def serve(
     kubeconfig: Path | None,
     kubelet_plugins_dir: Path | None,
     kubelet_registry_dir: Path | None,
+    pod_uid: str | None,
     **flags: Any,
 ) -> None:
     """Serve CDI devices to the kubelet until SIGTERM, SIGINT or SIGHUP (exit status 0).
@@ -313,6 +326,7 @@ def serve(
 
         forgo_openssl()  # no TLS: neither the DRA driver's API client nor prometheus_client
     import asyncio
+    import functools
 
     from cdi_plugin.deviceplugin import daemon
     from cdi_plugin.metrics import PluginMetrics, ScanMetrics
@@ -356,19 +370,22 @@ def serve(
                 kubeconfig,
                 kubelet_plugins_dir or DEFAULT_PLUGINS_DIR,
                 kubelet_registry_dir or DEFAULT_REGISTRY_DIR,
+                pod_uid=pod_uid,
             )
             jobs.append(DraDriver.connect(options, served).run)
         except CdiPluginError as exc:
             fail(PROGRAM, str(exc))
-    from cdi_plugin.cli.service import run_until_stopped, start_metrics_server
+    from cdi_plugin.cli.service import run_until_stopped, serve_when_free, start_metrics_server
 
     if watcher is not None:
         metrics.probes.track("rescans", lambda: watcher.stalled_since)
-    server = (
-        None
-        if metrics_address is None or metrics.registry is None
-        else start_metrics_server(metrics_address, metrics.registry, metrics.probes, PROGRAM)
-    )
+    server = None
+    if metrics_address is not None and metrics.registry is not None:
+        server = start_metrics_server(
+            metrics_address, metrics.registry, metrics.probes, PROGRAM, wait_if_busy=bool(pod_uid)
+        )
+        if not server.started:
+            jobs.append(functools.partial(serve_when_free, server))
     try:
         asyncio.run(run_until_stopped(*jobs))
     except OSError as exc:

@@ -8,24 +8,31 @@ device nodes, grace period), so both APIs always see the same devices. Its life 
 2. the API server is asked for the node (its one GET of the node), again with backoff while it
    cannot be reached or fails (the device plugin side serves meanwhile); a node it says it does
    not know stops the process;
-3. the prepared claims are read (a file that cannot be used is reported, and Prepare refused
+3. the sockets are named after the pod's UID when it is given and the node's kubelet (1.33 or
+   later) serves two instances of a driver side by side, else fixed (one line says why);
+   the prepared claims are read (a file that cannot be used is reported, and Prepare refused
    until it is repaired or moved away); the DRA socket, then the registration socket the kubelet's
    plugin watcher finds; the kubelet's two directories are watched, and a socket removed (a
    kubelet restart that wiped them) is bound again, so the plugin watcher registers the driver
-   anew, and the prepared claims are written again when their file went;
+   anew, and the prepared claims are written again when their file went. A socket another
+   process serves (another instance of the driver) is never replaced: one line says so, and the
+   driver serves once it is gone;
 4. the node's ResourceSlices are watched and follow the inventory: written when they differ
    from it, checked again whenever the kubelet registers the driver (a starting kubelet deletes
    its node's slices);
 5. NodePrepareResources reads each claim it is asked for with a GET.
 
 Nothing the API server answers ends the driver or touches the kubelet side and the device
-plugin: failures are logged and retried with backoff. A stop removes both sockets and leaves the
-slices: the kubelet deletes them once no driver instance is connected.
+plugin: failures are logged and retried with backoff. A stop removes both sockets (only the ones
+it bound) and leaves the slices, the prepared claims and the lock to the instance that follows:
+the kubelet deletes the slices once no instance of the driver is connected. docs/dra.md,
+Upgrades, tells the whole sequence of an update.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
 from dataclasses import dataclass
@@ -41,6 +48,8 @@ from cdi_plugin.dra.names import DraConfigError, check_driver_name, check_node_n
 from cdi_plugin.dra.prepared import PreparedClaims, StateWriteError
 from cdi_plugin.dra.publisher import RETRY, SlicePublisher
 from cdi_plugin.dra.rest import ApiServerError
+from cdi_plugin.dra.rolling import check_pod_uid, fixed_names_reason
+from cdi_plugin.dra.serialize import Serializer
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +70,13 @@ class DraOptions:
 
 
 def dra_options(
-    driver: str, node: str | None, kubeconfig: Path | None, plugins_dir: Path, registry_dir: Path
+    driver: str,
+    node: str | None,
+    kubeconfig: Path | None,
+    plugins_dir: Path,
+    registry_dir: Path,
+    *,
+    pod_uid: str | None = None,
 ) -> DraOptions:
     """The options checked; DraConfigError names the option and says why it is refused."""
     try:
@@ -76,7 +91,12 @@ def dra_options(
         check_node_name(node)
     except DraConfigError as exc:
         raise DraConfigError(f"--node-name: {exc}") from None
-    paths = Paths(driver, registry_dir=registry_dir.absolute(), plugins_dir=plugins_dir.absolute())
+    if pod_uid:
+        try:
+            check_pod_uid(pod_uid)
+        except DraConfigError as exc:
+            raise DraConfigError(f"--pod-uid: {exc}") from None
+    paths = Paths(driver, registry_dir.absolute(), plugins_dir.absolute(), pod_uid or "")
     for option, path in (
         ("--kubelet-plugins-dir", paths.dra_socket),
         ("--kubelet-registry-dir", paths.registration_socket),
@@ -110,25 +130,44 @@ class DraDriver:
 
     async def _serve(self) -> None:
         o = self.options
+        await self._confirm_node()
+        paths = self._instance_paths()
         log.info(
             "DRA driver %s on node %s: sockets %s and %s",
-            o.driver, o.node, o.paths.dra_socket, o.paths.registration_socket,
+            o.driver, o.node, paths.dra_socket, paths.registration_socket,
         )  # fmt: skip
-        await self._confirm_node()
-        prepared = PreparedClaims(o.paths.state_file)
-        service = DraService(o.driver, o.node, self.inventory, self.kube, prepared)
-        plugin = KubeletPlugin(o.paths, service, on_registered=self.publisher.wake)
+        prepared = PreparedClaims(paths.state_file)
+        service = DraService(
+            o.driver, o.node, self.inventory, self.kube, prepared,
+            serializer=Serializer(paths.lock_file),
+        )  # fmt: skip
+        plugin = KubeletPlugin(paths, service, on_registered=self.publisher.wake)
         await self.inventory.settled()  # the first reading of the spec directories, not an empty pool
-        kept = {o.paths.dra_socket, o.paths.registration_socket, o.paths.state_file}
-        async with (
-            DirWatch(
-                [o.paths.registry_dir, o.paths.plugin_dir],
-                name="kubelet plugin dirs",
-                relevant=lambda directory, name: directory / name in kept,
-            ) as watch,
-            plugin,
-        ):
-            await run_until(asyncio.Event(), self.publisher.run(self.inventory), _keep_bound(plugin, watch))
+        kept = {paths.dra_socket, paths.registration_socket, paths.state_file}
+        async with DirWatch(
+            [paths.registry_dir, paths.plugin_dir],
+            name="kubelet plugin dirs",
+            relevant=lambda directory, name: directory / name in kept,
+        ) as watch:
+            try:
+                jobs = (self.publisher.run(self.inventory), _keep_bound(plugin, watch))
+                await run_until(asyncio.Event(), *jobs)
+            finally:
+                await plugin.stop()
+
+    def _instance_paths(self) -> Paths:
+        """The sockets named after the pod's UID, unless the kubelet cannot serve two instances
+        side by side (said in one line): then the fixed names."""
+        o = self.options
+        why = fixed_names_reason(self.kube.kubelet_version) if o.paths.pod_uid else None
+        if why is None:
+            return o.paths
+        log.warning(
+            "DRA driver %s: fixed socket names on node %s, as %s: during an update the new "
+            "instance serves once the old one has stopped (docs/dra.md, Upgrades)",
+            o.driver, o.node, why,
+        )  # fmt: skip
+        return dataclasses.replace(o.paths, pod_uid="")
 
     async def _confirm_node(self) -> None:
         """Return once the API server knows the node; DraConfigError when it says there is none."""
@@ -148,18 +187,28 @@ class DraDriver:
 
 
 async def _keep_bound(plugin: KubeletPlugin, watch: DirWatch) -> None:
-    """Bind the sockets again whenever one is gone, and write the prepared claims again when their
-    file is (checked after every event in their directories)."""
+    """Serve the sockets, and again whenever one is gone (or another process let them go); write
+    the prepared claims again when their file is gone. Checked after every event in their
+    directories; each problem is logged once, while it lasts."""
     seen = watch.pulse.count
+    problem = ""
     while True:
         try:
             await plugin.recover()
         except (OSError, SocketInUseError, StateWriteError) as exc:
-            what = (
-                "write the prepared claims" if isinstance(exc, StateWriteError) else "serve the DRA sockets"
-            )
-            log.error("cannot %s again: %s; trying again", what, exc)
+            if isinstance(exc, SocketInUseError):
+                now = f"DRA driver {plugin.paths.driver}: {exc}; serving once it is gone"
+            elif isinstance(exc, StateWriteError):
+                now = f"cannot write the prepared claims again: {exc}; trying again"
+            else:
+                now = f"cannot serve the DRA sockets: {exc}; trying again"
+            if now != problem:
+                (log.warning if isinstance(exc, SocketInUseError) else log.error)("%s", now)
+            problem = now
             await watch.pulse.wait_after(seen, REBIND_RETRY)
             seen = watch.pulse.count
             continue
+        if "serving once it is gone" in problem:
+            log.info("DRA driver %s: the other process is gone; serving", plugin.paths.driver)
+        problem = ""
         seen = await watch.pulse.settle(seen, QUIET, LONGEST)

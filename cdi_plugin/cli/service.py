@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
 from typing import TYPE_CHECKING
 
@@ -28,6 +29,8 @@ INITIAL_SCAN = "initial scan"
 #: Seconds the jobs have to end on their own after a stop; well within the 30 s Kubernetes waits
 #: between SIGTERM and SIGKILL.
 STOP_GRACE = 10.0
+#: How often an address in use is tried again (the instance holding it is stopping).
+BIND_RETRY = 0.5
 
 
 async def run_until_stopped(*jobs: Job, stop: asyncio.Event | None = None, grace: float = STOP_GRACE) -> None:
@@ -40,21 +43,49 @@ async def run_until_stopped(*jobs: Job, stop: asyncio.Event | None = None, grace
 
 
 def start_metrics_server(
-    address: tuple[str, int], registry: CollectorRegistry, probes: Probes, program: str
+    address: tuple[str, int],
+    registry: CollectorRegistry,
+    probes: Probes,
+    program: str,
+    *,
+    wait_if_busy: bool = False,
 ) -> MetricsServer:
     """The metrics endpoint, listening on ``address``; a bind failure is a one-line fatal error
-    naming ``program``."""
+    naming ``program``. With ``wait_if_busy`` an address in use is not: the server is returned
+    unstarted, for :func:`serve_when_free` (another instance holds it during an update)."""
     from cdi_plugin.metrics import MetricsServer
 
     server = MetricsServer(*address, registry, probes)
+    where = f"--metrics-address {server.url.removeprefix('http://')}"
     try:
         server.start()
     except OSError as exc:
-        fail(
-            program,
-            f"--metrics-address {server.url.removeprefix('http://')}: cannot listen: {exc.strerror or exc}",
-        )
+        if wait_if_busy and exc.errno == errno.EADDRINUSE:
+            log.warning(
+                "%s: in use (by the instance this pod replaces, during an update?); serving metrics and "
+                "probes once it is free, the probes reach that instance meanwhile",
+                where,
+            )
+        else:
+            fail(program, f"{where}: cannot listen: {exc.strerror or exc}")
     return server
+
+
+async def serve_when_free(server: MetricsServer, stop: asyncio.Event) -> None:
+    """A job: start ``server`` as soon as its address is free (tried every :data:`BIND_RETRY`
+    seconds), then serve until ``stop``."""
+    while not server.started:
+        try:
+            server.start()
+        except OSError as exc:
+            if exc.errno != errno.EADDRINUSE:
+                raise
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(BIND_RETRY):
+                    await stop.wait()
+            if stop.is_set():
+                return
+    await stop.wait()
 
 
 def serve_scan_metrics(options: WatchOptions, address: tuple[str, int], program: str) -> None:

@@ -148,7 +148,10 @@ class Endpoint:
             if (found := _file_type(self.path)) != "a socket":
                 raise EndpointError(f"{self.path} is {found}, not a socket; not replacing it")
             if someone_listens(self.path):
-                raise EndpointError(f"another process is serving {self.path}")
+                raise EndpointError(
+                    f"another process is serving {self.path} (another cdi-plugin on this node: the "
+                    "pod this one replaces, during an update?); taking it over once it is gone"
+                )
             self._log(logging.INFO, "removing stale socket %s (nothing listens on it)", self.path)
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self.path)
@@ -204,11 +207,14 @@ class Endpoint:
 
     # -- the loop ---------------------------------------------------------------------------------
 
-    def _kubelet_side(self) -> tuple[bool, Identity | None]:
-        return self.settings.plugin_dir.is_dir(), identity(self.settings.kubelet_socket)
+    def _kubelet_side(self) -> tuple[bool, Identity | None, Identity | None]:
+        """What ends a pause: the plugin directory, kubelet.sock and the endpoint's socket path."""
+        plugin_dir = self.settings.plugin_dir
+        return plugin_dir.is_dir(), identity(self.settings.kubelet_socket), identity(self.path)
 
-    async def _pause(self, delay: float, before: tuple[bool, Identity | None]) -> None:
-        """Sleep ``delay`` seconds, less if the plugin directory or kubelet.sock differs from ``before``."""
+    async def _pause(self, delay: float, before: tuple[bool, Identity | None, Identity | None]) -> None:
+        """Sleep ``delay`` seconds, less if the plugin directory, kubelet.sock or the endpoint's
+        socket (another process's, which it lets go) differs from ``before``."""
         loop_time = asyncio.get_running_loop().time
         deadline = loop_time() + delay
         while (remaining := deadline - loop_time()) > 0:
@@ -267,7 +273,7 @@ class Endpoint:
                 self._report(
                     logging.ERROR if exc.refused else logging.WARNING, problem, delay, always=exc.refused
                 )
-                await self._pause(delay, side)
+                await self._pause(delay, (*side[:2], identity(self.path)))  # the socket is ours now
                 continue
             backoff.reset()
             self._metrics.registration(self.resource, "ok")

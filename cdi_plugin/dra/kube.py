@@ -25,6 +25,7 @@ from cdi_plugin.dra.backoff import Backoff
 from cdi_plugin.dra.kubelet import ClaimReadError
 from cdi_plugin.dra.names import DraConfigError, claim_name_problem
 from cdi_plugin.dra.rest import ApiServerError, RestClient
+from cdi_plugin.dra.rolling import kubelet_version
 from cdi_plugin.dra.shapes import BadAnswer, Obj, list_of, node_uid, resource_version, slice_problem
 from cdi_plugin.wording import shown
 
@@ -64,6 +65,8 @@ class KubeApi:
         self.claim_deadline = claim_deadline
         self.claim_attempt_timeout = claim_attempt_timeout
         self.node_uid = ""
+        #: The node's ``status.nodeInfo.kubeletVersion`` as last read ("" when it had none).
+        self.kubelet_version = ""
         self._selector = {"fieldSelector": f"spec.driver={driver},spec.nodeName={node}"}
 
     @classmethod
@@ -85,6 +88,7 @@ class KubeApi:
                 raise DraConfigError(f"node {self.node!r}: not found in the API server") from exc
             raise
         self.node_uid = _checked(f"GET {path}", node_uid, answer)
+        self.kubelet_version = kubelet_version(answer)
         return self.node_uid
 
     async def read_claim(self, namespace: str, name: str) -> Mapping[str, Any] | None:

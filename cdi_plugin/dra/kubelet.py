@@ -4,18 +4,23 @@ Sockets (absolute paths, the same inside and outside the container):
 
 * ``<plugins>/<driver>/dra.sock`` serves ``v1.DRAPlugin`` and ``v1beta1.DRAPlugin``, and the
   device health service (:mod:`~cdi_plugin.dra.health_service`) in v1 and v1alpha1;
-* ``<plugins_registry>/<driver>-reg.sock`` serves ``pluginregistration.Registration``.
+* ``<plugins_registry>/<driver>-reg.sock`` serves ``pluginregistration.Registration``;
+* with a pod UID (two instances side by side during an update, :mod:`~cdi_plugin.dra.rolling`),
+  ``dra-<uid>.sock`` and ``<driver>-<uid>-reg.sock`` instead.
 
 The DRA socket starts first, so the kubelet never registers an endpoint that does not answer;
 on stop the registration socket goes first. A stale socket is removed before listening.
 
 Prepare checks the namespace, name and UID of every claim the kubelet names (a claim that breaks
 the API's name rules is a per-claim error, and nothing is sent), reads each claim through a
-:class:`ClaimReader` (a GET, outside the lock, all at once), then, one call at a time, answers
-each claim with its devices' CDI names or a one-line error. Prepared claims are kept in
-``<plugins>/<driver>/prepared.json`` (:mod:`cdi_plugin.dra.prepared`): a device prepared for one
-claim is refused to another until Unprepare, which only names the claim, releases it, also after
-the driver restarted (the kubelet does not prepare its claims again then). Each call's changes
+:class:`ClaimReader` (a GET, outside the lock, all at once), then, one call at a time across every instance
+of the driver on the node (``serialize.lock``, :mod:`~cdi_plugin.dra.serialize`), reads the
+prepared claims again if another instance changed them and answers each claim with its devices'
+CDI names or a one-line error; a call the kubelet abandons still completes its change. Prepared
+claims are kept in ``<plugins>/<driver>/prepared.json`` (:mod:`cdi_plugin.dra.prepared`): a device
+prepared for one claim is refused to another until Unprepare, which only names the claim,
+releases it, also after the driver restarted (the kubelet does not prepare its claims again
+then), and whichever instance the kubelet calls (the file is shared). Each call's changes
 are written (and fsynced) before it is answered: a claim whose record cannot be written is not
 prepared (or stays prepared), with an error naming the file, and the kubelet calls again.
 """
@@ -23,11 +28,13 @@ prepared (or stays prepared), with an error naming the file, and the kubelet cal
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import Callable, Mapping
+import os
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import grpc
 
@@ -37,8 +44,9 @@ from cdi_plugin.dra.health_service import HealthService
 from cdi_plugin.dra.inventory import Inventory, ServedDevice
 from cdi_plugin.dra.names import DEFAULT_PLUGINS_DIR, DEFAULT_REGISTRY_DIR, claim_ref_problem
 from cdi_plugin.dra.prepare import by_device_name, prepare_claim
-from cdi_plugin.dra.prepared import PreparedClaims, StateWriteError
+from cdi_plugin.dra.prepared import UNTIL_REPAIRED, PreparedClaims, StateWriteError
 from cdi_plugin.dra.preparedstate import claim_problem
+from cdi_plugin.dra.serialize import LOCK_NAME, SerializeError, Serializer
 from cdi_plugin.errors import CdiPluginError
 from cdi_plugin.wording import plural, shown
 
@@ -60,6 +68,8 @@ class Paths:
     driver: str
     registry_dir: Path = DEFAULT_REGISTRY_DIR
     plugins_dir: Path = DEFAULT_PLUGINS_DIR
+    #: Names the sockets of this instance when not empty (checked: :func:`~.rolling.check_pod_uid`).
+    pod_uid: str = ""
 
     @property
     def plugin_dir(self) -> Path:
@@ -67,18 +77,27 @@ class Paths:
 
     @property
     def dra_socket(self) -> Path:
-        return self.plugin_dir / "dra.sock"
+        return self.plugin_dir / (f"dra-{self.pod_uid}.sock" if self.pod_uid else "dra.sock")
 
     @property
     def registration_socket(self) -> Path:
-        return self.registry_dir / f"{self.driver}-reg.sock"
+        uid = f"-{self.pod_uid}" if self.pod_uid else ""
+        return self.registry_dir / f"{self.driver}{uid}-reg.sock"
 
     @property
     def state_file(self) -> Path:
         return self.plugin_dir / "prepared.json"
 
+    @property
+    def lock_file(self) -> Path:
+        return self.plugin_dir / LOCK_NAME
+
 
 Result = tuple[api.PreparedDevice, ...] | str
+#: A claim as looked up for Prepare: the object, None when it does not exist, why it could not be
+#: read, or (a string) the answer when its names are refused before any request.
+Found = Mapping[str, Any] | ClaimReadError | str | None
+T = TypeVar("T")
 
 
 def _ref_problem(ref: api.Claim) -> str | None:
@@ -88,7 +107,10 @@ def _ref_problem(ref: api.Claim) -> str | None:
 
 
 class DraService:
-    """NodePrepareResources / NodeUnprepareResources for both API versions."""
+    """NodePrepareResources / NodeUnprepareResources for both API versions.
+
+    ``serializer`` is the lock shared with the other instances of the driver on the node; without
+    it, calls take turns within this process only."""
 
     def __init__(
         self,
@@ -97,12 +119,15 @@ class DraService:
         inventory: Inventory,
         claims: ClaimReader,
         prepared: PreparedClaims,
+        *,
+        serializer: Serializer | None = None,
     ) -> None:
         self.driver = driver
         self.pool = pool
         self.inventory = inventory
         self.claims = claims
         self.prepared = prepared
+        self.serializer = serializer
         self._lock = asyncio.Lock()
         self._served: tuple[Mapping[str, ServedDevice], Mapping[str, ServedDevice]] | None = None
 
@@ -119,16 +144,50 @@ class DraService:
         except ClaimReadError as exc:
             return exc
 
+    async def _look_up(self, refs: list[api.Claim], found: dict[str, Found]) -> None:
+        """Add the claims of ``refs`` to ``found``: each read with a GET, all at once, but one whose
+        names the API would refuse, which is refused without a request."""
+        unknown = []
+        for ref in refs:
+            refused = _ref_problem(ref)
+            if refused is None:
+                unknown.append(ref)
+            else:
+                found[ref.uid] = refused
+        read = await asyncio.gather(*(self._read(ref) for ref in unknown))
+        found.update((ref.uid, obj) for ref, obj in zip(unknown, read, strict=True))
+
+    def _unprepared(self, refs: list[api.Claim], found: Mapping[str, Found]) -> list[api.Claim]:
+        return [ref for ref in refs if ref.uid not in found and self.prepared.get(ref.uid) is None]
+
+    @contextlib.asynccontextmanager
+    async def _serialized(self) -> AsyncIterator[None]:
+        """One call at a time on the node, with the prepared claims as the last change left them:
+        read again when another instance changed them (else one lstat). A file that cannot be used
+        is read again by :meth:`PreparedClaims.unusable` instead, which says when it is usable."""
+        async with self._lock, self.serializer.hold() if self.serializer else contextlib.nullcontext():
+            if self.prepared.problem is None and not self.prepared.reload():
+                log.error("%s; %s", self.prepared.problem, UNTIL_REPAIRED)
+            yield
+
     async def prepare(self, refs: list[api.Claim]) -> dict[str, Result]:
-        # A claim prepared already is not read again; one whose names the API would refuse, never.
-        unread = [ref for ref in refs if self.prepared.get(ref.uid) is None]
-        refused = {ref.uid: why for ref in unread if (why := _ref_problem(ref)) is not None}
-        wanted = [ref for ref in unread if ref.uid not in refused]
-        read = await asyncio.gather(*(self._read(ref) for ref in wanted))
-        found = dict(zip((ref.uid for ref in wanted), read, strict=True))
+        if not refs:
+            return {}
+        # A claim prepared already is not read again.
+        found: dict[str, Found] = {}
+        await self._look_up(self._unprepared(refs, found), found)
         await self.inventory.settled()
+        try:
+            return await _completed(self._prepare(refs, found))
+        except SerializeError as exc:
+            log.error("prepare failed: %s", exc)
+            return {ref.uid: f"claim {ref.namespace}/{ref.name}: not prepared: {exc}" for ref in refs}
+
+    async def _prepare(self, refs: list[api.Claim], found: dict[str, Found]) -> dict[str, Result]:
         out: dict[str, Result] = {}
-        async with self._lock:
+        async with self._serialized():
+            # Released by another instance since it was looked at: read it now.
+            await self._look_up(self._unprepared(refs, found), found)
             unusable = self.prepared.unusable()
             served = self._by_name()
             state = self.prepared.state
@@ -144,8 +203,8 @@ class DraService:
                 if done is not None:
                     out[ref.uid] = done
                     continue
-                if ref.uid in refused:
-                    result = refused[ref.uid]
+                if isinstance(obj, str):
+                    result = obj
                 elif isinstance(obj, ClaimReadError):
                     result = f"{where}: cannot read it: {obj}"
                 else:
@@ -180,7 +239,16 @@ class DraService:
         return out
 
     async def unprepare(self, refs: list[api.Claim]) -> dict[str, str]:
-        async with self._lock:
+        if not refs:
+            return {}
+        try:
+            return await _completed(self._unprepare(refs))
+        except SerializeError as exc:
+            log.error("unprepare failed: %s", exc)
+            return {ref.uid: f"claim {ref.namespace}/{ref.name}: still prepared: {exc}" for ref in refs}
+
+    async def _unprepare(self, refs: list[api.Claim]) -> dict[str, str]:
+        async with self._serialized():
             unusable = self.prepared.unusable()
             if unusable is not None:
                 return {ref.uid: f"claim {ref.namespace}/{ref.name}: {unusable}" for ref in refs}
@@ -197,11 +265,26 @@ class DraService:
                 }
         return {ref.uid: "" for ref in refs}
 
+    async def restore(self) -> bool:
+        """Write the prepared claims again if their file is gone (StateWriteError if it fails)."""
+        if os.path.lexists(self.prepared.path):
+            return False
+        async with self._serialized():  # another instance may have written it again already
+            return await self.prepared.restore()
+
     async def NodePrepareResources(self, request: Any, context: Any) -> Any:
         return api.prepare_response(api.version_of(request), await self.prepare(api.claims_of(request)))
 
     async def NodeUnprepareResources(self, request: Any, context: Any) -> Any:
         return api.unprepare_response(api.version_of(request), await self.unprepare(api.claims_of(request)))
+
+
+async def _completed(change: Awaitable[T]) -> T:
+    """The result of ``change``, which runs to its end even if the caller is cancelled (the kubelet
+    gave up on the call): the lock is released only once the state is as the change left it."""
+    task = asyncio.ensure_future(change)
+    task.add_done_callback(lambda t: t.cancelled() or t.exception())  # raised below, or nobody waits
+    return await asyncio.shield(task)
 
 
 class Registrar:
@@ -252,7 +335,9 @@ class SocketInUseError(CdiPluginError):
 async def _listen(path: Path, add: Any) -> grpc.aio.Server:
     path.parent.mkdir(parents=True, exist_ok=True)
     if someone_listens(path):
-        raise SocketInUseError(f"{path}: another process is serving it; not replacing it")
+        raise SocketInUseError(
+            f"{path}: another process is serving it (another instance of the driver?); not replacing it"
+        )
     path.unlink(missing_ok=True)  # stale: nothing listens on it
     server = grpc.aio.server()
     add(server)
@@ -314,16 +399,18 @@ class KubeletPlugin:
                 path.unlink(missing_ok=True)
 
     async def recover(self) -> bool:
-        """Start again when a socket is gone or replaced, or a start failed; True when it did.
-        Then write the prepared claims again if their file is gone (StateWriteError if it fails)."""
+        """Start when not serving (the first time, or a socket is gone or replaced, or a start
+        failed); True when it did. Then write the prepared claims again if their file is gone
+        (StateWriteError if it fails)."""
         intact = len(self._servers) == 2 and all(_identity(p) == inode for p, _, inode in self._servers)
         if not intact:
-            log.warning(
-                "a DRA plugin socket of %s disappeared; serving and registering again", self.paths.driver
-            )
+            if self._servers:
+                log.warning(
+                    "a DRA plugin socket of %s disappeared; serving and registering again", self.paths.driver
+                )
             await self.stop()
             await self.start()
-        await self.service.prepared.restore()
+        await self.service.restore()
         return not intact
 
     async def __aenter__(self) -> KubeletPlugin:

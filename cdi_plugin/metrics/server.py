@@ -89,6 +89,10 @@ class MetricsServer:
         self._started = False
 
     @property
+    def started(self) -> bool:
+        return self._started
+
+    @property
     def port(self) -> int:
         return int(self._http.address[1]) if self._started else self.requested_port
 

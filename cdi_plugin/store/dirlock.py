@@ -38,15 +38,18 @@ class DirLock:
     waited: float = 0.0  # seconds spent waiting for the lock
 
 
-def _open_lock(directory: Path, path: Path) -> int | None:
-    """The lock file's descriptor; None when the directory is missing or cannot be written."""
+def open_lock(directory: Path, name: str = LOCK_NAME) -> int | None:
+    """The descriptor of the lock file ``directory/name`` (created mode 0600 if missing; a link,
+    or a file that is not a regular file of this user, is refused with SpecWriteError); None when
+    the directory is missing or cannot be written."""
+    path = directory / name
     try:
         dfd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError:
         return None
     try:
         flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-        fd = os.open(LOCK_NAME, flags, 0o600, dir_fd=dfd)
+        fd = os.open(name, flags, 0o600, dir_fd=dfd)
     except OSError as exc:
         if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
             return None  # staging the files fails the same way, with its own message
@@ -74,7 +77,7 @@ def locked(
     that does not exist yet, or that this process may not write, is not locked (``held`` False).
     """
     lock = DirLock(directory / LOCK_NAME)
-    fd = _open_lock(directory, lock.path)
+    fd = open_lock(directory)
     if fd is None:
         yield lock
         return

@@ -18,6 +18,7 @@ import sys
 import tempfile
 import time
 import tomllib
+import uuid
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -167,9 +168,12 @@ def run_options(pod: Mapping[str, Any], sources: Mapping[str, Path]) -> list[str
     if pod.get("hostNetwork"):
         options += ["--network", "host"]
     for env in container.get("env", []):
-        # the node's name from the downward API: the host's, as the container shares its network
-        assert env.get("valueFrom") == {"fieldRef": {"fieldPath": "spec.nodeName"}}, env
-        options += ["--env", f"{env['name']}={socket.gethostname()}"]
+        # from the downward API: the node's name (the host's, as the container shares its
+        # network) and the pod's UID (one of its own)
+        values = {"spec.nodeName": socket.gethostname(), "metadata.uid": str(uuid.uuid4())}
+        field = env.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath")
+        assert field in values, env
+        options += ["--env", f"{env['name']}={values[field]}"]
     limits = container["resources"].get("limits", {})
     assert set(limits) <= {"memory"}, limits
     if "memory" in limits:

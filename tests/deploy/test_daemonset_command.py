@@ -23,12 +23,14 @@ import yaml
 from tests.deploy.kustomize import DEPLOY, kustomize_build, one
 from tests.deviceplugin.fake_kubelet import FakeKubelet
 from tests.deviceplugin.helpers import Layout, run
+from tests.dra.conftest import DRIVER
 from tests.dra.fakeapiserver import running
 from tests.dra.serving import DraNode, kubeconfig, published, sockets
 from tests.metrics.scrape import get
 
 VENV_BIN = Path(sys.executable).parent
 NODE_NAME = "node-a"
+POD_UID = "4f1c2d3e-5a6b-4c7d-8e9f-0a1b2c3d4e5f"
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -81,16 +83,19 @@ def test_the_daemonset_command_serves_what_the_example_pod_requests(tmp_path: Pa
         "--sysfs-root", str(layout.sysfs), "--source", f"fixture:{fixture}",
     ]  # fmt: skip
     env = dict(os.environ)
-    if dra:  # the DRA driver's paths and its API server; its node's name from the downward API
+    registration = driver.registration_socket
+    if dra:  # the DRA driver's paths and its API server; its node's name and pod UID from the downward API
         node_paths += ["--kubelet-plugins-dir", str(driver.plugins), "--kubelet-registry-dir",
                        str(driver.registry), "--kubeconfig", str(driver.config)]  # fmt: skip
-        (variable,) = container["env"]
-        assert variable["valueFrom"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
-        env[variable["name"]] = NODE_NAME
+        downward = {"spec.nodeName": NODE_NAME, "metadata.uid": POD_UID}
+        for variable in container["env"]:
+            env[variable["name"]] = downward[variable["valueFrom"]["fieldRef"]["fieldPath"]]
+        assert set(env.values()) >= set(downward.values())
+        registration = driver.registry / f"{DRIVER}-{POD_UID}-reg.sock"  # named after the pod
     else:  # the device plugin alone, which touches no kubelet directory but its own
         assert not [a for a in args if a.startswith("--api")]
         assert "env" not in container
-    driver.api.add_node(NODE_NAME)
+    driver.api.add_node(NODE_NAME, "v1.36.2")
     pod = yaml.safe_load((DEPLOY / "examples" / "pod-fuse.yaml").read_text())
     ((resource, count),) = pod["spec"]["containers"][0]["resources"]["limits"].items()
 
@@ -119,7 +124,7 @@ def test_the_daemonset_command_serves_what_the_example_pod_requests(tmp_path: Pa
                         assert proc.returncode is None
                         assert asyncio.get_running_loop().time() < deadline, published(driver)
                         await asyncio.sleep(0.05)
-                    assert driver.registration_socket.exists()
+                    assert registration.exists()
                 proc.send_signal(signal.SIGTERM)
                 assert await asyncio.wait_for(proc.wait(), 10) == 0
                 assert sockets(kubelet_dir) == []

@@ -197,13 +197,18 @@ def test_the_dra_walkthrough_agrees_with_the_files_and_the_code() -> None:
         f"| `{DEFAULT_PLUGINS_DIR}` |",
         f"| `{DEFAULT_REGISTRY_DIR}` |",
         "| `$NODE_NAME` |",
+        "| `--pod-uid UID` | `$POD_UID` |",
         "| `--api device-plugin\\|dra\\|both` |",
     ]
     for row in rows:
         assert row in running, row
     with_dra = next(o for o in kustomize_build(ROOT / "deploy" / "with-dra") if o["kind"] == "DaemonSet")
-    (env,) = with_dra["spec"]["template"]["spec"]["containers"][0]["env"]
-    assert env["name"] == "NODE_NAME"
+    env = with_dra["spec"]["template"]["spec"]["containers"][0]["env"]
+    assert [e["name"] for e in env] == ["NODE_NAME", "POD_UID"]
+    upgrades = DRA_MD[DRA_MD.index("## Upgrades") :].split("\n## ", 1)[0]
+    strategy = with_dra["spec"]["updateStrategy"]["rollingUpdate"]
+    assert f"`maxSurge: {strategy['maxSurge']}`, `maxUnavailable: {strategy['maxUnavailable']}`" in upgrades
+    assert f"`minReadySeconds: {with_dra['spec']['minReadySeconds']}`" in upgrades
 
 
 def test_the_readme_walks_through_both_apis() -> None:

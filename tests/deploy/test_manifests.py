@@ -137,8 +137,10 @@ def test_the_device_plugin_is_the_daemonset_and_its_configmap_alone() -> None:
 
 def test_the_dra_component_adds_only_what_the_driver_needs() -> None:
     """The DaemonSet with DRA is the device plugin's, plus the account and its token, the node's
-    name, the kubelet's plugin directories and --api=both; the objects are the device plugin's
-    plus the RBAC, the admission policy and the DeviceClasses."""
+    name and the pod's UID, the kubelet's plugin directories and --api=both, without the port
+    declaration (a hostPort under hostNetwork) that would keep an update's new pod from starting
+    beside the old one; the objects are the device plugin's plus the RBAC, the admission policy
+    and the DeviceClasses."""
     kinds = sorted(o["kind"] for o in kustomize_build(WITH_DRA))
     admission = ["ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"]
     rbac_kinds = ["ServiceAccount", "ClusterRole", "ClusterRoleBinding"]
@@ -158,13 +160,39 @@ def test_the_dra_component_adds_only_what_the_driver_needs() -> None:
     assert [m for m in container["volumeMounts"] if m not in base["volumeMounts"]] == [
         {"name": v["name"], "mountPath": v["hostPath"]["path"]} for v in added
     ]
-    (env,) = container["env"]
-    assert env == {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}
-    rest = {"args", "volumeMounts", "env"}
+    assert container["env"] == [
+        {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+        {"name": "POD_UID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}},
+    ]
+    assert "ports" not in container
+    assert base["ports"]
+    rest = {"args", "volumeMounts", "env", "ports"}
     assert {k: v for k, v in container.items() if k not in rest} == {
         k: v for k, v in base.items() if k not in rest
     }
     assert _serve_args(WITH_DRA)["api"] == "both"
+    assert _serve_args(WITH_DRA)["pod_uid"] is None  # from $POD_UID, as --node-name from $NODE_NAME
+
+
+def test_with_dra_an_update_starts_the_new_pod_before_the_old_one_stops() -> None:
+    """maxSurge 1 with maxUnavailable 0 on each node; the old pod goes once the new one has been
+    ready for minReadySeconds. No container declares a port: with hostNetwork that would be a
+    hostPort, which the new pod could not get while the old one holds it."""
+    plain = one(kustomize_build(DEVICE_PLUGIN), "DaemonSet")["spec"]
+    dra = one(kustomize_build(WITH_DRA), "DaemonSet")["spec"]
+    assert plain["updateStrategy"] == {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1}}
+    assert "minReadySeconds" not in plain
+    assert dra["updateStrategy"] == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0},
+    }
+    assert dra["minReadySeconds"] >= 5
+    assert dra["template"]["spec"]["hostNetwork"] is True
+    assert all("ports" not in c for c in dra["template"]["spec"]["containers"])
+    changed = {"updateStrategy", "minReadySeconds", "template"}
+    assert {k: v for k, v in dra.items() if k not in changed} == {
+        k: v for k, v in plain.items() if k not in changed
+    }
 
 
 def test_every_file_of_deploy_is_in_a_kustomization() -> None:

@@ -141,9 +141,18 @@ class FakeApiServer:
     def count(self, method: str, path: str, *, watch: bool | None = None) -> int:
         return sum(c.method == method and c.path == path and watch in (None, c.watch) for c in self.calls)
 
-    def add_node(self, name: str) -> str:
+    def add_node(self, name: str, kubelet_version: str = "") -> str:
+        """A Node; ``kubelet_version`` goes to status.nodeInfo.kubeletVersion (as the kubelet reports it)."""
         uid = str(uuid.uuid4())
-        self.nodes[name] = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "uid": uid}}
+        node: dict[str, Any] = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "uid": uid}}
+        if kubelet_version:
+            node["status"] = {"nodeInfo": {
+                "machineID": uid.replace("-", ""), "systemUUID": uid, "bootID": str(uuid.uuid4()),
+                "kernelVersion": "6.1.0-28-amd64", "osImage": "Debian GNU/Linux 12 (bookworm)",
+                "containerRuntimeVersion": "containerd://1.7.24", "kubeletVersion": kubelet_version,
+                "kubeProxyVersion": "", "operatingSystem": "linux", "architecture": "amd64",
+            }}  # fmt: skip
+        self.nodes[name] = node
         return uid
 
     def add_claim(self, obj: dict[str, Any]) -> None:

@@ -5,6 +5,12 @@ requires type DRAPlugin, a driver name equal to the one it expects, an absolute 
 known version (taking the first it knows in the plugin's order); it tells the plugin the outcome
 with NotifyRegistrationStatus, and checks that every requested claim UID is answered.
 
+Several instances of the driver (a rolling update, kubelet >= 1.33): every registered endpoint is
+kept, in the order of registration; an endpoint whose registration socket is gone or was created
+again is de-registered first (the plugin watcher sees the removal); a second registration of an
+endpoint path still registered is refused; each call goes to the newest endpoint that accepts a
+connection, else to the newest (:attr:`FakeKubelet.called` records which).
+
 Device health: :meth:`FakeKubelet.watch_health` opens a ``NodeWatchResources`` stream, by
 default of the health version the kubelet chose at registration as a 1.37 kubelet does (v1 when
 advertised, else v1alpha1 when advertised; the 1.36 kubelet calls v1alpha1 whatever is
@@ -15,6 +21,7 @@ and kept with its arrival time.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import stat
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -23,6 +30,7 @@ from types import TracebackType
 
 import grpc
 
+from cdi_plugin.aio.sockets import someone_listens
 from cdi_plugin.dra import api
 from cdi_plugin.dra.health import HEALTHY, MESSAGE_MAX, UNHEALTHY, DeviceHealth
 
@@ -37,14 +45,72 @@ class RegistrationRefused(Exception):
     pass
 
 
+@dataclasses.dataclass(frozen=True)
+class Endpoint:
+    """A registered instance of the driver."""
+
+    path: str
+    version: str
+    health_version: str
+    registration: Path
+    registration_id: tuple[int, int, int]  # device, inode, ctime: a socket created again differs
+
+    def registered(self) -> bool:
+        """Whether its registration socket is still the one registered (else the plugin watcher
+        has seen it removed, and the kubelet de-registered the endpoint)."""
+        return _file_id(self.registration) == self.registration_id
+
+
+def _file_id(path: Path) -> tuple[int, int, int] | None:
+    try:
+        st = path.lstat()
+    except FileNotFoundError:
+        return None
+    return st.st_dev, st.st_ino, st.st_ctime_ns
+
+
 class FakeKubelet:
     def __init__(self, registry_dir: Path, known_versions: Iterable[str] = KNOWN_VERSIONS) -> None:
         self.registry_dir = registry_dir
         self.known = tuple(known_versions)
-        self.endpoint = ""
-        self.version = ""
-        self.health_version = ""
+        self.endpoints: list[Endpoint] = []  # in the order of registration
+        self.called: list[str] = []  # the endpoint of each Prepare or Unprepare
         self.infos: list[api.PluginInfo] = []
+
+    def _current(self) -> list[Endpoint]:
+        self.endpoints = [e for e in self.endpoints if e.registered()]
+        return self.endpoints
+
+    @property
+    def newest(self) -> Endpoint:
+        current = self._current()
+        assert current, "no endpoint of the driver is registered"
+        return current[-1]
+
+    @property
+    def endpoint(self) -> str:
+        return self.newest.path
+
+    @endpoint.setter
+    def endpoint(self, path: str) -> None:
+        """Reach the newest endpoint at ``path`` (its path on this host, when the driver runs in a
+        container whose paths differ)."""
+        self.endpoints[-1] = dataclasses.replace(self.newest, path=path)
+
+    @property
+    def version(self) -> str:
+        return self.newest.version
+
+    @property
+    def health_version(self) -> str:
+        return self.newest.health_version
+
+    def _target(self) -> Endpoint:
+        """The newest connected endpoint, else the newest (the 1.33+ kubelet's choice)."""
+        current = self._current()
+        assert current, "no endpoint of the driver is registered"
+        connected = [e for e in current if someone_listens(Path(e.path))]
+        return connected[-1] if connected else current[-1]
 
     def sockets(self) -> list[Path]:
         return sorted(
@@ -55,6 +121,8 @@ class FakeKubelet:
 
     async def register(self, socket: Path, driver: str) -> None:
         """GetInfo, check, then NotifyRegistrationStatus; RegistrationRefused when refused."""
+        registration_id = _file_id(socket)
+        assert registration_id is not None, f"{socket}: no such socket"
         async with grpc.aio.insecure_channel(f"unix://{socket}", options=OPTIONS) as channel:
             stub = api.RegistrationStub(channel)
             info = await stub.GetInfo(api.InfoRequest(), timeout=1)
@@ -69,19 +137,23 @@ class FakeKubelet:
                 error = f"endpoint {info.endpoint!r} is not absolute"
             elif not version:
                 error = f"none of the versions {list(info.supported_versions)} is supported"
+            elif any(e.path == info.endpoint for e in self._current()):
+                error = f"endpoint {info.endpoint} already registered for DRA driver plugin {driver}"
             await stub.NotifyRegistrationStatus(
                 api.RegistrationStatus(plugin_registered=not error, error=error), timeout=5
             )
         if error:
             raise RegistrationRefused(error)
-        self.endpoint, self.version = info.endpoint, version
-        self.health_version = next((v for v in KNOWN_HEALTH if v in info.supported_versions), "")
+        health = next((v for v in KNOWN_HEALTH if v in info.supported_versions), "")
+        self.endpoints.append(Endpoint(info.endpoint, version, health, socket, registration_id))
 
     async def _call(self, method: str, claims: list[api.Claim]) -> object:
         build = api.prepare_request if method == "NodePrepareResources" else api.unprepare_request
-        async with grpc.aio.insecure_channel(f"unix://{self.endpoint}", options=OPTIONS) as channel:
-            stub = api.dra_stub(self.version, channel)
-            response = await getattr(stub, method)(build(self.version, claims), timeout=45)
+        target = self._target()
+        self.called.append(target.path)
+        async with grpc.aio.insecure_channel(f"unix://{target.path}", options=OPTIONS) as channel:
+            stub = api.dra_stub(target.version, channel)
+            response = await getattr(stub, method)(build(target.version, claims), timeout=45)
         assert set(response.claims) == {c.uid for c in claims}, "every claim UID answered, no other"
         return response
 

@@ -27,7 +27,7 @@ pytestmark = pytest.mark.asyncio
 
 def state_doc(path: Path) -> Any:
     """The prepared-claims document in the file (its newest record), as JSON."""
-    return json.loads(slotfile.read(path, MAX_STATE_BYTES, "prepared-claims file").record)
+    return json.loads(slotfile.read(path, MAX_STATE_BYTES, "a prepared-claims file").record)
 
 
 def claim_obj(

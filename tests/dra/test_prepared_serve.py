@@ -138,6 +138,7 @@ def test_a_full_disk_fails_the_claims_of_that_call_and_keeps_memory_as_the_file(
             assert sorted(p.name for p in path.parent.iterdir()) == [
                 "dra.sock",
                 "prepared.json",
+                "serialize.lock",
             ]  # no temp file
             await serve.logged(f"prepare failed: cannot record 1 claim: {full}")
 
@@ -167,7 +168,8 @@ def test_a_directory_at_the_files_path_fails_prepare_until_it_goes(dra_node: Dra
             kubelet = await registered(dra_node, serve)
             path.mkdir()
             assert await kubelet.prepare(first) == {
-                first.uid: f"claim default/first: not prepared: {path}: cannot replace: Is a directory"
+                first.uid: f"claim default/first: {path}: is a directory, not a prepared-claims file; "
+                "nothing is prepared or released until it is repaired or moved away"
             }
             path.rmdir()
             assert await kubelet.prepare(first) == {first.uid: devices()}

@@ -1,0 +1,93 @@
+"""``<plugins>/<driver>/serialize.lock``: Prepare and Unprepare of every instance of the driver on
+the node take turns (two instances run side by side during an update).
+
+The lock is ``flock`` on a regular file of its own (mode 0600, never followed through a link,
+never removed: a lock file that is unlinked while held no longer excludes anyone); the kernel
+releases it when its holder ends, however it ends. It is taken without blocking the event loop:
+a busy lock is tried again after a few milliseconds, at most :data:`LOCK_TIMEOUT` seconds, less
+than the kubelet waits for a call (45 s), so that a holder that hangs fails the call in one line
+instead of stalling it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import logging
+import os
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+from cdi_plugin.errors import CdiPluginError, SpecWriteError
+from cdi_plugin.store.dirlock import open_lock
+
+log = logging.getLogger(__name__)
+
+LOCK_NAME = "serialize.lock"
+LOCK_TIMEOUT = 30.0
+_POLL_FIRST, _POLL_MAX = 0.001, 0.05
+
+
+class SerializeError(CdiPluginError):
+    """The lock shared with the other instances of the driver could not be taken."""
+
+
+class Serializer:
+    """The lock file ``path``; :meth:`hold` holds it for an ``async with`` block."""
+
+    def __init__(self, path: Path, timeout: float = LOCK_TIMEOUT) -> None:
+        self.path = path
+        self.timeout = timeout
+
+    def _open(self) -> int:
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd = open_lock(self.path.parent, self.path.name)
+        except SpecWriteError as exc:
+            raise SerializeError(str(exc)) from None
+        except OSError as exc:
+            raise SerializeError(f"{self.path}: {exc.strerror or exc}") from None
+        if fd is None:
+            raise SerializeError(f"{self.path}: cannot be created or opened for writing here")
+        return fd
+
+    def _current(self, fd: int) -> bool:
+        """Whether ``fd`` is still the file at :attr:`path` (not one unlinked meanwhile)."""
+        try:
+            st, now = os.fstat(fd), os.lstat(self.path)
+        except OSError:
+            return False
+        return (st.st_dev, st.st_ino) == (now.st_dev, now.st_ino)
+
+    @contextlib.asynccontextmanager
+    async def hold(self) -> AsyncIterator[None]:
+        """Hold the lock; SerializeError when it cannot be opened or is still held by another
+        process after :attr:`timeout` seconds."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.timeout
+        delay = _POLL_FIRST
+        fd = self._open()
+        try:
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    if delay == _POLL_FIRST:
+                        log.debug("waiting for %s: another instance of the driver holds it", self.path)
+                else:
+                    if self._current(fd):
+                        break
+                    os.close(fd)  # the file was removed or replaced: lock the one there now
+                    fd = -1
+                    fd = self._open()
+                if loop.time() >= deadline:
+                    raise SerializeError(
+                        f"{self.path}: held by another instance of the driver for more than {self.timeout:g}s"
+                    )
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, _POLL_MAX)
+            yield
+        finally:
+            if fd >= 0:
+                os.close(fd)
