@@ -372,7 +372,12 @@ def serve(
                 kubelet_registry_dir or DEFAULT_REGISTRY_DIR,
                 pod_uid=pod_uid,
             )
-            jobs.append(DraDriver.connect(options, served).run)
+            report = None
+            if metrics.registry is not None:
+                from cdi_plugin.metrics import DraMetrics
+
+                report = DraMetrics(metrics.registry, metrics.probes, options.driver)
+            jobs.append(DraDriver.connect(options, served, report).run)
         except CdiPluginError as exc:
             fail(PROGRAM, str(exc))
     from cdi_plugin.cli.service import run_until_stopped, serve_when_free, start_metrics_server
