@@ -46,7 +46,7 @@ SERVE_SECTIONS = {
         "allow_hooks_and_mounts",
     ],
     "DRA driver (with --api dra or both)": [
-        "driver_name", "node_name", "kubeconfig", "kubelet_plugins_dir", "kubelet_registry_dir",
+        "driver_name", "node_name", "kubeconfig", "kubelet_plugins_dir", "kubelet_registry_dir", "pod_uid",
     ],
     "Logging and metrics": ["log_format", "metrics_address", "verbose"],
 }  # fmt: skip
