@@ -46,7 +46,7 @@ SERVE_SECTIONS = {
         "allow_hooks_and_mounts",
     ],
     "DRA driver (with --api dra or both)": [
-        "driver_name", "node_name", "kubeconfig", "kubelet_plugins_dir", "kubelet_registry_dir",
+        "driver_name", "node_name", "kubeconfig", "kubelet_plugins_dir", "kubelet_registry_dir", "pod_uid",
     ],
     "Logging and metrics": ["log_format", "metrics_address", "verbose"],
 }  # fmt: skip
@@ -287,7 +287,9 @@ def serve(
     else the device plugin; a kind shared by design (replicas above 1) may be named for both. It
     needs the node's name (--node-name, $NODE_NAME) and refuses to start if the API server does
     not know it; while the API server cannot be reached it retries, and the device plugin side
-    serves meanwhile.
+    serves meanwhile. An API server without resource.k8s.io/v1 (before 1.34) gets one error
+    line: with both the device plugin serves on (and the API server is asked again every 10
+    minutes), with dra the process stops.
     """
     import logging
 
@@ -371,6 +373,7 @@ def serve(
                 kubelet_plugins_dir or DEFAULT_PLUGINS_DIR,
                 kubelet_registry_dir or DEFAULT_REGISTRY_DIR,
                 pod_uid=pod_uid,
+                dra_only=config.api == "dra",
             )
             report = None
             if metrics.registry is not None:

@@ -7,7 +7,12 @@ device nodes, grace period), so both APIs always see the same devices. Its life 
    anything starts (a one-line error otherwise);
 2. the API server is asked for the node (its one GET of the node), again with backoff while it
    cannot be reached or fails (the device plugin side serves meanwhile); a node it says it does
-   not know stops the process;
+   not know stops the process. Then for its discovery document of ``resource.k8s.io/v1``: an API
+   server without it (before 1.34, or DRA turned off) gets one error line naming the cause and
+   the fix, and the driver neither registers with the kubelet nor sends anything else; with
+   ``--api both`` the device plugin serves on and the document is asked for again, silently,
+   every :data:`DRA_API_RECHECK` seconds, so that an upgraded API server is used; with
+   ``--api dra`` alone the process stops (exit status 1);
 3. the sockets are named after the pod's UID when it is given and the node's kubelet (1.33 or
    later) serves two instances of a driver side by side, else fixed (one line says why);
    the prepared claims are read (a file that cannot be used is reported, and Prepare refused
@@ -60,6 +65,8 @@ MAX_SOCKET_BYTES = 107
 QUIET, LONGEST = 0.05, 0.5
 #: How soon sockets that could not be bound again are tried again, without a new event.
 REBIND_RETRY = 5.0
+#: How often an API server without resource.k8s.io/v1 is asked again (with --api both).
+DRA_API_RECHECK = 600.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +75,8 @@ class DraOptions:
     node: str
     paths: Paths
     kubeconfig: Path | None = None
+    #: --api dra: no device plugin side to serve on when the API server has no DRA.
+    dra_only: bool = False
 
 
 def dra_options(
@@ -78,6 +87,7 @@ def dra_options(
     registry_dir: Path,
     *,
     pod_uid: str | None = None,
+    dra_only: bool = False,
 ) -> DraOptions:
     """The options checked; DraConfigError names the option and says why it is refused."""
     try:
@@ -106,7 +116,7 @@ def dra_options(
             raise DraConfigError(
                 f"{option}: the socket {path} is longer than a unix socket allows ({MAX_SOCKET_BYTES} bytes)"
             )
-    return DraOptions(driver, node, paths, kubeconfig)
+    return DraOptions(driver, node, paths, kubeconfig, dra_only)
 
 
 class DraDriver:
@@ -114,7 +124,13 @@ class DraDriver:
     goes to ``report`` (its metrics and readiness with ``--metrics-address``)."""
 
     def __init__(
-        self, options: DraOptions, inventory: Inventory, kube: KubeApi, report: Report = UNREPORTED
+        self,
+        options: DraOptions,
+        inventory: Inventory,
+        kube: KubeApi,
+        report: Report = UNREPORTED,
+        *,
+        recheck: float = DRA_API_RECHECK,
     ) -> None:
         self.options = options
         self.inventory = inventory
@@ -122,6 +138,9 @@ class DraDriver:
         self.report = report
         kube.rest.report = report
         self.publisher = SlicePublisher(kube, report=report)
+        self.recheck = recheck
+        #: Why the driver waits and serves nothing (the API server has no DRA), while it does.
+        self.not_started: str | None = None
 
     @classmethod
     def connect(cls, options: DraOptions, inventory: Inventory, report: Report | None = None) -> DraDriver:
@@ -138,6 +157,7 @@ class DraDriver:
     async def _serve(self) -> None:
         o = self.options
         await self._confirm_node()
+        await self._await_dra_api()
         paths = self._instance_paths()
         log.info(
             "DRA driver %s on node %s: sockets %s and %s",
@@ -191,6 +211,50 @@ class DraDriver:
                     self.options.driver, self.options.node, exc, delay,
                 )  # fmt: skip
                 await asyncio.sleep(delay)
+
+    async def _await_dra_api(self) -> None:
+        """Return once the API server serves resource.k8s.io/v1. Without it: one error line, then
+        (with --api both) the question again every :attr:`recheck` seconds, silently;
+        DraConfigError with --api dra. An answer that tells nothing (an error, a proxy's page)
+        is logged and asked again with backoff, as for the node."""
+        o = self.options
+        failures = Failures(RETRY)
+        while True:
+            try:
+                problem = await self.kube.dra_api_problem()
+            except ApiServerError as exc:
+                if self.not_started is None:
+                    delay = failures.next_delay()
+                    log.error(
+                        "DRA driver %s: cannot tell whether the API server serves DRA: %s; not registered "
+                        "with the kubelet yet, trying again in %.0f s",
+                        o.driver, exc, delay,
+                    )  # fmt: skip
+                else:  # said once already: the next question, as planned
+                    delay = self.recheck
+                    log.debug("DRA driver %s: %s", o.driver, exc)
+                await asyncio.sleep(delay)
+                continue
+            if problem is None:
+                if self.not_started is not None:
+                    log.info("DRA driver %s: the API server serves DRA now; starting", o.driver)
+                    self.not_started = None
+                    self.report.serving(True)
+                return
+            if o.dra_only:
+                raise DraConfigError(
+                    f"{problem}: the DRA driver {o.driver} is not started; run with --api device-plugin, "
+                    "or on a cluster that serves it"
+                )
+            if self.not_started is None:
+                self.not_started = problem
+                self.report.serving(False)
+                log.error(
+                    "%s: the DRA driver %s is not started; run with --api device-plugin, or turn DRA on "
+                    "(asked again every %g s)",
+                    problem, o.driver, self.recheck,
+                )  # fmt: skip
+            await asyncio.sleep(self.recheck)
 
 
 async def _keep_bound(plugin: KubeletPlugin, watch: DirWatch) -> None:

@@ -1,9 +1,11 @@
-"""What the driver asks of the API server: its node, a claim, and its own ResourceSlices.
+"""What the driver asks of the API server: its node, whether it serves DRA, a claim, and its own
+ResourceSlices.
 
 Every answer comes checked through :mod:`cdi_plugin.dra.rest` and :mod:`cdi_plugin.dra.shapes`.
 Names go into paths only after they passed the API's name rules, and as escaped path segments.
 
 * The node: one GET, at start (its UID makes the Node own the slices).
+* ``resource.k8s.io/v1``: its discovery document, one GET at start (see :meth:`KubeApi.dra_api_problem`).
 * A claim: one GET each, when the kubelet asks to prepare it, retried within a deadline well
   inside the kubelet's 45 s, each attempt with its own timeout. No claim is ever listed or watched.
 * The slices: listed and watched with the field selectors ``spec.driver`` and ``spec.nodeName``
@@ -26,12 +28,24 @@ from cdi_plugin.dra.kubelet import ClaimReadError
 from cdi_plugin.dra.names import DraConfigError, claim_name_problem
 from cdi_plugin.dra.rest import ApiServerError, RestClient
 from cdi_plugin.dra.rolling import kubelet_version
-from cdi_plugin.dra.shapes import BadAnswer, Obj, list_of, node_uid, resource_version, slice_problem
-from cdi_plugin.wording import shown
+from cdi_plugin.dra.shapes import (
+    BadAnswer,
+    Obj,
+    list_of,
+    node_uid,
+    resource_names,
+    resource_version,
+    slice_problem,
+)
+from cdi_plugin.wording import joined, shown
 
 log = logging.getLogger(__name__)
 
-SLICES = "/apis/resource.k8s.io/v1/resourceslices"
+GROUP_VERSION = "resource.k8s.io/v1"
+RESOURCE_API = f"/apis/{GROUP_VERSION}"
+SLICES = f"{RESOURCE_API}/resourceslices"
+#: The resources of resource.k8s.io/v1 the driver uses.
+NEEDED = ("resourceslices", "resourceclaims")
 FIELD_MANAGER = "cdi-plugin"
 #: One attempt at reading a claim; the attempts of one claim together (the kubelet waits 45 s).
 CLAIM_ATTEMPT_TIMEOUT = 10.0
@@ -90,6 +104,28 @@ class KubeApi:
         self.node_uid = _checked(f"GET {path}", node_uid, answer)
         self.kubelet_version = kubelet_version(answer)
         return self.node_uid
+
+    async def dra_api_problem(self) -> str | None:
+        """Why this API server cannot serve the driver, from its discovery document of
+        resource.k8s.io/v1 (which every authenticated client may read), or None when it serves
+        the resources the driver uses.
+
+        kube-apiserver answers a group version it does not serve (before 1.34, or turned off with
+        ``--runtime-config``) with a ``Status`` 404 NotFound, the one answer taken for "no DRA";
+        ApiServerError when it cannot tell (no answer, another error, a proxy's 404 page).
+        """
+        try:
+            answer = await self.rest.request("GET", RESOURCE_API)
+        except ApiServerError as exc:
+            if exc.code == 404 and exc.reason == "NotFound":
+                why = "Kubernetes before 1.34, or DRA turned off"
+                return f"the API server does not serve {GROUP_VERSION} ({why})"
+            raise
+        served = _checked(f"GET {RESOURCE_API}", lambda obj: resource_names(obj, GROUP_VERSION), answer)
+        missing = [name for name in NEEDED if name not in served]
+        if missing:
+            return f"the API server serves {GROUP_VERSION} without {joined(missing)} (turned off?)"
+        return None
 
     async def read_claim(self, namespace: str, name: str) -> Mapping[str, Any] | None:
         """A ResourceClaim as the API server holds it, None when it has none by that name.

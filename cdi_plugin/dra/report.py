@@ -57,6 +57,11 @@ def result_of_code(code: int) -> ApiResult:
 class Report(Protocol):
     """Called on the driver's event loop; each call is cheap and never fails."""
 
+    def serving(self, yes: bool) -> None:
+        """Whether the driver is started: not while the API server serves no DRA (with ``--api
+        both``), so that readiness does not wait for it then."""
+        ...
+
     def prepare(self, results: Iterable[PrepareResult], seconds: float) -> None:
         """A NodePrepareResources call answered after ``seconds``, with each claim's result."""
         ...
@@ -79,6 +84,9 @@ class Report(Protocol):
 
 
 class _Unreported:
+    def serving(self, yes: bool) -> None:
+        pass
+
     def prepare(self, results: Iterable[PrepareResult], seconds: float) -> None:
         pass
 

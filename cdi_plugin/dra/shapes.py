@@ -128,6 +128,26 @@ def watch_event(obj: Mapping[str, Any]) -> tuple[str, Obj]:
     return kind, _at(obj, "object", dict)
 
 
+def resource_names(obj: Mapping[str, Any], group_version: str) -> frozenset[str]:
+    """The resources (``resourceslices``, ``resourceclaims/status``) an ``APIResourceList`` of
+    ``group_version`` names: the API server's discovery document of that group version."""
+    kind = _at(obj, "kind", str)
+    if kind != "APIResourceList":
+        raise BadAnswer(f"kind: {shown(kind, 40)}, not APIResourceList")
+    found = _at(obj, "groupVersion", str)
+    if found != group_version:
+        raise BadAnswer(f"groupVersion: {shown(found, 60)}, not {group_version}")
+    names = set()
+    for i, resource in enumerate(_at(obj, "resources", list, required=False) or []):
+        if not isinstance(resource, dict):
+            raise BadAnswer(f"resources[{i}]: not an object")
+        try:
+            names.add(_at(resource, "name", str))
+        except BadAnswer as exc:
+            raise BadAnswer(f"resources[{i}].{exc}") from None
+    return frozenset(names)
+
+
 def node_uid(obj: Mapping[str, Any]) -> str:
     uid: str = _at(obj, "metadata.uid", str)
     if not uid:

@@ -37,7 +37,8 @@ def _short(why: str) -> str:
 
 class DraMetrics:
     """The driver's metrics in ``registry``, and what readiness waits for in ``probes``: the
-    kubelet's registration of the driver, and a first publish of its pool. Thread-safe."""
+    kubelet's registration of the driver, and a first publish of its pool (nothing while the
+    driver is not started). Thread-safe."""
 
     def __init__(self, registry: CollectorRegistry, probes: Probes, driver: str) -> None:
         from prometheus_client import Counter, Gauge, Histogram
@@ -45,7 +46,7 @@ class DraMetrics:
         self.probes = probes
         self.registration = f"DRA driver {driver}: registration with the kubelet"
         self.first_publish = f"DRA driver {driver}: first publish of its ResourceSlices"
-        probes.require([self.registration, self.first_publish], group="dra")
+        self.serving(True)
         self._published_once = False
         r = registry
         self._prepares = Counter(
@@ -120,6 +121,9 @@ class DraMetrics:
 
     def claims_prepared(self, count: int) -> None:
         self._prepared.set(count)
+
+    def serving(self, yes: bool) -> None:
+        self.probes.require([self.registration, self.first_publish] if yes else [], group="dra")
 
     # Readiness first: a scrape that shows a change finds readiness changed too.
     def registered(self, yes: bool, why: str = "") -> None:

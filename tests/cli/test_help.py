@@ -44,6 +44,7 @@ SERVE_GROUPS = {
     ],
     "DRA driver (with --api dra or both)": [
         "--driver-name", "--node-name", "--kubeconfig", "--kubelet-plugins-dir", "--kubelet-registry-dir",
+        "--pod-uid",
     ],
     "Logging and metrics": ["--log-format", "--metrics-address", "--verbose"],
     "Other options": ["--help"],

@@ -170,8 +170,30 @@ def test_the_documented_composition_builds_what_deploy_with_dra_builds(tmp_path:
         assert "deploy/with-dra/" in text
 
 
+def test_the_extended_resource_walkthrough_agrees_with_the_files_and_the_schemas() -> None:
+    """The ConfigMap setting serves FUSE through DRA alone; the class is deploy/'s; the pod is the
+    device plugin's example; the status is a valid 1.36 pod status naming the scheduler's claim."""
+    section = DRA_MD[DRA_MD.index("## A pod asking for the extended resource") :].split("\n## ", 1)[0]
+    config, device_class, pod_snippet, status = (yaml.safe_load(b) for b in _blocks(section, "yaml"))
+    settings = build(config["plugin"], "docs/dra.md", api="both")
+    assert settings.api_for("cdi-plugin.io/fuse") == "dra"
+    assert not settings.serves("device-plugin", "cdi-plugin.io/fuse")
+    (shipped,) = _documents("deploy/dra/deviceclass-fuse.yaml")
+    del shipped["metadata"]["labels"]
+    assert device_class == shipped
+    pod = _documents("deploy/examples/pod-fuse.yaml")[0]
+    ((shown,), (container,)) = pod_snippet["spec"]["containers"], pod["spec"]["containers"]
+    assert shown == {k: container[k] for k in shown}
+    claim_status = status["status"]["extendedResourceClaimStatus"]
+    assert claim_status["resourceClaimName"].startswith(f"{pod['metadata']['name']}-extended-resources-")
+    assert claim_status["resourceClaimName"] in section.split("What to check:", 1)[1]
+    pod["status"] = status["status"]
+    assert kubernetes_validate.validate(pod, "1.36", strict=True) == "1.36"
+
+
 def test_the_dra_walkthrough_agrees_with_the_files_and_the_code() -> None:
-    _, claim_snippet, affinity = (yaml.safe_load(b) for b in _blocks(DRA_MD, "yaml"))
+    blocks = _blocks(DRA_MD, "yaml")
+    claim_snippet, affinity = yaml.safe_load(blocks[1]), yaml.safe_load(blocks[-1])
     template, pod = _documents("deploy/examples/claim-fuse.yaml")
     assert claim_snippet["spec"]["resourceClaims"] == pod["spec"]["resourceClaims"]
     ((shown,), (container,)) = claim_snippet["spec"]["containers"], pod["spec"]["containers"]

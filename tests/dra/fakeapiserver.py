@@ -17,8 +17,11 @@ rules (422 Invalid) and bodies that are not JSON (415, 400); answers Status obje
 Misbehaving: ``fail`` queues Status errors for the next matching requests; ``misbehave`` answers
 matching requests with an action of :mod:`tests.dra.faults` (an HTML page, garbage, a body too
 large or without end, no answer, a silent or broken watch), once, a number of times or always.
-With ``drop_taints`` device taints are dropped as by a server with the gate off. Every request is
-recorded in ``calls`` (method, path, query, time). :mod:`tests.dra.fakehttp` serves it.
+With ``drop_taints`` device taints are dropped as by a server with the gate off. It serves the
+discovery documents of :mod:`tests.dra.fakediscovery` for the versions of ``resource.k8s.io`` in
+``resource_versions`` (``()``: a cluster before 1.34 or with DRA off, where everything under
+``/apis/resource.k8s.io/v1`` is a 404 NotFound Status). Every request is recorded in ``calls``
+(method, path, query, time). :mod:`tests.dra.fakehttp` serves it.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+from tests.dra import fakediscovery
 from tests.dra.faults import Action, status_body
 from tests.dra.rules import slice_problems
 
@@ -126,6 +130,7 @@ class FakeApiServer:
         self.failures: list[tuple[str, str, int]] = []  # (method, path prefix, code)
         self.faults: list[Fault] = []
         self.drop_taints = False  # as with the DRADeviceTaints gate off: taints silently dropped
+        self.resource_versions: tuple[str, ...] = ("v1",)  # of resource.k8s.io; (): no DRA
         self.before: Any = None  # called (method, path) before each request is handled, under the lock
         self.url = ""
 
@@ -359,6 +364,9 @@ class FakeApiServer:
                 if m == method and path.startswith(prefix):
                     del self.failures[i]
                     raise ApiStatus(code, f"injected {code}")
+            discovered = fakediscovery.answer(method, path, self.resource_versions)
+            if discovered is not None:
+                return discovered
             watching = query.get("watch", [""])[0] in ("true", "1")
             if path.startswith(NODES) and method == "GET":
                 node = self.nodes.get(path[len(NODES) :])

@@ -11,6 +11,7 @@ from collections.abc import Callable
 import pytest
 
 from cdi_plugin.dra import api
+from cdi_plugin.dra.kube import RESOURCE_API
 from tests.deviceplugin.fake_kubelet import FakeKubelet as DevicePluginKubelet
 from tests.deviceplugin.helpers import make_node, run
 from tests.dra.conftest import DRIVER, NODE, write_spec
@@ -120,13 +121,14 @@ def test_readiness_waits_for_each_side_and_a_first_publish_and_slices_and_reques
                 for verb, result in (("get", "ok"), ("list", "ok"), ("create", "ok"), ("create", "5xx"),
                                      ("watch", "ok"))
             } == {
-                ("get", "ok"): api_server.count("GET", f"{NODES}{NODE}"),
+                ("get", "ok"): 2,  # the node, and the discovery document of resource.k8s.io/v1
                 ("list", "ok"): api_server.count("GET", SLICES, watch=False),
                 ("create", "ok"): api_server.count("POST", SLICES) - 1,
                 ("create", "5xx"): 1,
                 ("watch", "ok"): api_server.watches - 1,  # every watch that ended; one is open
             }  # fmt: skip
-            assert (api_server.count("GET", f"{NODES}{NODE}"), api_server.count("POST", SLICES)) == (1, 2)
+            assert [api_server.count(*call) for call in (("GET", f"{NODES}{NODE}"), ("GET", RESOURCE_API),
+                                                          ("POST", SLICES))] == [1, 1, 2]  # fmt: skip
 
             async with DevicePluginKubelet(dra_node.device_plugins) as dp_kubelet:
                 await dp_kubelet.wait_registered(FUSE, timeout=20)
@@ -240,7 +242,7 @@ def test_prepare_and_unprepare_are_counted_by_result_with_their_durations(dra_no
             assert {
                 result: value(found, "cdi_plugin_dra_api_requests_total", verb="get", result=result)
                 for result in ("ok", "404", "403")
-            } == {"ok": 1 + 4, "404": 1, "403": 1}  # the node's GET, and the claims'
+            } == {"ok": 2 + 4, "404": 1, "403": 1}  # the node's, the discovery document's, the claims'
 
             # The lock shared with other instances cannot be taken (a directory in its place).
             lock.unlink()
@@ -260,3 +262,31 @@ def test_prepare_and_unprepare_are_counted_by_result_with_their_durations(dra_no
 
     with running(dra_node.api):
         run(scenario(), timeout=150)
+
+
+def test_a_driver_not_started_for_want_of_dra_in_the_api_server_is_not_waited_for(dra_node: DraNode) -> None:
+    """--api both on an API server without resource.k8s.io/v1: the device plugin serves on, and
+    readiness is its alone."""
+    make_node(dra_node.dev / "fuse")
+    write_spec(dra_node.specs, FUSE, {"fuse": str(dra_node.dev / "fuse")})
+    dra_node.api.add_node(NODE)
+    dra_node.api.resource_versions = ()
+
+    async def scenario() -> None:
+        async with DevicePluginKubelet(dra_node.device_plugins) as dp_kubelet:
+            serve = await Serve.start(dra_node.args("both", "--metrics-address", "127.0.0.1:0"))
+            try:
+                base = await _endpoint(serve)
+                await dp_kubelet.wait_registered(FUSE, timeout=30)
+                await serve.logged(f"the DRA driver {DRIVER} is not started", timeout=30)
+                await _ready_until(base, 200, "ok (1 ready)")
+                found = await asyncio.to_thread(scrape, base)
+                assert value(found, "cdi_plugin_dra_registered") == 0
+                assert value(found, "cdi_plugin_dra_pool_published") == 0
+                assert value(found, "cdi_plugin_dra_api_requests_total", verb="get", result="404") == 1
+            finally:
+                code = await serve.stop()
+        assert code == 0, serve.lines
+
+    with running(dra_node.api):
+        run(scenario(), timeout=90)
