@@ -48,6 +48,9 @@ class Requests(list[tuple[str, str]]):
     def api_request(self, verb: str, result: str) -> None:
         self.append((verb, result))
 
+    def serving(self, yes: bool) -> None:
+        raise AssertionError("not the client's")
+
     def prepare(self, results: Iterable[PrepareResult], seconds: float) -> None:
         raise AssertionError("not the client's")
 

@@ -7,11 +7,14 @@ from __future__ import annotations
 import asyncio
 import re
 from collections.abc import Callable
+from typing import get_args
 
 import pytest
 
 from cdi_plugin.dra import api
 from cdi_plugin.dra.kube import RESOURCE_API
+from cdi_plugin.dra.report import PrepareResult, PublishResult, UnprepareResult
+from cdi_plugin.metrics import dra as metrics_dra
 from tests.deviceplugin.fake_kubelet import FakeKubelet as DevicePluginKubelet
 from tests.deviceplugin.helpers import make_node, run
 from tests.dra.conftest import DRIVER, NODE, write_spec
@@ -29,9 +32,14 @@ pytestmark = pytest.mark.timeout(180)
 FUSE, TTY = "cdi-plugin.io/fuse", "cdi-plugin.io/tty"
 REGISTRATION = f"DRA driver {DRIVER}: registration with the kubelet"
 FIRST_PUBLISH = f"DRA driver {DRIVER}: first publish of its ResourceSlices"
-PREPARE_RESULTS = ("ok", "not-found", "invalid-claim", "device-unavailable", "device-in-use", "api-error",
-                   "state-error", "lock-error")  # fmt: skip
-UNPREPARE_RESULTS = ("ok", "state-error", "lock-error")
+PREPARE_RESULTS = get_args(PrepareResult)
+UNPREPARE_RESULTS = get_args(UnprepareResult)
+
+
+def test_the_metrics_know_every_result_the_driver_reports() -> None:
+    assert metrics_dra.PREPARE_RESULTS == PREPARE_RESULTS
+    assert metrics_dra.UNPREPARE_RESULTS == UNPREPARE_RESULTS
+    assert get_args(PublishResult) == metrics_dra.PUBLISH_RESULTS
 
 
 async def _endpoint(serve: Serve) -> str:
