@@ -375,7 +375,12 @@ def serve(
                 pod_uid=pod_uid,
                 dra_only=config.api == "dra",
             )
-            jobs.append(DraDriver.connect(options, served).run)
+            report = None
+            if metrics.registry is not None:
+                from cdi_plugin.metrics import DraMetrics
+
+                report = DraMetrics(metrics.registry, metrics.probes, options.driver)
+            jobs.append(DraDriver.connect(options, served, report).run)
         except CdiPluginError as exc:
             fail(PROGRAM, str(exc))
     from cdi_plugin.cli.service import run_until_stopped, serve_when_free, start_metrics_server

@@ -52,6 +52,7 @@ from cdi_plugin.dra.kubelet import DraService, KubeletPlugin, Paths, SocketInUse
 from cdi_plugin.dra.names import DraConfigError, check_driver_name, check_node_name
 from cdi_plugin.dra.prepared import PreparedClaims, StateWriteError
 from cdi_plugin.dra.publisher import RETRY, SlicePublisher
+from cdi_plugin.dra.report import UNREPORTED, Report
 from cdi_plugin.dra.rest import ApiServerError
 from cdi_plugin.dra.rolling import check_pod_uid, fixed_names_reason
 from cdi_plugin.dra.serialize import Serializer
@@ -119,23 +120,33 @@ def dra_options(
 
 
 class DraDriver:
-    """The driver as one job of ``serve``: :meth:`run` until the stop event is set."""
+    """The driver as one job of ``serve``: :meth:`run` until the stop event is set. What it does
+    goes to ``report`` (its metrics and readiness with ``--metrics-address``)."""
 
     def __init__(
-        self, options: DraOptions, inventory: Inventory, kube: KubeApi, *, recheck: float = DRA_API_RECHECK
+        self,
+        options: DraOptions,
+        inventory: Inventory,
+        kube: KubeApi,
+        report: Report = UNREPORTED,
+        *,
+        recheck: float = DRA_API_RECHECK,
     ) -> None:
         self.options = options
         self.inventory = inventory
         self.kube = kube
-        self.publisher = SlicePublisher(kube)
+        self.report = report
+        kube.rest.report = report
+        self.publisher = SlicePublisher(kube, report=report)
         self.recheck = recheck
         #: Why the driver waits and serves nothing (the API server has no DRA), while it does.
         self.not_started: str | None = None
 
     @classmethod
-    def connect(cls, options: DraOptions, inventory: Inventory) -> DraDriver:
+    def connect(cls, options: DraOptions, inventory: Inventory, report: Report | None = None) -> DraDriver:
         """Loads the API server's credentials; DraConfigError when there are none or they are broken."""
-        return cls(options, inventory, KubeApi.connect(options.driver, options.node, options.kubeconfig))
+        kube = KubeApi.connect(options.driver, options.node, options.kubeconfig)
+        return cls(options, inventory, kube, report or UNREPORTED)
 
     async def run(self, stop: asyncio.Event) -> None:
         try:
@@ -155,7 +166,7 @@ class DraDriver:
         prepared = PreparedClaims(paths.state_file)
         service = DraService(
             o.driver, o.node, self.inventory, self.kube, prepared,
-            serializer=Serializer(paths.lock_file),
+            serializer=Serializer(paths.lock_file), report=self.report,
         )  # fmt: skip
         plugin = KubeletPlugin(paths, service, on_registered=self.publisher.wake)
         await self.inventory.settled()  # the first reading of the spec directories, not an empty pool
@@ -228,6 +239,7 @@ class DraDriver:
                 if self.not_started is not None:
                     log.info("DRA driver %s: the API server serves DRA now; starting", o.driver)
                     self.not_started = None
+                    self.report.serving(True)
                 return
             if o.dra_only:
                 raise DraConfigError(
@@ -236,6 +248,7 @@ class DraDriver:
                 )
             if self.not_started is None:
                 self.not_started = problem
+                self.report.serving(False)
                 log.error(
                     "%s: the DRA driver %s is not started; run with --api device-plugin, or turn DRA on "
                     "(asked again every %g s)",

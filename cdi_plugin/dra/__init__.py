@@ -8,7 +8,8 @@ it; objects: DeviceClass, RBAC and the admission policy; api: the generated gRPC
 registration and DRA sockets; health_service: the kubelet's device health streams; preparedstate
 and prepared: the prepared claims, as a document and on disk; backoff: delays between attempts;
 rest: requests to the API server; kube: what the driver asks of it; reflector: the node's slices
-kept by a watch; publisher: slices following the inventory.
+kept by a watch; publisher: slices following the inventory; report: what the driver reports to
+its metrics and readiness.
 
 Public names, each imported from its module on first use (gRPC only with the kubelet side, the
 Kubernetes client only with the API server side):

@@ -163,7 +163,7 @@ class KubeApi:
         items: list[Obj] = []
         params = dict(self._selector)
         for _ in range(MAX_PAGES):
-            answer = await self.rest.request("GET", SLICES, params=params)
+            answer = await self.rest.request("GET", SLICES, params=params, verb="list")
             found, version, more = _checked(f"GET {SLICES}", list_of, answer)
             items += self._ours(f"GET {SLICES}", found)
             if not more:

@@ -31,6 +31,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,9 +44,10 @@ from cdi_plugin.dra import api
 from cdi_plugin.dra.health_service import HealthService
 from cdi_plugin.dra.inventory import Inventory, ServedDevice
 from cdi_plugin.dra.names import DEFAULT_PLUGINS_DIR, DEFAULT_REGISTRY_DIR, claim_ref_problem
-from cdi_plugin.dra.prepare import by_device_name, prepare_claim
+from cdi_plugin.dra.prepare import Refusal, by_device_name, prepare_claim
 from cdi_plugin.dra.prepared import UNTIL_REPAIRED, PreparedClaims, StateWriteError
 from cdi_plugin.dra.preparedstate import claim_problem
+from cdi_plugin.dra.report import UNREPORTED, PrepareResult, Report, UnprepareResult
 from cdi_plugin.dra.serialize import LOCK_NAME, SerializeError, Serializer
 from cdi_plugin.errors import CdiPluginError
 from cdi_plugin.wording import plural, shown
@@ -93,24 +95,26 @@ class Paths:
         return self.plugin_dir / LOCK_NAME
 
 
-Result = tuple[api.PreparedDevice, ...] | str
+Result = tuple[api.PreparedDevice, ...] | Refusal
 #: A claim as looked up for Prepare: the object, None when it does not exist, why it could not be
-#: read, or (a string) the answer when its names are refused before any request.
-Found = Mapping[str, Any] | ClaimReadError | str | None
+#: read, or the answer when its names are refused before any request.
+Found = Mapping[str, Any] | ClaimReadError | Refusal | None
 T = TypeVar("T")
 
 
-def _ref_problem(ref: api.Claim) -> str | None:
+def _ref_problem(ref: api.Claim) -> Refusal | None:
     """Why the claim the kubelet names cannot be read (names the API refuses), as its error."""
     problem = claim_ref_problem(ref.namespace, ref.name, ref.uid)
-    return None if problem is None else f"claim {shown(f'{ref.namespace}/{ref.name}')}: {problem}"
+    where = f"claim {shown(f'{ref.namespace}/{ref.name}')}"
+    return None if problem is None else Refusal(f"{where}: {problem}", "invalid-claim")
 
 
 class DraService:
     """NodePrepareResources / NodeUnprepareResources for both API versions.
 
     ``serializer`` is the lock shared with the other instances of the driver on the node; without
-    it, calls take turns within this process only."""
+    it, calls take turns within this process only. Each call, its claims' results and the claims
+    prepared after it go to ``report``."""
 
     def __init__(
         self,
@@ -121,6 +125,7 @@ class DraService:
         prepared: PreparedClaims,
         *,
         serializer: Serializer | None = None,
+        report: Report = UNREPORTED,
     ) -> None:
         self.driver = driver
         self.pool = pool
@@ -128,6 +133,8 @@ class DraService:
         self.claims = claims
         self.prepared = prepared
         self.serializer = serializer
+        self.report = report
+        report.claims_prepared(len(prepared.state.claims))
         self._lock = asyncio.Lock()
         self._served: tuple[Mapping[str, ServedDevice], Mapping[str, ServedDevice]] | None = None
 
@@ -168,20 +175,31 @@ class DraService:
         async with self._lock, self.serializer.hold() if self.serializer else contextlib.nullcontext():
             if self.prepared.problem is None and not self.prepared.reload():
                 log.error("%s; %s", self.prepared.problem, UNTIL_REPAIRED)
-            yield
+            try:
+                yield
+            finally:
+                self.report.claims_prepared(len(self.prepared.state.claims))
 
     async def prepare(self, refs: list[api.Claim]) -> dict[str, Result]:
         if not refs:
             return {}
+        started = time.perf_counter()
         # A claim prepared already is not read again.
         found: dict[str, Found] = {}
         await self._look_up(self._unprepared(refs, found), found)
         await self.inventory.settled()
+        out: dict[str, Result]
         try:
-            return await _completed(self._prepare(refs, found))
+            out = await _completed(self._prepare(refs, found))
         except SerializeError as exc:
             log.error("prepare failed: %s", exc)
-            return {ref.uid: f"claim {ref.namespace}/{ref.name}: not prepared: {exc}" for ref in refs}
+            out = {
+                ref.uid: Refusal(f"claim {ref.namespace}/{ref.name}: not prepared: {exc}", "lock-error")
+                for ref in refs
+            }
+        causes: list[PrepareResult] = [r.cause if isinstance(r, Refusal) else "ok" for r in out.values()]
+        self.report.prepare(causes, time.perf_counter() - started)
+        return out
 
     async def _prepare(self, refs: list[api.Claim], found: dict[str, Found]) -> dict[str, Result]:
         out: dict[str, Result] = {}
@@ -198,15 +216,15 @@ class DraService:
                 done = state.claims.get(ref.uid)
                 result: Result
                 if unusable is not None:  # logged once, when the file was found so
-                    out[ref.uid] = f"{where}: {unusable}"
+                    out[ref.uid] = Refusal(f"{where}: {unusable}", "state-error")
                     continue
                 if done is not None:
                     out[ref.uid] = done
                     continue
-                if isinstance(obj, str):
+                if isinstance(obj, Refusal):
                     result = obj
                 elif isinstance(obj, ClaimReadError):
-                    result = f"{where}: cannot read it: {obj}"
+                    result = Refusal(f"{where}: cannot read it: {obj}", "api-error")
                 else:
                     result = prepare_claim(
                         ref,
@@ -219,7 +237,7 @@ class DraService:
                     )
                     why = None if isinstance(result, str) else claim_problem(ref.uid, result)
                     if why is not None:
-                        result = f"{where}: cannot be recorded as prepared: {why}"
+                        result = Refusal(f"{where}: cannot be recorded as prepared: {why}", "invalid-claim")
                 if isinstance(result, str):
                     log.warning("prepare failed: %s", result)
                 else:
@@ -233,7 +251,9 @@ class DraService:
                     log.error("prepare failed: cannot record %s: %s", plural(len(added), "claim"), exc)
                     for ref in refs:
                         if ref.uid in added:
-                            out[ref.uid] = f"claim {ref.namespace}/{ref.name}: not prepared: {exc}"
+                            out[ref.uid] = Refusal(
+                                f"claim {ref.namespace}/{ref.name}: not prepared: {exc}", "state-error"
+                            )
                 else:
                     log.debug("prepared claims %s", ", ".join(added))
         return out
@@ -241,11 +261,17 @@ class DraService:
     async def unprepare(self, refs: list[api.Claim]) -> dict[str, str]:
         if not refs:
             return {}
+        started = time.perf_counter()
+        cause: UnprepareResult = "state-error"
         try:
-            return await _completed(self._unprepare(refs))
+            out = await _completed(self._unprepare(refs))
         except SerializeError as exc:
             log.error("unprepare failed: %s", exc)
-            return {ref.uid: f"claim {ref.namespace}/{ref.name}: still prepared: {exc}" for ref in refs}
+            out = {ref.uid: f"claim {ref.namespace}/{ref.name}: still prepared: {exc}" for ref in refs}
+            cause = "lock-error"
+        results: list[UnprepareResult] = [cause if error else "ok" for error in out.values()]
+        self.report.unprepare(results, time.perf_counter() - started)
+        return out
 
     async def _unprepare(self, refs: list[api.Claim]) -> dict[str, str]:
         async with self._serialized():
@@ -288,14 +314,27 @@ async def _completed(change: Awaitable[T]) -> T:
 
 
 class Registrar:
-    """The Registration service the kubelet's plugin watcher calls."""
+    """The Registration service the kubelet's plugin watcher calls. The driver counts as registered
+    (:attr:`registered`, and to ``report``) from the kubelet's confirmation until the kubelet
+    refuses it or the socket stops being served (:meth:`unregistered`)."""
 
-    def __init__(self, driver: str, endpoint: Path, on_registered: Callable[[], None] | None = None) -> None:
+    def __init__(
+        self,
+        driver: str,
+        endpoint: Path,
+        on_registered: Callable[[], None] | None = None,
+        report: Report = UNREPORTED,
+    ) -> None:
         self.driver = driver
         self.endpoint = endpoint
         self.on_registered = on_registered
+        self.report = report
         self.registered = asyncio.Event()
         self.error = ""
+
+    def unregistered(self, why: str = "") -> None:
+        self.registered.clear()
+        self.report.registered(False, why)
 
     async def GetInfo(self, request: Any, context: Any) -> Any:
         return api.PluginInfo(
@@ -309,13 +348,14 @@ class Registrar:
         if request.plugin_registered:
             self.error = ""
             self.registered.set()
+            self.report.registered(True)
             log.info("registered with the kubelet as DRA driver %s", self.driver)
             if self.on_registered is not None:
                 self.on_registered()
         else:
             self.error = request.error
-            self.registered.clear()
             reason = request.error or "no reason given"
+            self.unregistered(f"refused: {reason}")
             log.error("the kubelet refused DRA driver %s: %s", self.driver, reason)
         return api.RegistrationStatusResponse()
 
@@ -369,7 +409,7 @@ class KubeletPlugin:
             if on_registered is not None:
                 on_registered()
 
-        self.registrar = Registrar(paths.driver, paths.dra_socket.absolute(), registered)
+        self.registrar = Registrar(paths.driver, paths.dra_socket.absolute(), registered, service.report)
         self._servers: list[tuple[Path, grpc.aio.Server, tuple[int, int] | None]] = []
 
     async def start(self) -> None:
@@ -392,6 +432,7 @@ class KubeletPlugin:
 
     async def stop(self, grace: float = 1.0) -> None:
         self.health.shutdown()
+        self.registrar.unregistered()
         while self._servers:
             path, server, bound = self._servers.pop()
             await server.stop(grace)

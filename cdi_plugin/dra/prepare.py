@@ -1,9 +1,10 @@
 """A claim's allocation to the devices the kubelet hands to the runtime, by CDI name.
 
 Pure: the claim object (as the API server returns it, or ``None`` when it is gone) and the
-devices served now in, per claim either the prepared devices or one line saying which device
-failed and why. The claim is read through :func:`shapes.claim_results`: a field the driver needs
-that is missing, mistyped or not a name the API allows makes the claim fail, never the call.
+devices served now in, per claim either the prepared devices or a :class:`Refusal`: one line
+saying which device failed and why, and the cause the metrics count. The claim is read through
+:func:`shapes.claim_results`: a field the driver needs that is missing, mistyped or not a name the
+API allows makes the claim fail, never the call.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 
 from cdi_plugin.dra.inventory import ServedDevice
 from cdi_plugin.dra.names import UID_MAX, device_names
+from cdi_plugin.dra.report import PrepareResult
 from cdi_plugin.dra.shapes import BadAnswer, claim_results
 from cdi_plugin.wording import escape_controls
 
@@ -39,6 +41,17 @@ class PreparedDevice:
     admin_access: bool = False  # kept by the driver, not sent: such a device may be shared
 
 
+class Refusal(str):
+    """Why a claim is not prepared: the message the kubelet shows, with its :attr:`cause`."""
+
+    cause: PrepareResult
+
+    def __new__(cls, message: str, cause: PrepareResult) -> Refusal:
+        refusal = super().__new__(cls, message)
+        refusal.cause = cause
+        return refusal
+
+
 def by_device_name(devices: Mapping[str, ServedDevice]) -> dict[str, ServedDevice]:
     """The served devices by their name in the pool (the names :mod:`slices` publishes)."""
     names = device_names(devices)
@@ -54,7 +67,7 @@ def prepare_claim(
     served: Mapping[str, ServedDevice],
     in_use: Mapping[tuple[str, str], str] = MappingProxyType({}),
     problem: Callable[[str], str | None] = lambda cdi_name: None,
-) -> tuple[PreparedDevice, ...] | str:
+) -> tuple[PreparedDevice, ...] | Refusal:
     """The prepared devices of ``claim``, or why it cannot be prepared.
 
     ``in_use`` maps (pool, device) to the UID of the claim it is prepared for, without admin
@@ -64,37 +77,43 @@ def prepare_claim(
     """
     where = f"claim {ref.namespace}/{ref.name}"
     if claim is None:
-        return f"{where}: not found in the API server (deleted after allocation?)"
+        return Refusal(f"{where}: not found in the API server (deleted after allocation?)", "not-found")
     try:
         uid, results = claim_results(claim, ref.namespace, ref.name, driver)
     except BadAnswer as exc:
-        return f"{where}: the API server's answer is not a usable claim: {exc}"
+        return Refusal(f"{where}: the API server's answer is not a usable claim: {exc}", "invalid-claim")
     if uid != ref.uid:
         found_uid = escape_controls(uid[:UID_MAX])
-        return f"{where}: UID {found_uid} in the API server, {ref.uid} requested (the claim was replaced)"
+        replaced = f"UID {found_uid} in the API server, {ref.uid} requested (the claim was replaced)"
+        return Refusal(f"{where}: {replaced}", "invalid-claim")
     if results is None:
-        return f"{where}: not allocated"
+        return Refusal(f"{where}: not allocated", "invalid-claim")
     if not results:
-        return f"{where}: no device allocated by driver {driver}"
+        return Refusal(f"{where}: no device allocated by driver {driver}", "invalid-claim")
     requests: dict[tuple[str, str], list[str]] = {}
     admin: dict[tuple[str, str], bool] = {}
     for result in results:
         key = (result.pool, result.device)
         device = f"device {key[0]}/{key[1]}"
         if key[0] != pool:
-            return f"{where}: {device}: pool {key[0]} is not this node's pool {pool}"
+            return Refusal(
+                f"{where}: {device}: pool {key[0]} is not this node's pool {pool}", "invalid-claim"
+            )
         found = served.get(key[1])
         if found is None:
-            return f"{where}: {device}: not served by driver {driver} on this node (removed?)"
+            gone = f"{where}: {device}: not served by driver {driver} on this node (removed?)"
+            return Refusal(gone, "device-unavailable")
         if not found.healthy:
-            return f"{where}: {device} ({found.cdi_name}): unhealthy: {found.reason or 'no reason given'}"
+            unhealthy = f"unhealthy: {found.reason or 'no reason given'}"
+            return Refusal(f"{where}: {device} ({found.cdi_name}): {unhealthy}", "device-unavailable")
         why = problem(found.cdi_name)
         if why is not None:
-            return f"{where}: {device} ({found.cdi_name}): {why}"
+            return Refusal(f"{where}: {device} ({found.cdi_name}): {why}", "device-unavailable")
         admin[key] = admin.get(key, True) and result.admin_access
         holder = in_use.get(key, ref.uid)
         if holder != ref.uid and not admin[key]:
-            return f"{where}: {device} ({found.cdi_name}): already prepared for claim {holder}"
+            in_use_by = f"already prepared for claim {holder}"
+            return Refusal(f"{where}: {device} ({found.cdi_name}): {in_use_by}", "device-in-use")
         base = result.request.partition("/")[0]
         names = requests.setdefault(key, [])
         if base not in names:

@@ -8,6 +8,7 @@ slice: a starting kubelet deletes its node's slices), or the kubelet registers t
 sent but the watch's renewals. The answers to the writes go into the cache at once, so the next
 comparison sees them before the watch brings them.
 
+Each pass, and each failure, goes to the driver's :class:`~cdi_plugin.dra.report.Report`.
 A failed write is logged in one line and tried again, with the inventory's latest state, after a
 delay growing from 1 s to 30 s; a conflict (the cache was behind) lists the slices once before.
 Device taints are used until the API server shows it drops them (the DRADeviceTaints gate is
@@ -28,6 +29,7 @@ from cdi_plugin.dra.backoff import Backoff, Failures
 from cdi_plugin.dra.inventory import Inventory, ServedDevice
 from cdi_plugin.dra.kube import KubeApi
 from cdi_plugin.dra.reflector import READ_TIMEOUT, WATCH_TIMEOUT, SliceCache, SliceWatch
+from cdi_plugin.dra.report import UNREPORTED, Report
 from cdi_plugin.dra.rest import ApiServerError
 from cdi_plugin.dra.slices import Plan, Pool, build_pool, plan, taints_dropped
 
@@ -48,8 +50,10 @@ class SlicePublisher:
         on_publish: Callable[[Plan], None] | None = None,
         watch_timeout: tuple[int, int] = WATCH_TIMEOUT,
         read_timeout: float = READ_TIMEOUT,
+        report: Report = UNREPORTED,
     ) -> None:
         self.kube = kube
+        self.report = report
         self.taints = taints
         self.failures = Failures(backoff)
         self.sleep = sleep
@@ -72,6 +76,7 @@ class SlicePublisher:
             self._stale = False
         pool = self._pool(devices, taints=self.taints)
         done = await self._apply(pool)
+        wrote = not done.empty
         tainted = self.taints and any(e.get("taints") for chunk in pool.chunks for e in chunk)
         if tainted and taints_dropped(pool, self.cache.objects()):
             log.warning(
@@ -80,6 +85,8 @@ class SlicePublisher:
             )
             self.taints = False
             done = await self._apply(self._pool(devices, taints=False))
+            wrote = wrote or not done.empty
+        self.report.published("changed" if wrote else "unchanged")
         if self.on_publish is not None:
             self.on_publish(done)
         return done
@@ -126,6 +133,7 @@ class SlicePublisher:
                 await self.publish(inventory.devices())
             except Exception as exc:  # ApiServerError; anything else is a fault of the driver's own
                 problem = str(exc) if isinstance(exc, ApiServerError) else f"{type(exc).__name__}: {exc}"
+                self.report.published("failed", problem)
                 delay = self.failures.next_delay()
                 log.error("publishing ResourceSlices: %s; trying again in %.0f s", problem, delay)
                 await self.sleep(delay)

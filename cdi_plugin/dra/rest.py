@@ -7,6 +7,8 @@ never used: an answer is read streaming, up to :data:`MAX_BODY` bytes and within
 decoded and shape-checked by :mod:`cdi_plugin.dra.shapes`, and handed on as plain dicts. Whatever
 comes back (an HTML page of a load balancer, garbage, a body without end, a connection that goes
 silent) becomes an :class:`ApiServerError` naming the request and the reason, in one line.
+Every request is counted here, by verb and result, in the client's
+:class:`~cdi_plugin.dra.report.Report` (a watch when it ends).
 
 The only module that imports lightkube and httpx2; only the DRA driver imports it, so the device
 plugin alone never loads them.
@@ -26,6 +28,7 @@ from lightkube.config.client_adapter import AsyncClient, ConnectionParams
 
 from cdi_plugin import __version__
 from cdi_plugin.dra.names import DraConfigError
+from cdi_plugin.dra.report import UNREPORTED, ApiResult, ApiVerb, Report, result_of_code, verb_of
 from cdi_plugin.dra.shapes import BadAnswer, Obj, decode_object, status_of, watch_event
 from cdi_plugin.errors import CdiPluginError
 from cdi_plugin.wording import escape_controls
@@ -50,13 +53,22 @@ RETRYABLE = frozenset({429, 500, 502, 503, 504})
 class ApiServerError(CdiPluginError):
     """A request that failed: refused by the API server, not answered, or answered with something
     that is not an answer of the Kubernetes API. ``code`` and ``reason`` are the Status's, when
-    the API server sent one; ``retryable`` says whether trying again may help."""
+    the API server sent one; ``retryable`` says whether trying again may help; ``result`` is how
+    the request is counted (by default from ``code``, else an answer that is not one)."""
 
     def __init__(
-        self, request: str, problem: str, *, code: int | None = None, reason: str = "", retryable: bool = True
+        self,
+        request: str,
+        problem: str,
+        *,
+        code: int | None = None,
+        reason: str = "",
+        retryable: bool = True,
+        result: ApiResult | None = None,
     ) -> None:
         super().__init__(f"{request}: {problem}")
         self.code, self.reason, self.retryable = code, reason, retryable
+        self.result: ApiResult = result or (result_of_code(code) if code is not None else "bad-answer")
 
 
 def _first_line(exc: Exception) -> str:
@@ -93,9 +105,13 @@ async def _failure(what: str, response: httpx2.Response) -> ApiServerError:
         status = None
     if status is None:
         kind = escape_controls(response.headers.get("Content-Type", "no content type").split(";")[0])
-        return ApiServerError(what, f"{code} {response.reason_phrase or ''} ({kind}, not a Status)")
+        problem = f"{code} {response.reason_phrase or ''} ({kind}, not a Status)"
+        return ApiServerError(what, problem, result=result_of_code(code))
     retryable = code in RETRYABLE or status.code in RETRYABLE
-    return ApiServerError(what, str(status), code=status.code, reason=status.reason, retryable=retryable)
+    return ApiServerError(
+        what, str(status), code=status.code, reason=status.reason, retryable=retryable,
+        result=result_of_code(code),
+    )  # fmt: skip
 
 
 class RestClient:
@@ -104,6 +120,7 @@ class RestClient:
     def __init__(self, http: httpx2.AsyncClient, timeout: float = REQUEST_TIMEOUT) -> None:
         self.http = http
         self.timeout = timeout  # a request's, unless it says otherwise
+        self.report: Report = UNREPORTED  # where each request is counted
 
     @classmethod
     def connect(cls, kubeconfig: Path | None = None) -> RestClient:
@@ -140,8 +157,27 @@ class RestClient:
         params: Mapping[str, str] | None = None,
         body: bytes | None = None,
         timeout: float | None = None,
+        verb: ApiVerb | None = None,
     ) -> Obj:
-        """The JSON object the API server answered with (2xx); ApiServerError otherwise."""
+        """The JSON object the API server answered with (2xx); ApiServerError otherwise. Counted
+        as ``verb`` (by default the method's: a GET is a get)."""
+        result: ApiResult = "ok"
+        try:
+            return await self._request(method, path, params, body, timeout)
+        except ApiServerError as exc:
+            result = exc.result
+            raise
+        finally:
+            self.report.api_request(verb or verb_of(method), result)
+
+    async def _request(
+        self,
+        method: str,
+        path: str,
+        params: Mapping[str, str] | None,
+        body: bytes | None,
+        timeout: float | None,
+    ) -> Obj:
         what = f"{method} {path}"
         timeout = timeout or self.timeout
         headers = HEADERS if body is None else {**HEADERS, "Content-Type": "application/json"}
@@ -159,11 +195,13 @@ class RestClient:
                 finally:
                     await response.aclose()
         except (TimeoutError, httpx2.TimeoutException):
-            raise ApiServerError(what, f"no complete answer within {round(timeout, 1):g} s") from None
+            raise ApiServerError(
+                what, f"no complete answer within {round(timeout, 1):g} s", result="timeout"
+            ) from None
         except _TooBig:
             raise ApiServerError(what, f"an answer larger than {MAX_BODY >> 20} MiB") from None
         except httpx2.HTTPError as exc:
-            raise ApiServerError(what, _transport(exc)) from None
+            raise ApiServerError(what, _transport(exc), result="connection-error") from None
         try:
             return decode_object(data)
         except BadAnswer as exc:
@@ -177,8 +215,22 @@ class RestClient:
         ApiServerError when it cannot start, sends something that is not an event, sends nothing
         for ``read_timeout`` seconds (a silent connection), is still open after ``longest`` seconds,
         or an ERROR event (its Status's code and reason, 410 Expired among them). Close the
-        iterator (``contextlib.aclosing``) when leaving it early.
+        iterator (``contextlib.aclosing``) when leaving it early. Counted once it ends.
         """
+        result: ApiResult = "ok"
+        try:
+            async with contextlib.aclosing(self._watch(path, params, read_timeout, longest)) as events:
+                async for event in events:
+                    yield event
+        except ApiServerError as exc:
+            result = exc.result
+            raise
+        finally:
+            self.report.api_request("watch", result)
+
+    async def _watch(
+        self, path: str, params: Mapping[str, str], read_timeout: float, longest: float
+    ) -> AsyncGenerator[tuple[str, Obj], None]:
         what = f"GET {path} (watch)"
         request = self.http.build_request(
             "GET", path, params=params, headers=HEADERS,
@@ -195,9 +247,9 @@ class RestClient:
                     finally:
                         await response.aclose()
         except (TimeoutError, httpx2.TimeoutException):
-            raise ApiServerError(what, f"no answer within {self.timeout:g} s") from None
+            raise ApiServerError(what, f"no answer within {self.timeout:g} s", result="timeout") from None
         except httpx2.HTTPError as exc:
-            raise ApiServerError(what, _transport(exc)) from None
+            raise ApiServerError(what, _transport(exc), result="connection-error") from None
         try:
             async with contextlib.aclosing(_lines(response, what, read_timeout, deadline)) as lines:
                 async for line in lines:
@@ -211,7 +263,7 @@ class RestClient:
                             raise ApiServerError(what, "an ERROR event without a Status")
                         raise ApiServerError(
                             what, str(status), code=status.code, reason=status.reason,
-                            retryable=status.code in RETRYABLE,
+                            retryable=status.code in RETRYABLE, result=result_of_code(status.code),
                         )  # fmt: skip
                     yield kind, obj
         finally:
@@ -230,7 +282,9 @@ async def _lines(
         while True:
             left = deadline - loop.time()
             if left <= 0:
-                raise ApiServerError(what, "still open long after the timeout it was asked for")
+                raise ApiServerError(
+                    what, "still open long after the timeout it was asked for", result="timeout"
+                )
             try:
                 async with asyncio.timeout(min(read_timeout, left) + 0.5):
                     chunk = await anext(chunks, None)
@@ -238,10 +292,10 @@ async def _lines(
                 if loop.time() >= deadline:
                     continue
                 raise ApiServerError(
-                    what, f"nothing received for {read_timeout:g} s (a silent connection)"
+                    what, f"nothing received for {read_timeout:g} s (a silent connection)", result="timeout"
                 ) from None
             except httpx2.HTTPError as exc:
-                raise ApiServerError(what, _transport(exc)) from None
+                raise ApiServerError(what, _transport(exc), result="connection-error") from None
             if chunk is None:
                 if buffer.strip():
                     raise ApiServerError(what, "the stream ended in the middle of an event")

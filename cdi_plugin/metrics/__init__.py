@@ -14,14 +14,16 @@ Endpoints (GET only, as the kubelet's probes and Prometheus ask; other methods 4
 * ``/healthz``: 200 while the event loop beats and every spec directory that exists can be
   listed and is not a deleted directory still mounted into the container; 503 and why otherwise;
 * ``/readyz``: 200 when everything required is satisfied (for the plugin: every resource it
-  serves is registered with the kubelet; a node with nothing to serve is ready), 503 and what it
-  waits for otherwise.
+  serves is registered with the kubelet; a node with nothing to serve is ready; for the DRA
+  driver: registered with the kubelet, its pool published once), 503 and what it waits for
+  otherwise.
 
 Public names, each imported from its module on first use (prometheus_client only once metrics
 are exported):
 
 * the metrics of each half (:mod:`.counters`): ``PluginMetrics``, ``ScanMetrics`` and the label
   values ``AllocationResult``, ``RegistrationResult``, ``ValidationSubject``;
+* the metrics of the DRA driver and its part of readiness (:mod:`.dra`): ``DraMetrics``;
 * liveness and readiness (:mod:`.probes`): ``Probes``, ``Check``, ``STALE_AFTER``, ``STARTING``;
 * the endpoint (:mod:`.server`): ``MetricsServer``, ``make_app``, ``parse_address`` and the paths
   ``METRICS``, ``HEALTHZ``, ``READYZ``.
@@ -39,6 +41,7 @@ __all__ = [
     "STARTING",
     "AllocationResult",
     "Check",
+    "DraMetrics",
     "MetricsServer",
     "PluginMetrics",
     "Probes",
@@ -57,6 +60,7 @@ if TYPE_CHECKING:
         ScanMetrics,
         ValidationSubject,
     )
+    from cdi_plugin.metrics.dra import DraMetrics
     from cdi_plugin.metrics.probes import STALE_AFTER, STARTING, Check, Probes
     from cdi_plugin.metrics.server import HEALTHZ, METRICS, READYZ, MetricsServer, make_app, parse_address
 else:
@@ -70,6 +74,7 @@ else:
                 "ScanMetrics",
                 "ValidationSubject",
             ],
+            "dra": ["DraMetrics"],
             "probes": ["STALE_AFTER", "STARTING", "Check", "Probes"],
             "server": ["HEALTHZ", "METRICS", "READYZ", "MetricsServer", "make_app", "parse_address"],
         },

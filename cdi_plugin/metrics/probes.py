@@ -52,8 +52,9 @@ class Probes:
     * Liveness: :meth:`beat` was called within ``stale_after`` seconds (the loop runs; it beats
       every :attr:`interval` seconds), every directory of ``dirs`` that exists can be listed, and
       no work given to :meth:`track` has been stalled for longer than ``stale_after``.
-    * Readiness: every name given to :meth:`require` was :meth:`satisfy`-ed (and not unsatisfied
-      since). Nothing required means ready.
+    * Readiness: every name given to :meth:`require`, in every group, was :meth:`satisfy`-ed (and
+      not unsatisfied since). Nothing required means ready. Each side of ``serve`` (the device
+      plugin, the DRA driver) requires its names in a group of its own.
     """
 
     def __init__(
@@ -68,8 +69,9 @@ class Probes:
         self.clock = clock
         self._lock = threading.Lock()
         self._last_beat = clock()
-        self._required: tuple[str, ...] = ()
+        self._required: dict[str, tuple[str, ...]] = {}
         self._satisfied: set[str] = set()
+        self._why: dict[str, str] = {}
         self._tracked: list[tuple[str, Callable[[], float | None]]] = []
 
     @property
@@ -81,10 +83,10 @@ class Probes:
         with self._lock:
             self._last_beat = self.clock()
 
-    def require(self, names: Iterable[str]) -> None:
-        """What readiness waits for, replacing what it waited for before."""
+    def require(self, names: Iterable[str], *, group: str = "") -> None:
+        """What readiness waits for in ``group``, replacing what that group waited for before."""
         with self._lock:
-            self._required = tuple(sorted(set(names)))
+            self._required[group] = tuple(sorted(set(names)))
 
     def track(self, what: str, stalled_since: Callable[[], float | None]) -> None:
         """Fail liveness while ``stalled_since()`` (a time of :attr:`clock`, or None when all is
@@ -93,12 +95,15 @@ class Probes:
         with self._lock:
             self._tracked.append((what, stalled_since))
 
-    def satisfy(self, name: str, ok: bool = True) -> None:
+    def satisfy(self, name: str, ok: bool = True, why: str = "") -> None:
+        """``name`` is satisfied, or not (``why``, shown in readiness while it is not)."""
         with self._lock:
             if ok:
                 self._satisfied.add(name)
+                self._why.pop(name, None)
             else:
                 self._satisfied.discard(name)
+                self._why[name] = why
 
     def liveness(self) -> Check:
         with self._lock:
@@ -118,8 +123,11 @@ class Probes:
 
     def readiness(self) -> Check:
         with self._lock:
-            waiting = [n for n in self._required if n not in self._satisfied]
-            required = len(self._required)
+            names = [n for group in self._required.values() for n in group]
+            waiting = [
+                f"{n} ({self._why[n]})" if self._why.get(n) else n for n in names if n not in self._satisfied
+            ]
+            required = len(names)
         if waiting:
             return Check(False, "waiting for: " + ", ".join(waiting))
         return Check(True, f"ok ({required} ready)" if required else "ok (nothing to serve)")

@@ -25,6 +25,7 @@ from tests.deviceplugin.fake_kubelet import FakeKubelet
 from tests.deviceplugin.helpers import Layout, run
 from tests.dra.conftest import DRIVER
 from tests.dra.fakeapiserver import running
+from tests.dra.fakekubelet import FakeKubelet as DraKubelet
 from tests.dra.serving import DraNode, kubeconfig, published, sockets
 from tests.metrics.scrape import get
 
@@ -59,6 +60,14 @@ async def _logged(stderr: asyncio.StreamReader, text: str, timeout: float = 15) 
             if text in json.loads(line)["msg"]:
                 return
     raise AssertionError(f"the program ended without logging {text!r}")
+
+
+async def _readyz(base: str, expected: tuple[int, str], timeout: float = 15) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while (found := await asyncio.to_thread(get, base + "/readyz")) != expected:
+        assert loop.time() < deadline, found
+        await asyncio.sleep(0.05)
 
 
 @pytest.mark.parametrize("dra", [False, True], ids=["device-plugin", "with-dra"])
@@ -117,14 +126,19 @@ def test_the_daemonset_command_serves_what_the_example_pod_requests(tmp_path: Pa
                 assert (layout.etc / "cdi-plugin.io-fuse.json").is_file()
                 assert await asyncio.to_thread(get, base + "/healthz") == (200, "ok\n")
                 await _logged(proc.stderr, "registered with the kubelet")  # counted ready before it logs
-                assert await asyncio.to_thread(get, base + "/readyz") == (200, "ok (1 ready)\n")
-                if dra:  # --api=both: the same device published to the API server for DRA
+                if not dra:
+                    assert await asyncio.to_thread(get, base + "/readyz") == (200, "ok (1 ready)\n")
+                else:  # --api=both: the same device published to the API server for DRA
                     deadline = asyncio.get_running_loop().time() + 10
                     while "fuse-fuse" not in published(driver):
                         assert proc.returncode is None
                         assert asyncio.get_running_loop().time() < deadline, published(driver)
                         await asyncio.sleep(0.05)
-                    assert registration.exists()
+                    # ready once the kubelet registered the DRA driver too
+                    waiting = f"waiting for: DRA driver {DRIVER}: registration with the kubelet\n"
+                    await _readyz(base, (503, waiting))
+                    await DraKubelet(driver.registry).register(registration, DRIVER)
+                    await _readyz(base, (200, "ok (3 ready)\n"))
                 proc.send_signal(signal.SIGTERM)
                 assert await asyncio.wait_for(proc.wait(), 10) == 0
                 assert sockets(kubelet_dir) == []

@@ -22,7 +22,7 @@ from cdi_plugin.dra.kubelet import DEFAULT_PLUGINS_DIR, DEFAULT_REGISTRY_DIR
 from cdi_plugin.dra.names import device_names
 from cdi_plugin.dra.objects import device_class_name
 from cdi_plugin.dra.slices import TAINT_EFFECT, taint_key
-from cdi_plugin.metrics import PluginMetrics, ScanMetrics
+from cdi_plugin.metrics import DraMetrics, PluginMetrics, Probes, ScanMetrics
 from cdi_plugin.store.configfile import parse_config
 from tests.deploy.kustomize import kustomize_build
 from tests.docs_helpers import schema_properties
@@ -59,13 +59,14 @@ def _metric_names() -> set[str]:
     registry = CollectorRegistry()
     PluginMetrics(registry)
     ScanMetrics(registry)
+    DraMetrics(registry, Probes(), DEFAULT_DRIVER)
     return {f.name + ("_total" if f.type == "counter" else "") for f in registry.collect()}
 
 
 def test_every_metric_is_documented_and_every_documented_metric_exists() -> None:
     text = (DOCS / "observability.md").read_text()
     names = _metric_names()
-    assert len(names) == 14
+    assert len(names) == 23
     missing = sorted(n for n in names if f"| `{n}` |" not in text)
     assert not missing, f"docs/observability.md does not list {missing}"
     documented = set(re.findall(r"^\| `(cdi_(?:plugin|gen)_[a-z_]+)` \|", text, re.MULTILINE))

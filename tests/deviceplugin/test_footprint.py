@@ -23,7 +23,7 @@ def test_the_plugin_never_imports_the_scanner_or_the_human_output_stack() -> Non
 _SERVE = """
 import atexit, sys
 OPTIONAL = ("prometheus_client", "lightkube", "cdi_plugin.deviceplugin._proto.api_pb2_grpc", "ssl",
-            "cdi_plugin.discovery", "jsonschema_rs")
+            "cdi_plugin.discovery", "jsonschema_rs", "cdi_plugin.metrics.dra", "cdi_plugin.dra.report")
 atexit.register(lambda: print(
     "loaded:", *sorted(m for m in OPTIONAL if sys.modules.get(m)),
     *(["libcrypto"] if "/libcrypto" in open("/proc/self/maps").read() else []), file=sys.stderr, flush=True))

@@ -59,6 +59,24 @@ def test_readiness_waits_for_every_required_name() -> None:
     assert probes.readiness().ok
 
 
+def test_each_group_replaces_only_its_own_names_and_a_reason_is_shown_while_unsatisfied() -> None:
+    probes = Probes()
+    probes.require(["vendor.example/a"])
+    probes.require(["driver registered", "pool published"], group="dra")
+    probes.satisfy("driver registered", False, "refused: no version it knows")
+    assert probes.readiness().detail == (
+        "waiting for: vendor.example/a, driver registered (refused: no version it knows), pool published"
+    )
+    probes.require(["vendor.example/b"])  # the device plugin's resources change: the DRA names stay
+    probes.satisfy("vendor.example/b")
+    probes.satisfy("pool published")
+    assert probes.readiness().detail == "waiting for: driver registered (refused: no version it knows)"
+    probes.satisfy("driver registered")
+    assert probes.readiness().detail == "ok (3 ready)"
+    probes.satisfy("driver registered", False)  # no reason: none shown, not the old one
+    assert probes.readiness().detail == "waiting for: driver registered"
+
+
 def test_the_plugin_is_not_ready_before_it_first_read_the_spec_directories() -> None:
     metrics = PluginMetrics()
     assert metrics.probes.readiness().detail == f"waiting for: {STARTING}"
