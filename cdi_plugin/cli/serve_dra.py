@@ -48,7 +48,7 @@ from cdi_plugin.aio.run import run_until
 from cdi_plugin.dra.backoff import Failures
 from cdi_plugin.dra.inventory import Inventory
 from cdi_plugin.dra.kube import KubeApi
-from cdi_plugin.dra.kubelet import DraService, KubeletPlugin, Paths, SocketInUseError
+from cdi_plugin.dra.kubelet import KubeletPlugin, Paths, SocketInUseError
 from cdi_plugin.dra.names import DraConfigError, check_driver_name, check_node_name
 from cdi_plugin.dra.prepared import PreparedClaims, StateWriteError
 from cdi_plugin.dra.publisher import RETRY, SlicePublisher
@@ -56,6 +56,7 @@ from cdi_plugin.dra.report import UNREPORTED, Report
 from cdi_plugin.dra.rest import ApiServerError
 from cdi_plugin.dra.rolling import check_pod_uid, fixed_names_reason
 from cdi_plugin.dra.serialize import Serializer
+from cdi_plugin.dra.service import DraService
 
 log = logging.getLogger(__name__)
 

@@ -11,58 +11,31 @@ Sockets (absolute paths, the same inside and outside the container):
 The DRA socket starts first, so the kubelet never registers an endpoint that does not answer;
 on stop the registration socket goes first. A stale socket is removed before listening.
 
-Prepare checks the namespace, name and UID of every claim the kubelet names (a claim that breaks
-the API's name rules is a per-claim error, and nothing is sent), reads each claim through a
-:class:`ClaimReader` (a GET, outside the lock, all at once), then, one call at a time across every instance
-of the driver on the node (``serialize.lock``, :mod:`~cdi_plugin.dra.serialize`), reads the
-prepared claims again if another instance changed them and answers each claim with its devices'
-CDI names or a one-line error; a call the kubelet abandons still completes its change. Prepared
-claims are kept in ``<plugins>/<driver>/prepared.json`` (:mod:`cdi_plugin.dra.prepared`): a device
-prepared for one claim is refused to another until Unprepare, which only names the claim,
-releases it, also after the driver restarted (the kubelet does not prepare its claims again
-then), and whichever instance the kubelet calls (the file is shared). Each call's changes
-are written (and fsynced) before it is answered: a claim whose record cannot be written is not
-prepared (or stays prepared), with an error naming the file, and the kubelet calls again.
+The DRA service itself, NodePrepareResources and NodeUnprepareResources, is
+:class:`~cdi_plugin.dra.service.DraService`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import os
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Any
 
 import grpc
 
 from cdi_plugin.aio.sockets import someone_listens
 from cdi_plugin.dra import api
 from cdi_plugin.dra.health_service import HealthService
-from cdi_plugin.dra.inventory import Inventory, ServedDevice
-from cdi_plugin.dra.names import DEFAULT_PLUGINS_DIR, DEFAULT_REGISTRY_DIR, claim_ref_problem
-from cdi_plugin.dra.prepare import Refusal, by_device_name, prepare_claim
-from cdi_plugin.dra.prepared import UNTIL_REPAIRED, PreparedClaims, StateWriteError
-from cdi_plugin.dra.preparedstate import claim_problem
-from cdi_plugin.dra.report import UNREPORTED, PrepareResult, Report, UnprepareResult
-from cdi_plugin.dra.serialize import LOCK_NAME, SerializeError, Serializer
+from cdi_plugin.dra.names import DEFAULT_PLUGINS_DIR, DEFAULT_REGISTRY_DIR
+from cdi_plugin.dra.report import UNREPORTED, Report
+from cdi_plugin.dra.serialize import LOCK_NAME
+from cdi_plugin.dra.service import DraService
 from cdi_plugin.errors import CdiPluginError
-from cdi_plugin.wording import plural, shown
 
 log = logging.getLogger(__name__)
-
-
-class ClaimReadError(CdiPluginError):
-    """A ResourceClaim could not be read (the API server is down, refused, or kept failing)."""
-
-
-class ClaimReader(Protocol):
-    async def read_claim(self, namespace: str, name: str) -> Mapping[str, Any] | None:
-        """The claim object, or ``None`` when it does not exist; ClaimReadError when unknown."""
-        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,224 +66,6 @@ class Paths:
     @property
     def lock_file(self) -> Path:
         return self.plugin_dir / LOCK_NAME
-
-
-Result = tuple[api.PreparedDevice, ...] | Refusal
-#: A claim as looked up for Prepare: the object, None when it does not exist, why it could not be
-#: read, or the answer when its names are refused before any request.
-Found = Mapping[str, Any] | ClaimReadError | Refusal | None
-T = TypeVar("T")
-
-
-def _ref_problem(ref: api.Claim) -> Refusal | None:
-    """Why the claim the kubelet names cannot be read (names the API refuses), as its error."""
-    problem = claim_ref_problem(ref.namespace, ref.name, ref.uid)
-    where = f"claim {shown(f'{ref.namespace}/{ref.name}')}"
-    return None if problem is None else Refusal(f"{where}: {problem}", "invalid-claim")
-
-
-class DraService:
-    """NodePrepareResources / NodeUnprepareResources for both API versions.
-
-    ``serializer`` is the lock shared with the other instances of the driver on the node; without
-    it, calls take turns within this process only. Each call, its claims' results and the claims
-    prepared after it go to ``report``."""
-
-    def __init__(
-        self,
-        driver: str,
-        pool: str,
-        inventory: Inventory,
-        claims: ClaimReader,
-        prepared: PreparedClaims,
-        *,
-        serializer: Serializer | None = None,
-        report: Report = UNREPORTED,
-    ) -> None:
-        self.driver = driver
-        self.pool = pool
-        self.inventory = inventory
-        self.claims = claims
-        self.prepared = prepared
-        self.serializer = serializer
-        self.report = report
-        report.claims_prepared(len(prepared.state.claims))
-        self._lock = asyncio.Lock()
-        self._served: tuple[Mapping[str, ServedDevice], Mapping[str, ServedDevice]] | None = None
-
-    def _by_name(self) -> Mapping[str, ServedDevice]:
-        """The served devices by their name in the pool, worked out again only when they changed."""
-        devices = self.inventory.devices()
-        if self._served is None or self._served[0] is not devices:
-            self._served = (devices, by_device_name(devices))
-        return self._served[1]
-
-    async def _read(self, ref: api.Claim) -> Mapping[str, Any] | ClaimReadError | None:
-        try:
-            return await self.claims.read_claim(ref.namespace, ref.name)
-        except ClaimReadError as exc:
-            return exc
-
-    async def _look_up(self, refs: list[api.Claim], found: dict[str, Found]) -> None:
-        """Add the claims of ``refs`` to ``found``: each read with a GET, all at once, but one whose
-        names the API would refuse, which is refused without a request."""
-        unknown = []
-        for ref in refs:
-            refused = _ref_problem(ref)
-            if refused is None:
-                unknown.append(ref)
-            else:
-                found[ref.uid] = refused
-        read = await asyncio.gather(*(self._read(ref) for ref in unknown))
-        found.update((ref.uid, obj) for ref, obj in zip(unknown, read, strict=True))
-
-    def _unprepared(self, refs: list[api.Claim], found: Mapping[str, Found]) -> list[api.Claim]:
-        return [ref for ref in refs if ref.uid not in found and self.prepared.get(ref.uid) is None]
-
-    @contextlib.asynccontextmanager
-    async def _serialized(self) -> AsyncIterator[None]:
-        """One call at a time on the node, with the prepared claims as the last change left them:
-        read again when another instance changed them (else one lstat). A file that cannot be used
-        is read again by :meth:`PreparedClaims.unusable` instead, which says when it is usable."""
-        async with self._lock, self.serializer.hold() if self.serializer else contextlib.nullcontext():
-            if self.prepared.problem is None and not self.prepared.reload():
-                log.error("%s; %s", self.prepared.problem, UNTIL_REPAIRED)
-            try:
-                yield
-            finally:
-                self.report.claims_prepared(len(self.prepared.state.claims))
-
-    async def prepare(self, refs: list[api.Claim]) -> dict[str, Result]:
-        if not refs:
-            return {}
-        started = time.perf_counter()
-        # A claim prepared already is not read again.
-        found: dict[str, Found] = {}
-        await self._look_up(self._unprepared(refs, found), found)
-        await self.inventory.settled()
-        out: dict[str, Result]
-        try:
-            out = await _completed(self._prepare(refs, found))
-        except SerializeError as exc:
-            log.error("prepare failed: %s", exc)
-            out = {
-                ref.uid: Refusal(f"claim {ref.namespace}/{ref.name}: not prepared: {exc}", "lock-error")
-                for ref in refs
-            }
-        causes: list[PrepareResult] = [r.cause if isinstance(r, Refusal) else "ok" for r in out.values()]
-        self.report.prepare(causes, time.perf_counter() - started)
-        return out
-
-    async def _prepare(self, refs: list[api.Claim], found: dict[str, Found]) -> dict[str, Result]:
-        out: dict[str, Result] = {}
-        async with self._serialized():
-            # Released by another instance since it was looked at: read it now.
-            await self._look_up(self._unprepared(refs, found), found)
-            unusable = self.prepared.unusable()
-            served = self._by_name()
-            state = self.prepared.state
-            added: dict[str, tuple[api.PreparedDevice, ...]] = {}
-            for ref in refs:
-                where = f"claim {ref.namespace}/{ref.name}"
-                obj = found.get(ref.uid)
-                done = state.claims.get(ref.uid)
-                result: Result
-                if unusable is not None:  # logged once, when the file was found so
-                    out[ref.uid] = Refusal(f"{where}: {unusable}", "state-error")
-                    continue
-                if done is not None:
-                    out[ref.uid] = done
-                    continue
-                if isinstance(obj, Refusal):
-                    result = obj
-                elif isinstance(obj, ClaimReadError):
-                    result = Refusal(f"{where}: cannot read it: {obj}", "api-error")
-                else:
-                    result = prepare_claim(
-                        ref,
-                        obj,
-                        driver=self.driver,
-                        pool=self.pool,
-                        served=served,
-                        in_use=state.holders,
-                        problem=self.inventory.problem,
-                    )
-                    why = None if isinstance(result, str) else claim_problem(ref.uid, result)
-                    if why is not None:
-                        result = Refusal(f"{where}: cannot be recorded as prepared: {why}", "invalid-claim")
-                if isinstance(result, str):
-                    log.warning("prepare failed: %s", result)
-                else:
-                    added[ref.uid] = result
-                    state = state.with_claims({ref.uid: result})
-                out[ref.uid] = result
-            if added:
-                try:
-                    await self.prepared.put(added)
-                except StateWriteError as exc:
-                    log.error("prepare failed: cannot record %s: %s", plural(len(added), "claim"), exc)
-                    for ref in refs:
-                        if ref.uid in added:
-                            out[ref.uid] = Refusal(
-                                f"claim {ref.namespace}/{ref.name}: not prepared: {exc}", "state-error"
-                            )
-                else:
-                    log.debug("prepared claims %s", ", ".join(added))
-        return out
-
-    async def unprepare(self, refs: list[api.Claim]) -> dict[str, str]:
-        if not refs:
-            return {}
-        started = time.perf_counter()
-        cause: UnprepareResult = "state-error"
-        try:
-            out = await _completed(self._unprepare(refs))
-        except SerializeError as exc:
-            log.error("unprepare failed: %s", exc)
-            out = {ref.uid: f"claim {ref.namespace}/{ref.name}: still prepared: {exc}" for ref in refs}
-            cause = "lock-error"
-        results: list[UnprepareResult] = [cause if error else "ok" for error in out.values()]
-        self.report.unprepare(results, time.perf_counter() - started)
-        return out
-
-    async def _unprepare(self, refs: list[api.Claim]) -> dict[str, str]:
-        async with self._serialized():
-            unusable = self.prepared.unusable()
-            if unusable is not None:
-                return {ref.uid: f"claim {ref.namespace}/{ref.name}: {unusable}" for ref in refs}
-            try:
-                await self.prepared.drop(ref.uid for ref in refs)
-            except StateWriteError as exc:
-                log.error("unprepare failed: cannot record the release: %s", exc)
-                kept = self.prepared.state.claims
-                return {
-                    ref.uid: f"claim {ref.namespace}/{ref.name}: still prepared: {exc}"
-                    if ref.uid in kept
-                    else ""
-                    for ref in refs
-                }
-        return {ref.uid: "" for ref in refs}
-
-    async def restore(self) -> bool:
-        """Write the prepared claims again if their file is gone (StateWriteError if it fails)."""
-        if os.path.lexists(self.prepared.path):
-            return False
-        async with self._serialized():  # another instance may have written it again already
-            return await self.prepared.restore()
-
-    async def NodePrepareResources(self, request: Any, context: Any) -> Any:
-        return api.prepare_response(api.version_of(request), await self.prepare(api.claims_of(request)))
-
-    async def NodeUnprepareResources(self, request: Any, context: Any) -> Any:
-        return api.unprepare_response(api.version_of(request), await self.unprepare(api.claims_of(request)))
-
-
-async def _completed(change: Awaitable[T]) -> T:
-    """The result of ``change``, which runs to its end even if the caller is cancelled (the kubelet
-    gave up on the call): the lock is released only once the state is as the change left it."""
-    task = asyncio.ensure_future(change)
-    task.add_done_callback(lambda t: t.cancelled() or t.exception())  # raised below, or nobody waits
-    return await asyncio.shield(task)
 
 
 class Registrar:

@@ -17,7 +17,9 @@ import pytest_asyncio
 
 from cdi_plugin.dra import api
 from cdi_plugin.dra.health import HEALTHY, UNHEALTHY, DeviceHealth
-from cdi_plugin.dra.kubelet import DraService, KubeletPlugin, Paths, PreparedClaims
+from cdi_plugin.dra.kubelet import KubeletPlugin, Paths
+from cdi_plugin.dra.prepared import PreparedClaims
+from cdi_plugin.dra.service import DraService
 from cdi_plugin.inventory import SpecInventory
 from tests.deviceplugin.helpers import make_node
 from tests.dra.conftest import DRIVER, NODE

@@ -18,7 +18,9 @@ import pytest_asyncio
 from cdi_plugin.cli.logs import TextFormatter
 from cdi_plugin.dra import api
 from cdi_plugin.dra.kube import KubeApi
-from cdi_plugin.dra.kubelet import DraService, KubeletPlugin, Paths, PreparedClaims
+from cdi_plugin.dra.kubelet import KubeletPlugin, Paths
+from cdi_plugin.dra.prepared import PreparedClaims
+from cdi_plugin.dra.service import DraService
 from tests.dra import faults
 from tests.dra.conftest import DRIVER, NODE
 from tests.dra.fakeapiserver import CLAIMS, FakeApiServer
