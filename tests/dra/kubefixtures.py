@@ -3,7 +3,6 @@ kubeconfig naming it, a KubeApi on it, an inventory of N devices, and sleeps tha
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -18,19 +17,10 @@ from cdi_plugin.inventory import SpecInventory
 from tests.deviceplugin.helpers import make_node
 from tests.dra.conftest import DRIVER, NODE, write_spec
 from tests.dra.fakeapiserver import FakeApiServer, running
+from tests.dra.serving import kubeconfig
 from tests.dra.specinventory import spec_inventory
 
 __all__ = ["kube", "server", "sleeps"]
-
-
-def kubeconfig(path: Path, url: str) -> Path:
-    path.write_text(json.dumps({
-        "apiVersion": "v1", "kind": "Config", "current-context": "test",
-        "clusters": [{"name": "test", "cluster": {"server": url}}],
-        "contexts": [{"name": "test", "context": {"cluster": "test", "user": "test"}}],
-        "users": [{"name": "test", "user": {"token": "t"}}],
-    }))  # fmt: skip
-    return path
 
 
 class Sleeps(list[float]):
