@@ -18,8 +18,8 @@ from cdi_plugin.inventory import NumaLocator, SpecInventory, SpecSource
 from cdi_plugin.inventory import source as source_module
 from cdi_plugin.store import registry as registry_module
 from cdi_plugin.store.registry import file_stat
-from tests.deviceplugin.helpers import Layout, make_node, run, spec_of, write_spec
-from tests.watch.helpers import eventually, running
+from tests.deviceplugin.helpers import Layout, eventually, make_node, run, spec_of, write_spec
+from tests.watch.helpers import running
 
 KIND = "cdi-plugin.io/test"
 

@@ -5,8 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +24,7 @@ def watch_options(
 
 
 @contextlib.asynccontextmanager
-async def running(watcher: Watcher, timeout: float = 15.0) -> AsyncIterator[Watcher]:
+async def running(watcher: Watcher, timeout: float = 60.0) -> AsyncIterator[Watcher]:
     """The watcher running in this loop, its first scan done; stopped (and checked) on exit."""
     stop = asyncio.Event()
     task = asyncio.create_task(watcher.run(stop))
@@ -41,16 +40,7 @@ async def running(watcher: Watcher, timeout: float = 15.0) -> AsyncIterator[Watc
         yield watcher
     finally:
         stop.set()
-        await asyncio.wait_for(task, 10)
-
-
-async def eventually(predicate: Callable[[], bool], what: str, timeout: float = 5.0) -> None:
-    """Wait until ``predicate()`` holds (checked every 10 ms); AssertionError naming ``what`` if not."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not within {timeout}s")
-        await asyncio.sleep(0.01)
+        await asyncio.wait_for(task, 60)
 
 
 def device_names(spec_file: Path) -> set[str] | None:

@@ -18,8 +18,8 @@ from cdi_plugin.scan.probe import check_delivery
 from cdi_plugin.scan.uevents import PER_WAKEUP
 from cdi_plugin.scan.watcher import Watcher
 from tests.aio.clock import ManualClock
-from tests.deviceplugin.helpers import run
-from tests.watch.helpers import device_names, eventually, running, watch_options
+from tests.deviceplugin.helpers import eventually, run
+from tests.watch.helpers import device_names, running, watch_options
 from tests.watch.loops import AVAILABLE, Loops, free_numbers, loop_class, storm, sys_path
 
 pytestmark = [
@@ -207,7 +207,9 @@ def test_an_event_storm_is_coalesced_into_one_batch_after_the_leading_one(
         watcher = Watcher(watch_options(out, config))
         clock = ManualClock()
         options = watcher.options
-        watcher.coalescer = Coalescer(options.quiet, options.max_delay, clock=clock, sleep=clock.sleep)
+        watcher.gathering.coalescer = Coalescer(
+            options.quiet, options.max_delay, clock=clock, sleep=clock.sleep
+        )
         async with running(watcher):
             with Loops() as loops:
                 loops.add(n)

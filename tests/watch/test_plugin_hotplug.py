@@ -14,8 +14,8 @@ import pytest
 from cdi_plugin.deviceplugin import api
 from cdi_plugin.scan.watcher import Watcher
 from tests.deviceplugin.fake_kubelet import DeviceEntry, FakeKubelet
-from tests.deviceplugin.helpers import Layout, run, running_plugin
-from tests.watch.helpers import device_names, eventually, running, watch_options
+from tests.deviceplugin.helpers import Layout, eventually, run, running_plugin
+from tests.watch.helpers import device_names, running, watch_options
 from tests.watch.loops import AVAILABLE, Loops, free_numbers, loop_class, storm
 
 pytestmark = [

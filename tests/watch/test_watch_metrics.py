@@ -15,9 +15,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from cdi_plugin.metrics import ScanMetrics
 from cdi_plugin.scan.watcher import Watcher
 from tests.deviceplugin.fake_kubelet import FakeKubelet
-from tests.deviceplugin.helpers import Layout, run
+from tests.deviceplugin.helpers import Layout, eventually, run
 from tests.generate.hosts import WORKSTATION
-from tests.watch.helpers import eventually, replace_file, running, watch_options, write_host
+from tests.watch.helpers import replace_file, running, watch_options, write_host
 
 CDI_GEN = Path(sys.executable).parent / "cdi-gen"
 CDI_PLUGIN = Path(sys.executable).parent / "cdi-plugin"

@@ -19,10 +19,10 @@ from cdi_plugin.scan.configfollow import ConfigFollower
 from cdi_plugin.scan.watcher import Watcher
 from cdi_plugin.store.registry import Stat, file_stat
 from cdi_plugin.store.writer import Applied
-from tests.deviceplugin.helpers import run
+from tests.deviceplugin.helpers import eventually, run
 from tests.generate.hosts import WORKSTATION
 from tests.scan.helpers import snapshot
-from tests.watch.helpers import device_names, eventually, replace_file, running, watch_options, write_host
+from tests.watch.helpers import device_names, replace_file, running, watch_options, write_host
 
 MISC3 = """classes:
   - {vendor: cdi-plugin.io, class: fuse, match: {subsystem: misc, kernel: fuse}}
