@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import json
 from collections.abc import AsyncIterator, Sequence
@@ -10,8 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from cdi_plugin.discovery.fixture import dumps
-from cdi_plugin.discovery.model import DiscoveredDevice
+from cdi_plugin.discovery.model import DiscoveredDevice, UdevEvent
 from cdi_plugin.scan import ScanOptions
+from cdi_plugin.scan.targets import Kinds
 from cdi_plugin.scan.watcher import Watcher, WatchOptions
 
 
@@ -21,6 +23,19 @@ def watch_options(
     """Options for a watcher writing into ``out`` (and checking only ``out`` for foreign specs)."""
     scan = ScanOptions(config=config, output_dir=out, spec_dirs=(out,), skip_refused=True)
     return WatchOptions(scan=scan, source=source, **overrides)
+
+
+class Hearing(Watcher):
+    """A watcher that counts the uevents it hears of each device (by kernel name), of those that
+    touch its classes: a test counts the events of its own devices, whatever else the host does."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.heard: collections.Counter[str] = collections.Counter()
+
+    def _on_uevent(self, event: UdevEvent, kinds: Kinds) -> None:
+        self.heard[event.sys_name] += 1
+        super()._on_uevent(event, kinds)
 
 
 @contextlib.asynccontextmanager
