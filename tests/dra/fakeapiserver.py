@@ -192,9 +192,11 @@ class FakeApiServer:
         while True:
             with self.lock:
                 while True:
+                    if watch.generation != self.watch_generation:
+                        return  # broken: nothing more goes out on it, not even what is pending
                     pending = [e for e in self.claim_events if e[0] > sent]
                     now = time.monotonic()
-                    if pending or watch.generation != self.watch_generation or now >= watch.deadline:
+                    if pending or now >= watch.deadline:
                         break
                     self.changed.wait(watch.deadline - now)
                 if not pending:

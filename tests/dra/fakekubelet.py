@@ -42,7 +42,9 @@ class FakeKubelet:
         """GetInfo, check, then NotifyRegistrationStatus; RegistrationRefused when refused."""
         async with grpc.aio.insecure_channel(f"unix://{socket}") as channel:
             stub = api.RegistrationStub(channel)
-            info = await stub.GetInfo(api.InfoRequest(), timeout=1)
+            # like the kubelet, wait for a socket that exists but does not listen yet (gRPC binds
+            # it before it listens)
+            info = await stub.GetInfo(api.InfoRequest(), timeout=60, wait_for_ready=True)
             self.infos.append(info)
             error = ""
             version = next((v for v in info.supported_versions if v in self.known), "")

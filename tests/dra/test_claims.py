@@ -58,7 +58,7 @@ def service(tmp_path: Path, spec_dir: Path, host_nodes: Path, kube: KubeApi, cac
     return DraService(DRIVER, NODE, inventory, kube, PreparedClaims(tmp_path / "prepared.json"), cache=cache)
 
 
-async def until(check: Callable[[], Any], what: str, timeout: float = 10.0) -> None:
+async def until(check: Callable[[], Any], what: str, timeout: float = 60.0) -> None:
     for _ in range(int(timeout / 0.01)):
         if check():
             return
