@@ -30,7 +30,7 @@ DEPLOY = ROOT / "deploy"
 VENV_BIN = Path(sys.executable).parent
 NODE_NAME = "node-a"
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = pytest.mark.timeout(180)
 
 
 def _daemonset_container() -> dict[str, Any]:
@@ -56,7 +56,7 @@ def _fuse_fixture(path: Path, node: Path) -> None:
     )
 
 
-async def _logged(stderr: asyncio.StreamReader, text: str, timeout: float = 15) -> None:
+async def _logged(stderr: asyncio.StreamReader, text: str, timeout: float = 60) -> None:
     """Read the JSON log until a message containing ``text``; fail if the program ends first."""
     async with asyncio.timeout(timeout):
         while line := await stderr.readline():
@@ -99,11 +99,11 @@ def test_the_daemonset_command_serves_what_the_example_pod_requests(tmp_path: Pa
             )  # fmt: skip
             assert proc.stderr is not None
             try:
-                first = json.loads(await asyncio.wait_for(proc.stderr.readline(), 15))
+                first = json.loads(await asyncio.wait_for(proc.stderr.readline(), 60))
                 found = re.search(r"(http://127\.0\.0\.1:\d+)/metrics", first["msg"])
                 assert found, first
                 base = found.group(1)
-                client = await kubelet.wait_registered(resource, timeout=15)
+                client = await kubelet.wait_registered(resource)
                 devices = await client.wait_until(lambda d: len(d) >= count)
                 answer = await client.allocate(sorted(devices)[:count])
                 assert [d.name for d in answer.cdi_devices] == [f"{resource}=fuse"]
@@ -112,14 +112,14 @@ def test_the_daemonset_command_serves_what_the_example_pod_requests(tmp_path: Pa
                 await _logged(proc.stderr, "registered with the kubelet")  # counted ready before it logs
                 assert await asyncio.to_thread(get, base + "/readyz") == (200, "ok (1 ready)\n")
                 # --api=both: the same device published to the API server for DRA
-                deadline = asyncio.get_running_loop().time() + 10
+                deadline = asyncio.get_running_loop().time() + 60
                 while "fuse-fuse" not in published(dra):
                     assert proc.returncode is None
                     assert asyncio.get_running_loop().time() < deadline, published(dra)
                     await asyncio.sleep(0.05)
                 assert dra.registration_socket.exists()
                 proc.send_signal(signal.SIGTERM)
-                assert await asyncio.wait_for(proc.wait(), 10) == 0
+                assert await asyncio.wait_for(proc.wait(), 60) == 0
                 assert sockets(kubelet_dir) == []
             finally:
                 if proc.returncode is None:
@@ -129,6 +129,6 @@ def test_the_daemonset_command_serves_what_the_example_pod_requests(tmp_path: Pa
     try:
         with running(dra.api):
             kubeconfig(dra.config, dra.api.url)
-            run(scenario(), timeout=40)
+            run(scenario())
     finally:
         shutil.rmtree(kubelet_dir)

@@ -198,7 +198,7 @@ async def _serve(
             assert found, first
             base = found.group(1)
 
-            client = await kubelet.wait_registered(RESOURCE, timeout=30)
+            client = await kubelet.wait_registered(RESOURCE)
             devices = await client.wait_until(lambda d: len(d) >= COUNT)
             chosen = sorted(devices)[:COUNT]
             answer = await client.allocate(chosen)
@@ -209,7 +209,7 @@ async def _serve(
 
             kinds = {json.loads(p.read_bytes())["kind"] for p in sources["etc-cdi"].glob("*.json")}
             for kind in kinds:
-                await kubelet.wait_registered(kind, timeout=10)
+                await kubelet.wait_registered(kind)
             assert set(kubelet.clients) == kinds
 
             await _dra(api, sources, node)

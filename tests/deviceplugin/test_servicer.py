@@ -21,7 +21,7 @@ from cdi_plugin.deviceplugin.state import DeviceState
 from cdi_plugin.inventory import NumaLocator, SpecSource
 from tests.deviceplugin.helpers import Layout, make_node, spec_of, write_spec
 
-pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(30)]
+pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(120)]
 
 KIND = "cdi-plugin.io/test"
 EMPTY = api.Empty()
@@ -171,4 +171,4 @@ async def test_list_and_watch_ends_when_the_servicer_shuts_down(layout: Layout) 
     assert not waiting.done()
     service.shutdown()
     with pytest.raises(StopAsyncIteration):
-        await asyncio.wait_for(waiting, 5)
+        await asyncio.wait_for(waiting, 60)

