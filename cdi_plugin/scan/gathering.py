@@ -62,8 +62,7 @@ class Gathering:
         self.coalescer.add(key)
 
     def device(self, event: DeviceEvent, removed: bool) -> None:
-        """A uevent about one device; released at once after a quiet spell, before anything is
-        read ahead."""
+        """A uevent about one device (released at once after a quiet spell)."""
         self._number += 1
         self._numbers[event.sys_path] = self._number
         if removed:
