@@ -95,7 +95,7 @@ def test_the_plugin_serves_without_capabilities(tmp_path: Path) -> None:
             )  # fmt: skip
             assert proc.stderr is not None
             try:
-                line = (await asyncio.wait_for(proc.stderr.readline(), 15)).decode()
+                line = (await asyncio.wait_for(proc.stderr.readline(), 60)).decode()
                 found = re.search(r"(http://127\.0\.0\.1:\d+)/metrics", line)
                 assert found, line
                 assert _effective_capabilities(proc.pid) == "0000000000000000"
@@ -107,7 +107,7 @@ def test_the_plugin_serves_without_capabilities(tmp_path: Path) -> None:
                 assert status == 200
                 assert value(samples(body), "cdi_plugin_allocations_total", resource=KIND, result="ok") == 1
                 proc.terminate()
-                assert await asyncio.wait_for(proc.wait(), 10) == 0
+                assert await asyncio.wait_for(proc.wait(), 60) == 0
             finally:
                 if proc.returncode is None:
                     proc.kill()

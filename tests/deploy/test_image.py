@@ -221,7 +221,7 @@ async def _serve(
             stop = await asyncio.to_thread(image.podman, "stop", "--time", "10", name)
             assert stop.returncode == 0, stop.stderr
             rest = await asyncio.wait_for(proc.stderr.read(), 30)
-            assert await asyncio.wait_for(proc.wait(), 30) == 0, rest.decode()
+            assert await asyncio.wait_for(proc.wait(), 60) == 0, rest.decode()
         finally:
             if proc.returncode is None:
                 await asyncio.to_thread(image.podman, "rm", "--force", name)

@@ -61,7 +61,7 @@ def test_signal_stops_the_process_with_status_0_and_removes_its_sockets(
                 assert [d.name for d in answer.cdi_devices] == [f"{KIND}=a"]
                 assert sock(layout, KIND) in layout.sockets()
                 proc.send_signal(sig)
-                code = await asyncio.wait_for(proc.wait(), 10)
+                code = await asyncio.wait_for(proc.wait(), 60)
             finally:
                 if proc.returncode is None:
                     proc.kill()

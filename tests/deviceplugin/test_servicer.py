@@ -141,7 +141,7 @@ async def test_preferred_allocation_spreads_over_physical_devices(layout: Layout
 
 
 async def _next(stream: AsyncIterator[bytes]) -> dict[str, str]:
-    return _listed(await asyncio.wait_for(anext(stream), 5))
+    return _listed(await asyncio.wait_for(anext(stream), 60))
 
 
 async def test_list_and_watch_follows_the_state_then_ends(layout: Layout) -> None:

@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import grpc
@@ -17,7 +17,7 @@ from cdi_plugin.deviceplugin.settings import Settings
 from cdi_plugin.metrics import MetricsServer, PluginMetrics, Probes
 from tests.deviceplugin.fake_kubelet import FakeKubelet
 from tests.deviceplugin.helpers import Layout, eventually, make_node, run, spec_of, write_spec
-from tests.metrics.scrape import Samples, get, scrape, value
+from tests.metrics.scrape import get, metrics_until, scrape, value
 
 KIND = "cdi-plugin.io/test"
 
@@ -41,18 +41,6 @@ async def observed_plugin(settings: Settings, metrics: PluginMetrics) -> AsyncIt
 
 async def http(url: str) -> tuple[int, str]:
     return await asyncio.to_thread(get, url)
-
-
-async def metrics_until(base: str, predicate: Callable[[Samples], bool], timeout: float = 60.0) -> Samples:
-    """Scrape until ``predicate(samples)`` holds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        found = await asyncio.to_thread(scrape, base)
-        if predicate(found):
-            return found
-        if time.monotonic() > deadline:
-            raise AssertionError(f"metrics never matched: {found}")
-        await asyncio.sleep(0.05)
 
 
 def test_scrape_while_serving_and_allocating(tmp_path: Path) -> None:
@@ -88,8 +76,10 @@ def test_scrape_while_serving_and_allocating(tmp_path: Path) -> None:
                 assert [d.name for d in answer.cdi_devices] == [f"{KIND}=a"]
                 with pytest.raises(grpc.aio.AioRpcError):
                     await client.allocate(["nope"], as_kubelet=False)
-                after = await asyncio.to_thread(scrape, base)
-                assert value(after, "cdi_plugin_allocations_total", resource=KIND, result="ok") == 1
+                # counted once the answer is on its way
+                after = await metrics_until(
+                    base, lambda s: value(s, "cdi_plugin_allocations_total", resource=KIND, result="ok") == 1
+                )
                 assert (
                     value(after, "cdi_plugin_allocations_total", resource=KIND, result="invalid-argument")
                     == 1

@@ -63,7 +63,7 @@ def _starts(text: str) -> Callable[[dict[str, Any]], bool]:
 async def _stop(proc: asyncio.subprocess.Process, sig: signal.Signals = signal.SIGTERM) -> int:
     try:
         proc.send_signal(sig)
-        return await asyncio.wait_for(proc.wait(), 10)
+        return await asyncio.wait_for(proc.wait(), 60)
     finally:
         if proc.returncode is None:
             proc.kill()

@@ -121,7 +121,7 @@ def test_serve_scan_keeps_the_schema_validator_and_openssl_out_and_refuses_a_bad
                 if proc.returncode is None:
                     proc.send_signal(signal.SIGTERM)
                     try:
-                        await asyncio.wait_for(proc.wait(), 20)
+                        await asyncio.wait_for(proc.wait(), 60)
                     finally:
                         if proc.returncode is None:
                             proc.kill()

@@ -18,6 +18,8 @@ from cdi_plugin.scan.watcher import Watcher
 from tests.deviceplugin.fake_kubelet import FakeKubelet
 from tests.deviceplugin.helpers import Layout, eventually, run
 from tests.generate.hosts import WORKSTATION
+from tests.metrics.scrape import metrics_until
+from tests.metrics.scrape import value as scraped
 from tests.watch.helpers import replace_file, running, watch_options, write_host
 
 CDI_GEN = Path(sys.executable).parent / "cdi-gen"
@@ -143,19 +145,12 @@ def test_serve_scan_exposes_the_scanner_and_the_plugin_on_one_endpoint(tmp_path:
                 client = await kubelet.wait_registered("cdi-plugin.io/tun")
                 await client.wait_until(lambda d: "tun" in d)
                 await client.allocate(["tun"])
-                status, text = await asyncio.to_thread(_get, f"http://127.0.0.1:{port}/metrics")
-                assert status == 200
-                got = samples(text)
-                assert got[("cdi_gen_devices", (("kind", "cdi-plugin.io/tun"),))] == 1
-                assert (
-                    got[
-                        (
-                            "cdi_plugin_allocations_total",
-                            (("resource", "cdi-plugin.io/tun"), ("result", "ok")),
-                        )
-                    ]
-                    == 1
+                allocated = {"resource": "cdi-plugin.io/tun", "result": "ok"}
+                got = await metrics_until(  # counted once the answer is on its way
+                    f"http://127.0.0.1:{port}",
+                    lambda s: scraped(s, "cdi_plugin_allocations_total", **allocated) == 1,
                 )
+                assert scraped(got, "cdi_gen_devices", kind="cdi-plugin.io/tun") == 1
             finally:
                 proc.terminate()
                 _out, err = await proc.communicate()
