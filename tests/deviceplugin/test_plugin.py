@@ -15,7 +15,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from cdi_plugin.deviceplugin import api
+from cdi_plugin.deviceplugin import api, lifecycle
 from cdi_plugin.deviceplugin.lifecycle import socket_name
 from tests.deviceplugin.fake_kubelet import DeviceEntry, FakeKubelet
 from tests.deviceplugin.helpers import (
@@ -251,9 +251,10 @@ def test_kubelet_restart_leads_to_reregistration(layout: Layout) -> None:
 
 
 def test_plugin_started_before_the_kubelet_waits_and_registers(
-    layout: Layout, caplog: pytest.LogCaptureFixture
+    layout: Layout, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     caplog.set_level(logging.INFO, "cdi_plugin")
+    monkeypatch.setattr(lifecycle, "WAIT_REMINDER", 3600.0)  # the kubelet's socket is seen, not polled
     write_spec(layout.etc, spec_of(KIND, {"a": [make_node(layout.dev / "n1")]}))
 
     async def scenario() -> None:
