@@ -1,7 +1,9 @@
 """The whole suite runs against private spec directories, never the host's.
 
 A real host has specs in /etc/cdi and /var/run/cdi (cdi-gen's own among them); a test must pass
-whatever they hold, and must never change them.
+whatever they hold, and must never change them. Property tests have no time limit per example
+(hypothesis's deadline and its too-slow health check): on a busy machine any example is slow now
+and then.
 """
 
 from __future__ import annotations
@@ -12,8 +14,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from cdi_plugin.store.files import SPEC_DIRS_ENV
+
+settings.register_profile("busy", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("busy")
 
 
 @pytest.fixture(autouse=True)

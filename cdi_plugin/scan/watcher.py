@@ -1,15 +1,14 @@
 """``cdi-gen watch``: keep the specs in step with the host's devices and with the configuration.
 
 1. The event sources start first (uevents queue in the kernel meanwhile), then a full scan runs.
-2. Every trigger adds what it touches to a :class:`Coalescer`, which releases the first event
-   after a quiet spell at once and coalesces the rest: a uevent of the classes' subsystems adds
-   its device and kinds (:mod:`.uevents`); device nodes appearing or vanishing in the directories
-   of devnode globs, a receive-buffer overflow (every class), a valid configuration edit (every
-   class), a changed fixture file (every class), one of our spec files deleted behind our back or
-   the output directory re-created (the kinds whose files are missing), and a full rescan every
-   ``resync`` seconds add kinds to rescan. While a batch gathers (a burst), the devices of its
-   events are read ahead in a worker thread (:meth:`~.updates.BatchWork.read_ahead`), so that
-   little is left to do once it is released.
+2. Every trigger adds what it touches to the next batch (:mod:`.gathering`), released at once
+   for the first event after a quiet spell, coalesced for the rest: a uevent of the classes'
+   subsystems adds its device and kinds (:mod:`.uevents`); device nodes appearing or vanishing in
+   the directories of devnode globs, a receive-buffer overflow (every class), a valid
+   configuration edit (every class), a changed fixture file (every class), one of our spec files
+   deleted behind our back or the output directory re-created (the kinds whose files are
+   missing), and a full rescan every ``resync`` seconds add kinds to rescan. While a batch gathers
+   (a burst), the devices of its events are read ahead.
 3. Each batch runs in a worker thread (:mod:`.updates`), so that the event loop keeps serving
    (the device plugin's gRPC in ``cdi-plugin serve --scan``): a device's entry is updated alone
    where it can be (:mod:`.livespecs`), else its classes are rescanned with :func:`~.pipeline.run_scan`. The
@@ -20,9 +19,9 @@
 4. One log line per batch says which files were written or removed and which devices came and went.
 
 A batch that fails (a foreign spec of the same kind, a full disk) is logged once and retried with
-a growing delay (1 s up to a minute) until it succeeds. :attr:`Watcher.stalled_since` says since
-when rescans have not got through (one still running, or failing because another scan held the
-output directory's lock too long), for the liveness probe.
+a growing delay (1 s up to a minute) until it succeeds (:mod:`.retries`).
+:attr:`Watcher.stalled_since` says since when rescans have not got through (one still running, or
+failing because another scan held the output directory's lock too long), for the liveness probe.
 """
 
 from __future__ import annotations
@@ -35,14 +34,12 @@ import logging
 import os
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from asyncinotify import Mask
 
-from cdi_plugin.aio.coalesce import Coalescer
 from cdi_plugin.aio.dirwatch import FILES, DirWatch
 from cdi_plugin.aio.pulse import Pulse
 from cdi_plugin.aio.run import run_until
@@ -54,10 +51,12 @@ from cdi_plugin.discovery.udev import RECEIVE_BUFFER_BYTES, MonitorSource
 from cdi_plugin.errors import CdiPluginError, DiscoveryError, GenerateError, SpecInvalidError
 from cdi_plugin.scan.batchlog import BatchLog
 from cdi_plugin.scan.configfollow import ConfigFollower
+from cdi_plugin.scan.gathering import Batch, Gathering
 from cdi_plugin.scan.memory import release_memory
 from cdi_plugin.scan.nodedirs import glob_dirs, host_path
 from cdi_plugin.scan.pipeline import Placed, ScanOptions, ScanReport
 from cdi_plugin.scan.probe import PROBE_TIMEOUT, check_delivery
+from cdi_plugin.scan.retries import Retries
 from cdi_plugin.scan.targets import Kinds, targets_for
 from cdi_plugin.scan.uevents import Uevents
 from cdi_plugin.scan.updates import BatchWork, DeviceEvent
@@ -75,16 +74,9 @@ log = logging.getLogger(__name__)
 ALL = "*"
 #: A key meaning "check the output directory for spec files of ours that went away".
 OUTPUT = "?"
-RETRY_FIRST = 1.0
-RETRY_MAX = 60.0
-#: Devices read ahead per trip to the worker thread, while a batch gathers.
-READ_AHEAD = 16
 #: Editors and ConfigMaps change a file in several steps; read it once they are done.
 FILE_SETTLE_QUIET = 0.05
 FILE_SETTLE_MAX = 0.25
-
-#: What the coalescer gathers: kinds to rescan, or a device to update.
-Key = frozenset[str] | DeviceEvent
 #: Called on the event loop after every write that changed files: what the store did, and each
 #: file written (the spec it holds) or removed (None).
 OnApplied = Callable[[Applied, Mapping[Path, Spec | None]], None]
@@ -150,7 +142,13 @@ class Watcher:
             source = make_source(options.source, dev_root=options.dev_root, simulated=False)
         self.source = source
         self.targets = targets_for(self.config.classes)
-        self.coalescer: Coalescer[Key] = Coalescer(options.quiet, options.max_delay)
+        self.work = BatchWork(
+            dataclasses.replace(
+                options.scan, skip_refused=True, dry_run=False, runtimes=self.config.runtimes
+            ),
+            source,
+        )
+        self.gathering = Gathering(self.work, options.quiet, options.max_delay)
         #: Set once the first scan is done and every event source listens.
         self.ready = asyncio.Event()
         #: Fired after every batch, whether it succeeded or not.
@@ -163,33 +161,11 @@ class Watcher:
             lost=lambda: self._add(ALL),
             fail=self._fail,
         )
-        self.work = BatchWork(
-            dataclasses.replace(
-                options.scan, skip_refused=True, dry_run=False, runtimes=self.config.runtimes
-            ),
-            source,
-        )
-        #: The number of the last device event, and of each device's last one since the last batch.
-        self._number = 0
-        self._numbers: dict[str, int] = {}
-        #: The devices whose last event since the last batch was ``remove``: gone, even while
-        #: sysfs still shows them (the kernel announces a removal before it deletes the directory).
-        self._gone: set[str] = set()
-        #: Device events of the gathering batch not read ahead yet, and those seen.
-        self._unread: list[DeviceEvent] = []
-        self._seen: set[DeviceEvent] = set()
-        self._more = asyncio.Event()  # set when _unread grows
-        self._gathering = False  # a batch gathers: its devices may be read ahead
-        self._deferred: set[DeviceEvent] = set()  # left to this batch by the one before
-        self._reading = False  # some are being read ahead in a worker thread
         self._busy = False
         self.written = BatchLog()
         self._node_kinds: set[str] = set()
         self._fatal: asyncio.Future[None] | None = None
-        self._retry_keys: set[str] = set()
-        self._retry_handle: asyncio.TimerHandle | None = None
-        self._retry_delay = RETRY_FIRST
-        self._last_error = ""
+        self.retries = Retries(self._add)
         #: ``time.monotonic()`` since which rescans have not got through; None when they do.
         self.stalled_since: float | None = None
 
@@ -242,7 +218,7 @@ class Watcher:
                 self.feed.start()
             self._log_start(output_dir)
             seen = [w.pulse.count for w, _, _ in follow]  # what happens during the first scan counts
-            await self._process(frozenset({frozenset({ALL})}), 0, initial=True)
+            await self._process(Batch(frozenset({frozenset({ALL})}), 0, {}, frozenset()), initial=True)
             probe = []
             if self.feed.monitor is not None and self.options.probe:
                 probe.append(check_delivery(self.feed.monitor.source, self.options.probe_timeout))
@@ -280,9 +256,7 @@ class Watcher:
         )
 
     def _close(self) -> None:
-        if self._retry_handle is not None:
-            self._retry_handle.cancel()
-            self._retry_handle = None
+        self.retries.cancel()
         self.feed.stop()
 
     async def _follow(
@@ -298,76 +272,7 @@ class Watcher:
 
     async def _batches(self) -> None:
         while True:
-            self._gathering = True
-            ahead = asyncio.ensure_future(self._read_ahead())
-            try:
-                keys, events = await self.coalescer.next_batch()
-            except asyncio.CancelledError:
-                ahead.cancel()
-                raise
-            self._gathering = False
-            numbers, self._numbers = self._numbers, {}  # from here on, events are the next batch's
-            gone, self._gone = self._gone, set()
-            self._unread, self._seen = [], set()
-            if self._reading:
-                await ahead  # the devices being read ahead (at most READ_AHEAD)
-            else:
-                ahead.cancel()  # it waits for events: nothing to wait for
-            deferred, self._deferred = self._deferred, set()
-            if self.coalescer.cut:
-                keys = self._defer(keys, numbers, gone, deferred)
-            await self._process(keys, events, numbers, gone)
-
-    def _defer(
-        self,
-        keys: frozenset[Key],
-        numbers: Mapping[str, int],
-        gone: AbstractSet[str],
-        deferred: set[DeviceEvent],
-    ) -> frozenset[Key]:
-        """Of a batch released while a burst goes on, leave the devices not read ahead yet to the
-        next batch, where they are read ahead in turn: the batch writes what is ready. A device is
-        left over once (those in ``deferred`` were left over by the batch before)."""
-        live, ahead = self.work.live, self.work.ahead
-        later = {
-            key
-            for key in keys
-            if isinstance(key, DeviceEvent)
-            and key not in deferred
-            and any(
-                kind in live
-                and ((a := ahead.get((kind, key.sys_path))) is None or a.number != numbers.get(key.sys_path))
-                for kind in key.kinds
-            )
-        }
-        for key in later:
-            self.coalescer.add(key)
-            if key.sys_path not in self._numbers:  # unless an event came since
-                self._numbers[key.sys_path] = numbers[key.sys_path]
-                if key.sys_path in gone:
-                    self._gone.add(key.sys_path)
-            if key not in self._seen:
-                self._seen.add(key)
-                self._unread.append(key)
-        self._deferred = later
-        return keys - later
-
-    async def _read_ahead(self) -> None:
-        """While a batch gathers, read its devices ahead, a few at a time in a worker thread."""
-        while self._gathering:
-            if self._unread and self.work.live:
-                chunk, self._unread = self._unread[:READ_AHEAD], self._unread[READ_AHEAD:]
-                numbered = [
-                    (event, self._numbers[event.sys_path], event.sys_path in self._gone) for event in chunk
-                ]
-                self._reading = True
-                try:
-                    await asyncio.to_thread(self.work.read_ahead, numbered)
-                finally:
-                    self._reading = False
-            else:
-                self._more.clear()
-                await self._more.wait()
+            await self._process(await self.gathering.next_batch())
 
     async def _resync(self, interval: float) -> None:
         while True:
@@ -376,9 +281,12 @@ class Watcher:
 
     def settled(self) -> bool:
         """No batch runs, is gathered or waits for a retry, and no uevent waits to be read."""
-        return not (self._busy or len(self.coalescer) or self._retry_handle or self.feed.queued())
+        gathering = self.gathering
+        return not (
+            self._busy or gathering.releasing or len(gathering) or self.retries.pending or self.feed.queued()
+        )
 
-    async def idle(self, timeout: float = 10.0) -> None:
+    async def idle(self, timeout: float = 60.0) -> None:
         """Return once every uevent received so far has been handled (see :meth:`settled`);
         raises ``TimeoutError`` when events keep it busy for ``timeout`` seconds."""
         loop = asyncio.get_running_loop()
@@ -401,22 +309,11 @@ class Watcher:
 
     def _add(self, *kinds: str) -> None:
         if kinds:
-            self.coalescer.add(frozenset(kinds))
+            self.gathering.add(frozenset(kinds))
 
     def _on_uevent(self, event: UdevEvent, kinds: Kinds) -> None:
         if event.sys_path and event.subsystem and event.action != "move":  # a move renames: rescan
-            key = DeviceEvent(event.sys_path, kinds)
-            self._number += 1
-            self._numbers[event.sys_path] = self._number
-            if event.action == "remove":
-                self._gone.add(event.sys_path)
-            else:
-                self._gone.discard(event.sys_path)
-            self.coalescer.add(key)  # released at once after a quiet spell, before anything is read ahead
-            if key not in self._seen:
-                self._seen.add(key)
-                self._unread.append(key)
-                self._more.set()
+            self.gathering.device(DeviceEvent(event.sys_path, kinds), removed=event.action == "remove")
         else:
             self._add(*kinds)
 
@@ -465,15 +362,8 @@ class Watcher:
 
     # -- batches --------------------------------------------------------------------------------
 
-    async def _process(
-        self,
-        keys: frozenset[Key],
-        events: int,
-        numbers: Mapping[str, int] | None = None,
-        gone: AbstractSet[str] = frozenset(),
-        *,
-        initial: bool = False,
-    ) -> None:
+    async def _process(self, batch: Batch, *, initial: bool = False) -> None:
+        keys, events = batch.keys, batch.events
         wanted: set[str] = set().union(*(k for k in keys if isinstance(k, frozenset)))
         devices = [k for k in keys if isinstance(k, DeviceEvent)]
         self.feed.lost_logged = False
@@ -493,7 +383,9 @@ class Watcher:
         self._busy = True
         placed = self._placed(asyncio.get_running_loop())
         work = asyncio.ensure_future(
-            asyncio.to_thread(self.work.run, classes, scope, devices, placed, numbers=numbers, gone=gone)
+            asyncio.to_thread(
+                self.work.run, classes, scope, devices, placed, numbers=batch.numbers, gone=batch.gone
+            )
         )
 
         def finish() -> None:
@@ -508,12 +400,12 @@ class Watcher:
                 )
                 self._applied(outcome.report)
             if isinstance(exc, CdiPluginError):
-                self._failed(wanted, scope, str(exc))
+                self.retries.failed(wanted, scope, str(exc))
             elif exc is not None:
                 log.error("rescan failed unexpectedly", exc_info=exc)
-                self._failed(wanted, scope, f"{type(exc).__name__}: {exc}")
+                self.retries.failed(wanted, scope, f"{type(exc).__name__}: {exc}")
             else:
-                self._succeeded()
+                self.retries.succeeded()
                 if scope is None:
                     release_memory(collect=initial)  # what the scan's transient objects left in the allocator
             if self.metrics is not None:
@@ -561,25 +453,3 @@ class Watcher:
             writes=collections.Counter(f.action for r in reports for f in r.files),
             refused=sum(r.refused for r in reports),
         )
-
-    def _failed(self, keys: set[str], scope: set[str] | None, message: str) -> None:
-        what = "every class" if scope is None else ", ".join(sorted(scope))
-        delay = self._retry_delay
-        level = logging.ERROR if message != self._last_error else logging.DEBUG
-        log.log(level, "rescan of %s failed: %s; retrying in %gs", what, message, delay)
-        self._last_error = message
-        self._retry_keys |= keys
-        if self._retry_handle is None:
-            self._retry_handle = asyncio.get_running_loop().call_later(delay, self._retry)
-            self._retry_delay = min(delay * 2, RETRY_MAX)
-
-    def _retry(self) -> None:
-        self._retry_handle = None
-        keys, self._retry_keys = self._retry_keys, set()
-        self._add(*keys)
-
-    def _succeeded(self) -> None:
-        self._retry_delay = RETRY_FIRST
-        if self._last_error:
-            log.info("rescans succeed again")
-            self._last_error = ""

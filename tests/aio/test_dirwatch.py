@@ -40,7 +40,7 @@ class Seen:
 
 
 async def _fires(watch: DirWatch, seen: int) -> bool:
-    return await watch.pulse.wait_after(seen, 10.0)
+    return await watch.pulse.wait_after(seen, 60.0)
 
 
 def test_entries_of_a_directory_and_the_relevance_filter(tmp_path: Path) -> None:

@@ -19,7 +19,7 @@ from tests.deviceplugin.fake_kubelet import FakeKubelet
 from tests.deviceplugin.helpers import Layout, make_node, run, spec_of, write_spec
 from tests.metrics.scrape import get, samples, value
 
-pytestmark = [pytest.mark.root, pytest.mark.timeout(60)]
+pytestmark = [pytest.mark.root, pytest.mark.timeout(180)]
 
 NO_CAPABILITIES = ["setpriv", "--bounding-set=-all", "--inh-caps=-all", "--no-new-privs"]
 VENV_BIN = Path(sys.executable).parent
@@ -95,11 +95,11 @@ def test_the_plugin_serves_without_capabilities(tmp_path: Path) -> None:
             )  # fmt: skip
             assert proc.stderr is not None
             try:
-                line = (await asyncio.wait_for(proc.stderr.readline(), 15)).decode()
+                line = (await asyncio.wait_for(proc.stderr.readline(), 60)).decode()
                 found = re.search(r"(http://127\.0\.0\.1:\d+)/metrics", line)
                 assert found, line
                 assert _effective_capabilities(proc.pid) == "0000000000000000"
-                client = await kubelet.wait_registered(KIND, timeout=15)
+                client = await kubelet.wait_registered(KIND)
                 await client.wait_until(lambda d: len(d) == 1)
                 answer = await client.allocate(["a"])
                 assert [d.name for d in answer.cdi_devices] == [f"{KIND}=a"]
@@ -107,7 +107,7 @@ def test_the_plugin_serves_without_capabilities(tmp_path: Path) -> None:
                 assert status == 200
                 assert value(samples(body), "cdi_plugin_allocations_total", resource=KIND, result="ok") == 1
                 proc.terminate()
-                assert await asyncio.wait_for(proc.wait(), 10) == 0
+                assert await asyncio.wait_for(proc.wait(), 60) == 0
             finally:
                 if proc.returncode is None:
                     proc.kill()

@@ -198,7 +198,7 @@ async def _serve(
             assert found, first
             base = found.group(1)
 
-            client = await kubelet.wait_registered(RESOURCE, timeout=30)
+            client = await kubelet.wait_registered(RESOURCE)
             devices = await client.wait_until(lambda d: len(d) >= COUNT)
             chosen = sorted(devices)[:COUNT]
             answer = await client.allocate(chosen)
@@ -209,7 +209,7 @@ async def _serve(
 
             kinds = {json.loads(p.read_bytes())["kind"] for p in sources["etc-cdi"].glob("*.json")}
             for kind in kinds:
-                await kubelet.wait_registered(kind, timeout=10)
+                await kubelet.wait_registered(kind)
             assert set(kubelet.clients) == kinds
 
             await _dra(api, sources, node)
@@ -221,7 +221,7 @@ async def _serve(
             stop = await asyncio.to_thread(image.podman, "stop", "--time", "10", name)
             assert stop.returncode == 0, stop.stderr
             rest = await asyncio.wait_for(proc.stderr.read(), 30)
-            assert await asyncio.wait_for(proc.wait(), 30) == 0, rest.decode()
+            assert await asyncio.wait_for(proc.wait(), 60) == 0, rest.decode()
         finally:
             if proc.returncode is None:
                 await asyncio.to_thread(image.podman, "rm", "--force", name)

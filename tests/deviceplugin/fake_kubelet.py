@@ -106,7 +106,7 @@ class PluginClient:
                 self._changed.notify_all()
 
     async def wait_until(
-        self, predicate: Callable[[dict[str, DeviceEntry]], bool], timeout: float = 5.0
+        self, predicate: Callable[[dict[str, DeviceEntry]], bool], timeout: float = 60.0
     ) -> dict[str, DeviceEntry]:
         """The device list once ``predicate`` holds for it; TimeoutError (with the last list) if not."""
         async with self._changed:
@@ -128,7 +128,7 @@ class PluginClient:
                 )
             ]
         )
-        response = await self.stub.GetPreferredAllocation(request, timeout=5)
+        response = await self.stub.GetPreferredAllocation(request, timeout=60)
         return list(response.container_responses[0].deviceIDs)
 
     async def allocate(self, ids: Sequence[str], *, as_kubelet: bool = True) -> Any:
@@ -141,7 +141,7 @@ class PluginClient:
         request = api.AllocateRequest(
             container_requests=[api.ContainerAllocateRequest(devices_ids=list(ids))]
         )
-        response = await self.stub.Allocate(request, timeout=5)
+        response = await self.stub.Allocate(request, timeout=60)
         if not response.container_responses:
             raise AssertionError("no containers return in allocation response")
         return response.container_responses[0]
@@ -198,7 +198,7 @@ class _Registration(api.RegistrationServicer):
             k.refused.append(message)
             await context.abort(grpc.StatusCode.UNKNOWN, message)
         if k.before_watch is not None:
-            await k.before_watch()
+            await k.before_watch(channel)
         client = PluginClient(request.resource_name, endpoint, options, channel)
         async with k.registered:  # the client and the count change together for wait_registered
             old = k.clients.get(request.resource_name)
@@ -218,11 +218,12 @@ class FakeKubelet:
         *,
         refusal: str = "",
         refusals: int = 0,
-        before_watch: Callable[[], Awaitable[None]] | None = None,
+        before_watch: Callable[[grpc.aio.Channel], Awaitable[None]] | None = None,
         dial_timeout: float = DIAL_TIMEOUT,
     ) -> None:
         """``refusals`` registrations are refused with ``refusal``; ``before_watch`` runs between
-        GetDevicePluginOptions and opening ListAndWatch (to land a change exactly there)."""
+        GetDevicePluginOptions and opening ListAndWatch, given the channel to the plugin (to land a
+        change exactly there)."""
         self.plugin_dir = plugin_dir
         self.dial_timeout = dial_timeout
         self.before_watch = before_watch
@@ -276,7 +277,7 @@ class FakeKubelet:
         await asyncio.sleep(downtime)
         await self.start()
 
-    async def wait_registered(self, resource: str, *, after: int = 0, timeout: float = 5.0) -> PluginClient:
+    async def wait_registered(self, resource: str, *, after: int = 0, timeout: float = 60.0) -> PluginClient:
         """The client of ``resource`` once more than ``after`` registrations happened in total."""
         async with self.registered:
             try:

@@ -7,7 +7,8 @@ import asyncio
 import contextlib
 import os
 import stat
-from collections.abc import AsyncIterator, Coroutine, Mapping, Sequence
+import time
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TypeVar
@@ -25,13 +26,23 @@ T = TypeVar("T")
 NULL_RDEV = os.makedev(1, 3)
 
 
-def run(coro: Coroutine[Any, Any, T], timeout: float = 20.0) -> T:
-    """Run one async scenario with a hard time limit."""
+def run(coro: Coroutine[Any, Any, T], timeout: float = 120.0) -> T:
+    """Run one async scenario with a hard time limit (which only bounds a failure)."""
 
     async def bounded() -> T:
         return await asyncio.wait_for(coro, timeout)
 
     return asyncio.run(bounded())
+
+
+async def eventually(predicate: Callable[[], object], what: str, timeout: float = 60.0) -> None:
+    """Wait until ``predicate()`` holds (checked every 10 ms); AssertionError naming ``what`` if it
+    does not within ``timeout`` seconds, which only bounds a failure."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not within {timeout}s")
+        await asyncio.sleep(0.01)
 
 
 def make_node(path: Path, rdev: int = NULL_RDEV) -> Path:
@@ -124,7 +135,7 @@ async def running_plugin(settings: Settings) -> AsyncIterator[asyncio.Task[None]
         yield task
     finally:
         stop.set()
-        await asyncio.wait_for(task, 5)
+        await asyncio.wait_for(task, 60)
 
 
 def sock(layout: Layout, resource: str) -> str:

@@ -24,7 +24,7 @@ from cdi_plugin.inventory.health import check
 from tests.deviceplugin.helpers import Layout, make_node, spec_of, write_spec
 from tests.deviceplugin.test_servicer import Aborted, FakeContext
 
-pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(30)]
+pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(120)]
 
 KIND = "cdi-plugin.io/test"
 

@@ -21,7 +21,7 @@ from cdi_plugin.deviceplugin.state import DeviceState
 from cdi_plugin.inventory import NumaLocator, SpecSource
 from tests.deviceplugin.helpers import Layout, make_node, spec_of, write_spec
 
-pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(30)]
+pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(120)]
 
 KIND = "cdi-plugin.io/test"
 EMPTY = api.Empty()
@@ -159,7 +159,7 @@ async def test_preferred_allocation_spreads_over_physical_devices(layout: Layout
 
 
 async def _next(stream: AsyncIterator[bytes]) -> dict[str, str]:
-    return _listed(await asyncio.wait_for(anext(stream), 5))
+    return _listed(await asyncio.wait_for(anext(stream), 60))
 
 
 async def test_list_and_watch_follows_the_state_then_ends(layout: Layout) -> None:
@@ -189,4 +189,4 @@ async def test_list_and_watch_ends_when_the_servicer_shuts_down(layout: Layout) 
     assert not waiting.done()
     service.shutdown()
     with pytest.raises(StopAsyncIteration):
-        await asyncio.wait_for(waiting, 5)
+        await asyncio.wait_for(waiting, 60)

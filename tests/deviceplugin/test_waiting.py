@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import shutil
 import tempfile
@@ -13,7 +14,16 @@ import pytest
 
 from cdi_plugin.deviceplugin import lifecycle
 from tests.deviceplugin.fake_kubelet import FakeKubelet
-from tests.deviceplugin.helpers import Layout, make_node, run, running_plugin, sock, spec_of, write_spec
+from tests.deviceplugin.helpers import (
+    Layout,
+    eventually,
+    make_node,
+    run,
+    running_plugin,
+    sock,
+    spec_of,
+    write_spec,
+)
 
 KIND = "cdi-plugin.io/wait"
 
@@ -37,6 +47,16 @@ def messages(caplog: pytest.LogCaptureFixture) -> list[str]:
     return [r.getMessage() for r in caplog.records]
 
 
+def said_at(caplog: pytest.LogCaptureFixture, start: str) -> list[float]:
+    """When the messages starting with ``start`` were logged."""
+    return [r.created for r in caplog.records if r.getMessage().startswith(start)]
+
+
+def slow(times: list[float], interval: float) -> bool:
+    """No two of ``times`` closer than ``interval`` (with a little leeway for the clocks)."""
+    return all(b - a >= interval - 0.05 for a, b in itertools.pairwise(times))
+
+
 def test_waiting_for_the_plugin_directory_is_said_once_then_at_a_slow_interval(
     layout: Layout, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch, short_dir: Path
 ) -> None:
@@ -44,25 +64,40 @@ def test_waiting_for_the_plugin_directory_is_said_once_then_at_a_slow_interval(
     monkeypatch.setattr(lifecycle, "WAIT_REMINDER", 0.4)
     plugin_dir = short_dir / "kubelet" / "device-plugins"
     waiting = f"{KIND}: waiting for the kubelet: {plugin_dir} does not exist yet"
+    reminder = f"{KIND}: still waiting for the kubelet: {plugin_dir} "
+
+    class NextInAnHour(logging.Handler):
+        """Once armed, the wait that follows the next reminder lasts an hour."""
+
+        armed = flipped = False
+
+        def emit(self, record: logging.LogRecord) -> None:
+            if self.armed and record.getMessage().startswith(reminder):
+                lifecycle.WAIT_REMINDER = 3600.0  # read right after the reminder is logged
+                self.flipped = True
+
+    handler = NextInAnHour()
 
     async def scenario() -> None:
         async with running_plugin(layout.settings(plugin_dir=plugin_dir)):
-            await asyncio.sleep(1.0)
+            await eventually(lambda: len(said_at(caplog, reminder)) >= 2, "two reminders")
             said = messages(caplog)
             assert said.count(waiting) == 1
-            reminders = [
-                m for m in said if m.startswith(f"{KIND}: still waiting for the kubelet: {plugin_dir} ")
-            ]
-            assert 1 <= len(reminders) <= 3, said
+            assert slow(said_at(caplog, reminder), 0.4), said
             assert not [m for m in said if "retrying" in m], said
             # the directory appearing is noticed at once, not at the next reminder
-            monkeypatch.setattr(lifecycle, "WAIT_REMINDER", 60.0)
-            await asyncio.sleep(0.5)
+            handler.armed = True
+            await eventually(lambda: handler.flipped, "a reminder, the next in an hour")
             plugin_dir.mkdir(parents=True)
             async with FakeKubelet(plugin_dir) as kubelet:
-                await kubelet.wait_registered(KIND, timeout=3.0)
+                await kubelet.wait_registered(KIND)
 
-    run(scenario())
+    logger = logging.getLogger(lifecycle.__name__)
+    logger.addHandler(handler)
+    try:
+        run(scenario())
+    finally:
+        logger.removeHandler(handler)
 
 
 def test_waiting_for_kubelet_sock_is_said_once_then_at_a_slow_interval(
@@ -74,10 +109,11 @@ def test_waiting_for_kubelet_sock_is_said_once_then_at_a_slow_interval(
 
     async def scenario() -> None:
         async with running_plugin(layout.settings()):
-            await asyncio.sleep(1.0)
+            await eventually(lambda: len(said_at(caplog, f"{KIND}: still {waiting}")) >= 2, "two reminders")
         said = messages(caplog)
         assert said.count(f"{KIND}: {waiting}") == 1
-        assert 1 <= said.count(f"{KIND}: still {waiting} (for 0 min)") <= 3, said
+        assert said.count(f"{KIND}: still {waiting} (for 0 min)") >= 2, said
+        assert slow(said_at(caplog, f"{KIND}: still {waiting}"), 0.4), said
         socket = layout.plugin_dir / sock(layout, KIND)
         assert said[-2:] == [f"{KIND}: stopped serving, removed {socket}", "stopped"]
         assert not socket.exists()
@@ -93,7 +129,7 @@ def test_stopping_names_only_sockets_that_were_created(
 
     async def scenario() -> None:
         async with running_plugin(layout.settings(plugin_dir=plugin_dir)):
-            await asyncio.sleep(0.3)
+            await eventually(lambda: any("waiting for the kubelet" in m for m in messages(caplog)), "waiting")
 
     run(scenario())
     said = messages(caplog)

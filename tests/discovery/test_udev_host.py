@@ -1,7 +1,13 @@
-"""UdevSource against this machine's real /sys and /dev (fuse, tun, kvm and loop nodes)."""
+"""UdevSource against this machine's real /sys and /dev (fuse, tun, kvm and loop nodes).
+
+Other processes may create and remove loop devices meanwhile (tests/stress.sh does): the loop
+tests hold to account only the nodes that existed throughout a discovery (the same inode before
+and after it).
+"""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 import subprocess
@@ -58,28 +64,51 @@ def test_query_for_misc_returns_only_misc_devices_with_their_nodes() -> None:
     assert found.warnings == ()
 
 
+def loop_nodes() -> dict[str, tuple[int, NodeInfo]]:
+    """The loop device nodes now: inode and node (a node removed and made again has a new inode)."""
+    out = {}
+    for path in Path("/dev").glob("loop[0-9]*"):
+        with contextlib.suppress(FileNotFoundError):  # removed meanwhile
+            out[str(path)] = (os.stat(path).st_ino, host_node(str(path)))
+    return out
+
+
+def throughout(
+    before: dict[str, tuple[int, NodeInfo]], after: dict[str, tuple[int, NodeInfo]]
+) -> dict[str, NodeInfo]:
+    return {path: seen[1] for path, seen in before.items() if after.get(path) == seen}
+
+
 def test_loop_glob_yields_block_nodes_with_stat_data() -> None:
+    before = loop_nodes()
     found = UdevSource().discover(Query(subsystems=frozenset({"misc"}), devnode_globs=("/dev/loop[0-9]*",)))
-    loops = [d for d in found.devices if d.subsystem == ""]
-    expected = sorted(str(p) for p in Path("/dev").glob("loop[0-9]*"))
-    assert expected, "this host has /dev/loop0..7"
-    assert [d.devnode for d in loops] == expected
-    for loop in loops:
-        assert loop.sys_name == Path(loop.devnode).name
-        assert loop.node == host_node(loop.devnode)
-        assert (loop.node.type, loop.node.major) == ("b", 7)
+    stable = throughout(before, loop_nodes())
+    assert stable, "this host has /dev/loop0..7"
+    loops = {d.devnode: d for d in found.devices if d.subsystem == ""}
+    assert stable.keys() <= loops.keys()
+    assert [d.devnode for d in found.devices if d.subsystem == ""] == sorted(loops), "in order"
+    for path, node in stable.items():
+        loop = loops[path]
+        assert loop.sys_name == Path(path).name
+        assert loop.node == node
+        assert (node.type, node.major) == ("b", 7)
         assert (loop.sys_path, loop.properties, loop.ancestors) == ("", {}, ())
     assert "/dev/loop-control" in {d.devnode for d in found.devices if d.subsystem == "misc"}
 
 
 def test_glob_does_not_repeat_devices_udev_reported() -> None:
+    before = loop_nodes()
     found = UdevSource().discover(
         Query(subsystems=frozenset({"block", "misc"}), devnode_globs=("/dev/loop[0-9]*", "/dev/fuse"))
     )
-    assert [d for d in found.devices if d.subsystem == ""] == []
-    loops = [d for d in found.devices if d.sys_name.startswith("loop") and d.subsystem == "block"]
-    assert len(loops) == len(list(Path("/dev").glob("loop[0-9]*")))
-    assert all(d.devtype == "disk" for d in loops)
+    stable = throughout(before, loop_nodes()).keys()
+    devnodes = [d.devnode for d in found.devices]
+    assert len(devnodes) == len(set(devnodes)), "no node twice"
+    by_udev = {d.devnode for d in found.devices if d.subsystem == "block" and d.sys_name.startswith("loop")}
+    assert stable <= by_udev
+    # only a loop device made during the discovery can be found by the glob alone
+    assert stable.isdisjoint(d.devnode for d in found.devices if d.subsystem == "")
+    assert all(d.devtype == "disk" for d in found.devices if d.devnode in by_udev)
 
 
 def test_nodes_missing_from_dev_root_are_kept_with_a_warning(tmp_path: Path) -> None:

@@ -293,11 +293,13 @@ class FakeApiServer:
         while True:
             with self.lock:
                 while True:
+                    if watch.generation != self.watch_generation:
+                        return  # broken: nothing more goes out on it, not even what is pending
                     first = bisect.bisect_right(self.events, sent, key=lambda e: e[0])
                     pending = [e for e in self.events[first:] if self._matches(watch, e[1], e[3])]
                     sent = self.events[-1][0] if self.events[first:] else sent
                     now = time.monotonic()
-                    ending = watch.generation != self.watch_generation or now >= watch.deadline
+                    ending = now >= watch.deadline
                     bookmark = watch.bookmarks and now >= next_bookmark
                     if pending or ending or bookmark or self.stopping.is_set():
                         break

@@ -125,7 +125,9 @@ class FakeKubelet:
         assert registration_id is not None, f"{socket}: no such socket"
         async with grpc.aio.insecure_channel(f"unix://{socket}", options=OPTIONS) as channel:
             stub = api.RegistrationStub(channel)
-            info = await stub.GetInfo(api.InfoRequest(), timeout=1)
+            # like the kubelet, wait for a socket that exists but does not listen yet (gRPC binds
+            # it before it listens)
+            info = await stub.GetInfo(api.InfoRequest(), timeout=60, wait_for_ready=True)
             self.infos.append(info)
             error = ""
             version = next((v for v in info.supported_versions if v in self.known), "")

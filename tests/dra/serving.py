@@ -137,7 +137,7 @@ class Serve:
     def messages(self) -> list[str]:
         return [json.loads(line)["msg"] if line.startswith("{") else line for line in self.lines]
 
-    async def wait_for(self, check: Callable[[], Any], what: str, timeout: float = 20.0) -> Any:
+    async def wait_for(self, check: Callable[[], Any], what: str, timeout: float = 60.0) -> Any:
         """Poll ``check()`` until it is true (returned), the process ended, or ``timeout``."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
@@ -152,7 +152,7 @@ class Serve:
                 )
             await asyncio.sleep(0.05)
 
-    async def logged(self, text: str, timeout: float = 20.0) -> None:
+    async def logged(self, text: str, timeout: float = 60.0) -> None:
         await self.wait_for(lambda: any(text in m for m in self.messages()), f"log {text!r}", timeout)
 
     async def stop(self) -> int:
@@ -161,7 +161,7 @@ class Serve:
             self.proc.terminate()
         return await self.exit()
 
-    async def exit(self, timeout: float = 15.0) -> int:
+    async def exit(self, timeout: float = 60.0) -> int:
         try:
             code = await asyncio.wait_for(self.proc.wait(), timeout)
         finally:

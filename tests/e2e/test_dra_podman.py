@@ -45,7 +45,7 @@ async def _prepare(node: DraNode, api_choice: str) -> tuple[list[str], list[str]
             assert (fuse.request_names, fuse.pool_name, fuse.device_name) == (("fuse",), NODE, device)
             allocated: list[str] = []
             if api_choice == "both":
-                client = await dp_kubelet.wait_registered(FUSE, timeout=20)
+                client = await dp_kubelet.wait_registered(FUSE)
                 await client.wait_until(lambda d: "fuse" in d)
                 allocated = [d.name for d in (await client.allocate(["fuse"])).cdi_devices]
             assert await kubelet.unprepare(CLAIM) == {CLAIM.uid: ""}

@@ -32,7 +32,7 @@ async def _allocate_through_the_plugin(specs: Path, plugins: Path) -> dict[str, 
         try:
             answers = {}
             for resource, (device_id, _node) in RESOURCES.items():
-                client = await kubelet.wait_registered(resource, timeout=10)
+                client = await kubelet.wait_registered(resource)
                 await client.wait_until(lambda d, i=device_id: i in d and d[i].health == "Healthy")
                 answers[resource] = await client.allocate([device_id])
             return answers

@@ -18,8 +18,8 @@ from cdi_plugin.inventory import NumaLocator, SpecInventory, SpecSource
 from cdi_plugin.inventory import source as source_module
 from cdi_plugin.store import registry as registry_module
 from cdi_plugin.store.registry import file_stat
-from tests.deviceplugin.helpers import Layout, make_node, run, spec_of, write_spec
-from tests.watch.helpers import eventually, running
+from tests.deviceplugin.helpers import Layout, eventually, make_node, run, spec_of, write_spec
+from tests.watch.helpers import running
 
 KIND = "cdi-plugin.io/test"
 
@@ -274,7 +274,7 @@ def test_serve_scan_feeds_the_inventory_without_its_directory_watch(layout: Layo
             await eventually(lambda: set(inventory.devices()) >= names, "the device added served")
             assert (layout.etc / "cdi-plugin.io-binder.json").is_file()
 
-    run(scenario(), timeout=30)
+    run(scenario())
 
 
 def test_specs_handed_over_while_a_reading_runs_are_applied_too(layout: Layout) -> None:

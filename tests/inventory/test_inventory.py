@@ -142,7 +142,7 @@ def test_changes_yield_the_devices_then_each_new_state(tmp_path: Path) -> None:
         assert not waiting.done()
         write_spec(layout.etc, spec_of(OURS, {"a": [a], "b": [a]}))
         inventory.sync()
-        seen.append(set(await asyncio.wait_for(waiting, 5)))
+        seen.append(set(await asyncio.wait_for(waiting, 60)))
         return seen
 
     assert asyncio.run(follow()) == [{f"{OURS}=a"}, {f"{OURS}=a", f"{OURS}=b"}]

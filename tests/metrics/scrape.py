@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
+import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -14,7 +17,7 @@ def get(url: str, method: str = "GET") -> tuple[int, str]:
     """(status, body) of one request; error statuses are returned, not raised."""
     request = urllib.request.Request(url, method=method)
     try:
-        with urllib.request.urlopen(request, timeout=5) as response:
+        with urllib.request.urlopen(request, timeout=60) as response:
             return response.status, response.read().decode()
     except urllib.error.HTTPError as exc:
         return exc.code, exc.read().decode()
@@ -37,3 +40,15 @@ def scrape(base_url: str) -> Samples:
     status, body = get(base_url + "/metrics")
     assert status == 200, body
     return samples(body)
+
+
+async def metrics_until(base: str, predicate: Callable[[Samples], bool], timeout: float = 60.0) -> Samples:
+    """Scrape until ``predicate(samples)`` holds (a counter may follow the answer it counts)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        found = await asyncio.to_thread(scrape, base)
+        if predicate(found):
+            return found
+        if time.monotonic() > deadline:
+            raise AssertionError(f"metrics never matched: {found}")
+        await asyncio.sleep(0.05)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -54,6 +55,16 @@ def snapshot(directory: Path) -> Snapshot:
         data = Path(entry.path).read_bytes() if entry.is_file(follow_symlinks=False) else b""
         out[entry.name] = (data.decode("utf-8", "replace"), st.st_mtime_ns, st.st_mode & 0o7777)
     return out
+
+
+def opened(path: Path, pid: int | str = "self") -> int:
+    """How many descriptors process ``pid`` holds open on ``path`` (a process waiting for a lock
+    file has it open)."""
+    count = 0
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        with contextlib.suppress(OSError):  # closed meanwhile
+            count += os.readlink(fd) == str(path)
+    return count
 
 
 def without(*kernel_names: str) -> list[DiscoveredDevice]:

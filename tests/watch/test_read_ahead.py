@@ -3,12 +3,15 @@ released, reads nothing again; a batch that max_delay releases while the burst g
 devices not read yet to the next batch, once.
 
 Events are handed to the watcher as its uevent monitor would, and the coalescer's clock is driven
-by the test.
+by the test. The clock moves only once the watcher is idle: a batch ends after its file is in
+place, and the time of its end is when the quiet spell before the next event starts.
 """
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -16,10 +19,10 @@ from cdi_plugin.aio.coalesce import Coalescer
 from cdi_plugin.discovery.model import DiscoveredDevice, UdevEvent
 from cdi_plugin.scan.watcher import Watcher
 from tests.aio.clock import ManualClock
-from tests.deviceplugin.helpers import run
+from tests.deviceplugin.helpers import eventually, run
 from tests.generate.hosts import usb_tty
 from tests.scan.helpers import Counting
-from tests.watch.helpers import device_names, eventually, running, watch_options, write_host
+from tests.watch.helpers import device_names, running, watch_options, write_host
 
 KIND = "example.com/serial"
 CONFIG = (
@@ -44,7 +47,7 @@ def setup(tmp_path: Path) -> tuple[Watcher, Counting, ManualClock, Path]:
     source = Counting([port(0)])
     watcher = Watcher(watch_options(out, config, source=f"fixture:{host}"), source=source)
     clock = ManualClock()
-    watcher.coalescer = Coalescer(0.1, 0.25, clock=clock, sleep=clock.sleep)
+    watcher.gathering.coalescer = Coalescer(0.1, 0.25, clock=clock, sleep=clock.sleep)
     return watcher, source, clock, out / SPEC
 
 
@@ -63,13 +66,15 @@ def test_the_devices_of_a_gathering_batch_are_read_ahead_and_not_read_again(tmp_
         async with running(watcher):
             clock.advance(1.0)
             plug(watcher, source, range(1, 2))  # the leading edge, at once
-            await eventually(lambda: device_names(spec) == names(range(2)), "the first device")
+            await watcher.idle()
+            assert device_names(spec) == names(range(2))
             plug(watcher, source, range(2, 100))  # the rest of the burst gathers
             await eventually(lambda: len(source.lookups) == 99, "read ahead")
             assert device_names(spec) == names(range(2))
             enumerations = source.enumerations
             clock.advance(0.1)  # quiet: released
-            await eventually(lambda: device_names(spec) == names(range(100)), "the burst")
+            await watcher.idle()
+            assert device_names(spec) == names(range(100))
             assert len(source.lookups) == 99, "nothing read again"
             assert source.enumerations == enumerations, "no rescan"
 
@@ -94,17 +99,20 @@ def test_a_batch_cut_by_max_delay_leaves_what_was_not_read_ahead_to_the_next_onc
         async with running(watcher):
             clock.advance(1.0)
             plug(watcher, source, range(1, 2))
-            await eventually(lambda: device_names(spec) == names(range(2)), "the first device")
+            await watcher.idle()
+            assert device_names(spec) == names(range(2))
             batches = watcher.batches.count
             await burst(range(2, 52))
-            await eventually(lambda: watcher.batches.count > batches, "the cut batch")
+            await watcher.batches.wait_after(batches)  # the cut batch, done
             assert device_names(spec) == names(range(2)), "nothing was ready: all left to the next"
             batches = watcher.batches.count
             await burst(range(52, 102))  # the next batch is cut too: what was left over is written
-            await eventually(lambda: device_names(spec) == names(range(52)), "the devices left over")
+            await watcher.batches.wait_after(batches)
+            assert device_names(spec) == names(range(52)), "the devices left over"
             await clock.sleeping.wait()
             clock.advance(0.1)  # quiet
-            await eventually(lambda: device_names(spec) == names(range(102)), "the rest")
+            await watcher.idle()
+            assert device_names(spec) == names(range(102)), "the rest"
 
     run(scenario())
 
@@ -124,19 +132,52 @@ def test_a_removal_announced_before_sysfs_drops_the_device_still_removes_it(tmp_
         async with running(watcher):
             clock.advance(1.0)
             plug(watcher, source, range(1, 4))  # one batch, at once
-            await eventually(lambda: device_names(spec) == names(range(4)), "plugged")
+            await watcher.idle()
+            assert device_names(spec) == names(range(4))
             read = len(source.lookups)
             clock.advance(1.0)
             unplug(1)  # the leading edge
-            await eventually(lambda: device_names(spec) == names(range(4)) - {"ttyUSB1"}, "removed at once")
+            await watcher.idle()
+            assert device_names(spec) == names(range(4)) - {"ttyUSB1"}, "removed at once"
             unplug(2)  # gathered, and read ahead
             plug(watcher, source, range(4, 6))
             await clock.sleeping.wait()
             clock.advance(0.1)
-            await eventually(
-                lambda: device_names(spec) == {"ttyUSB0", "ttyUSB3", "ttyUSB4", "ttyUSB5"}, "burst"
-            )
+            await watcher.idle()
+            assert device_names(spec) == {"ttyUSB0", "ttyUSB3", "ttyUSB4", "ttyUSB5"}, "burst"
             assert port(1).sys_path not in source.lookups[read:]
             assert port(2).sys_path not in source.lookups[read:]
+
+    run(scenario())
+
+
+def test_the_watcher_is_not_idle_while_a_released_batch_waits_for_its_reading_ahead(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    watcher, source, clock, spec = setup(tmp_path)
+    reading, resume = threading.Event(), threading.Event()
+    read_ahead = watcher.work.read_ahead
+
+    def slow(events: Any) -> None:
+        reading.set()
+        resume.wait(60)
+        read_ahead(events)
+
+    async def scenario() -> None:
+        async with running(watcher):
+            clock.advance(1.0)
+            plug(watcher, source, range(1, 2))
+            await watcher.idle()
+            monkeypatch.setattr(watcher.work, "read_ahead", slow)
+            plug(watcher, source, range(2, 4))  # gathered, and being read ahead
+            try:
+                await eventually(reading.is_set, "read ahead")
+                clock.advance(0.1)  # quiet: released, and waiting for what is being read ahead
+                await eventually(lambda: watcher.gathering.releasing, "released")
+                assert not watcher.settled()
+            finally:
+                resume.set()
+            await watcher.idle()
+            assert device_names(spec) == names(range(4))
 
     run(scenario())

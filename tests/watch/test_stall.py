@@ -15,12 +15,13 @@ import pytest
 
 from cdi_plugin.metrics import Probes
 from cdi_plugin.scan.watcher import Watcher
-from cdi_plugin.store.dirlock import locked
-from tests.deviceplugin.helpers import run
+from cdi_plugin.store.dirlock import LOCK_NAME, locked
+from tests.deviceplugin.helpers import eventually, run
 from tests.generate.hosts import WORKSTATION
-from tests.watch.helpers import eventually, running, watch_options, write_host
+from tests.scan.helpers import opened
+from tests.watch.helpers import running, watch_options, write_host
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = pytest.mark.timeout(180)
 
 
 def _watcher(tmp_path: Path, lock_timeout: float) -> tuple[Watcher, Path, Path]:
@@ -48,9 +49,9 @@ def test_liveness_fails_while_rescans_wait_for_the_lock_and_recovers(tmp_path: P
             assert probes.liveness().ok
             with locked(out):
                 write_host(host, [d for d in WORKSTATION if d.sys_name != "tun"])
-                await eventually(lambda: not probes.liveness().ok, "liveness fails", timeout=10)
+                await eventually(lambda: not probes.liveness().ok, "liveness fails")
                 assert probes.liveness().detail.startswith("rescans stalled for ")
-            await eventually(lambda: not (out / "cdi-plugin.io-tun.json").exists(), "the retry", timeout=20)
+            await eventually(lambda: not (out / "cdi-plugin.io-tun.json").exists(), "the retry")
             await eventually(lambda: probes.liveness().ok, "liveness recovers")
         beating.cancel()
 
@@ -67,8 +68,10 @@ def test_the_log_gives_the_real_duration_including_the_wait(
             seen = watcher.batches.count
             with locked(out):
                 write_host(host, [d for d in WORKSTATION if d.sys_name != "tun"])
-                await asyncio.sleep(1.5)
-            await watcher.batches.wait_after(seen, 10)
+                # the rescan has the lock file open (and so do we): it waits for the lock
+                await eventually(lambda: opened(out / LOCK_NAME) == 2, "the rescan at the lock")
+                await asyncio.sleep(1.5)  # time passes on purpose: the rescan waits that long
+            await watcher.batches.wait_after(seen)
 
     with caplog.at_level(logging.DEBUG, logger="cdi_plugin.scan"):
         run(scenario())

@@ -7,6 +7,7 @@ import shutil
 import socket
 import sys
 import tempfile
+import time
 import urllib.request
 from pathlib import Path
 
@@ -15,9 +16,11 @@ from prometheus_client.parser import text_string_to_metric_families
 from cdi_plugin.metrics import ScanMetrics
 from cdi_plugin.scan.watcher import Watcher
 from tests.deviceplugin.fake_kubelet import FakeKubelet
-from tests.deviceplugin.helpers import Layout, run
+from tests.deviceplugin.helpers import Layout, eventually, run
 from tests.generate.hosts import WORKSTATION
-from tests.watch.helpers import eventually, replace_file, running, watch_options, write_host
+from tests.metrics.scrape import metrics_until
+from tests.metrics.scrape import value as scraped
+from tests.watch.helpers import replace_file, running, watch_options, write_host
 
 CDI_GEN = Path(sys.executable).parent / "cdi-gen"
 CDI_PLUGIN = Path(sys.executable).parent / "cdi-plugin"
@@ -79,7 +82,7 @@ def _free_port() -> int:
 
 def _get(url: str) -> tuple[int, str]:
     try:
-        with urllib.request.urlopen(url, timeout=2) as answer:
+        with urllib.request.urlopen(url, timeout=60) as answer:
             return answer.status, answer.read().decode()
     except urllib.error.HTTPError as exc:
         return exc.code, exc.read().decode()
@@ -103,12 +106,10 @@ def test_cdi_gen_watch_serves_its_metrics_and_probes(tmp_path: Path) -> None:
             stderr=asyncio.subprocess.PIPE,
         )  # fmt: skip
         try:
-            for _ in range(100):
-                status, _body = await asyncio.to_thread(_get, f"{base}/readyz")
-                if status == 200:
-                    break
+            deadline = time.monotonic() + 60
+            while (await asyncio.to_thread(_get, f"{base}/readyz"))[0] != 200:
+                assert time.monotonic() < deadline, "never ready"
                 await asyncio.sleep(0.1)
-            assert status == 200
             assert (await asyncio.to_thread(_get, f"{base}/healthz"))[0] == 200
             status, text = await asyncio.to_thread(_get, f"{base}/metrics")
             assert status == 200
@@ -121,7 +122,7 @@ def test_cdi_gen_watch_serves_its_metrics_and_probes(tmp_path: Path) -> None:
             _out, err = await proc.communicate()
             assert proc.returncode == 0, err.decode()
 
-    run(scenario(), timeout=30)
+    run(scenario())
 
 
 def test_serve_scan_exposes_the_scanner_and_the_plugin_on_one_endpoint(tmp_path: Path) -> None:
@@ -141,28 +142,21 @@ def test_serve_scan_exposes_the_scanner_and_the_plugin_on_one_endpoint(tmp_path:
                 "--metrics-address", str(port), stderr=asyncio.subprocess.PIPE,
             )  # fmt: skip
             try:
-                client = await kubelet.wait_registered("cdi-plugin.io/tun", timeout=10)
+                client = await kubelet.wait_registered("cdi-plugin.io/tun")
                 await client.wait_until(lambda d: "tun" in d)
                 await client.allocate(["tun"])
-                status, text = await asyncio.to_thread(_get, f"http://127.0.0.1:{port}/metrics")
-                assert status == 200
-                got = samples(text)
-                assert got[("cdi_gen_devices", (("kind", "cdi-plugin.io/tun"),))] == 1
-                assert (
-                    got[
-                        (
-                            "cdi_plugin_allocations_total",
-                            (("resource", "cdi-plugin.io/tun"), ("result", "ok")),
-                        )
-                    ]
-                    == 1
+                allocated = {"resource": "cdi-plugin.io/tun", "result": "ok"}
+                got = await metrics_until(  # counted once the answer is on its way
+                    f"http://127.0.0.1:{port}",
+                    lambda s: scraped(s, "cdi_plugin_allocations_total", **allocated) == 1,
                 )
+                assert scraped(got, "cdi_gen_devices", kind="cdi-plugin.io/tun") == 1
             finally:
                 proc.terminate()
                 _out, err = await proc.communicate()
                 assert proc.returncode == 0, err.decode()
 
     try:
-        run(scenario(), timeout=40)
+        run(scenario())
     finally:
         shutil.rmtree(short)

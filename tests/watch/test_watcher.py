@@ -19,10 +19,10 @@ from cdi_plugin.scan.configfollow import ConfigFollower
 from cdi_plugin.scan.watcher import Watcher
 from cdi_plugin.store.registry import Stat, file_stat
 from cdi_plugin.store.writer import Applied
-from tests.deviceplugin.helpers import run
+from tests.deviceplugin.helpers import eventually, run
 from tests.generate.hosts import WORKSTATION
 from tests.scan.helpers import snapshot
-from tests.watch.helpers import device_names, eventually, replace_file, running, watch_options, write_host
+from tests.watch.helpers import device_names, replace_file, running, watch_options, write_host
 
 MISC3 = """classes:
   - {vendor: cdi-plugin.io, class: fuse, match: {subsystem: misc, kernel: fuse}}
@@ -226,12 +226,12 @@ def test_a_failing_rescan_is_logged_once_and_retried_until_it_succeeds(
                 lambda: any(r.levelno == logging.ERROR for r in caplog.records), "failure logged"
             )
             assert (out / KVM).exists(), "a failed rescan writes nothing"
-            await eventually(lambda: len(failures()) >= 2, "the retry after 1 s", timeout=8)
+            await eventually(lambda: len(failures()) >= 2, "the retry after 1 s")
             assert failures()[1].levelno == logging.DEBUG, "the same failure again: not logged again"
             foreign.unlink()
-            await eventually(lambda: specs(out) == {FUSE, TUN}, "retried and written", timeout=8)
+            await eventually(lambda: specs(out) == {FUSE, TUN}, "retried and written")
 
-    run(scenario(), timeout=30)
+    run(scenario())
     errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
     assert len(errors) == 1, errors
     assert errors[0].startswith("rescan of every class failed: cdi-plugin.io/tun is already defined by ")
@@ -276,7 +276,7 @@ def test_glob_only_classes_follow_device_nodes_in_their_directories(tmp_path: Pa
                 "/dev/xbus/001/port1"
             )
 
-    run(scenario(), timeout=30)
+    run(scenario())
 
 
 def test_on_applied_follows_every_write_with_the_specs_written_and_removed(

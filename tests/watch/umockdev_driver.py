@@ -23,7 +23,7 @@ import gi
 gi.require_version("UMockdev", "1.0")
 from gi.repository import UMockdev  # noqa: E402
 
-TIMEOUT = 15.0
+TIMEOUT = 60.0
 
 
 def binder(n: int) -> str:
