@@ -2,11 +2,44 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import os
 import socket
+import stat
 from pathlib import Path
 
 PROBE_TIMEOUT = 0.5
+
+#: (device, inode) of a socket file.
+Identity = tuple[int, int]
+
+
+def identity(path: Path) -> Identity | None:
+    """(device, inode) of the socket at ``path`` (not following a link), or None if there is none."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino) if stat.S_ISSOCK(st.st_mode) else None
+
+
+def remove_if_ours(path: Path, bound: Identity | None) -> None:
+    """After its server stopped, remove the socket a process bound at ``path``, unless it is gone.
+
+    gRPC unlinks a socket when its server stops, and the inode number is then free for the socket
+    that another process (the instance that replaces this one) binds at the same path: the same
+    identity with a process listening on it is that other process's socket, never removed.
+    """
+    if bound is None or identity(path) != bound:
+        return
+    try:
+        if someone_listens(path):
+            return
+    except OSError:
+        return  # cannot tell: leave it
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
 
 
 def someone_listens(path: Path) -> bool:

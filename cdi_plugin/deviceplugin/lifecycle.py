@@ -23,7 +23,7 @@ from pathlib import Path
 import grpc
 
 from cdi_plugin.aio.dirwatch import DirWatch
-from cdi_plugin.aio.sockets import someone_listens
+from cdi_plugin.aio.sockets import Identity, identity, remove_if_ours, someone_listens
 from cdi_plugin.cdi.names import short_hash
 from cdi_plugin.deviceplugin import api
 from cdi_plugin.deviceplugin.registration import RegistrationError, register
@@ -44,8 +44,6 @@ STOP_GRACE = 0.5
 #: While waiting for the kubelet, say so again this often, so that a log shows the plugin is alive.
 WAIT_REMINDER = 60.0
 
-Identity = tuple[int, int]
-
 
 def socket_name(resource: str, plugin_dir: Path) -> str:
     """``cdi-plugin-<vendor>_<class>.sock``, hashed when the path would be too long for a socket."""
@@ -53,15 +51,6 @@ def socket_name(resource: str, plugin_dir: Path) -> str:
     if len(os.fsencode(plugin_dir / name)) > _MAX_SOCKET_PATH:
         name = f"{SOCKET_PREFIX}{short_hash(resource, 16)}.sock"
     return name
-
-
-def identity(path: Path) -> Identity | None:
-    """(device, inode) of a socket at ``path``, or None if there is none."""
-    try:
-        st = os.lstat(path)
-    except OSError:
-        return None
-    return (st.st_dev, st.st_ino) if stat.S_ISSOCK(st.st_mode) else None
 
 
 def _file_type(path: Path, *, follow: bool = False) -> str:
@@ -195,14 +184,12 @@ class Endpoint:
 
     async def close(self) -> bool:
         """Stop serving and remove the socket, if it is still the one this endpoint bound; True if
-        there was such a socket (gRPC may remove it first)."""
+        there was such a socket (gRPC removes it as it stops)."""
         bound = self._bound
         ours = bound is not None and identity(self.path) == bound
         self._metrics.endpoint_closed(self.resource)
         await self._stop_server()
-        if ours and identity(self.path) == bound:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(self.path)
+        remove_if_ours(self.path, bound)
         return ours
 
     # -- the loop ---------------------------------------------------------------------------------

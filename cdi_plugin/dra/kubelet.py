@@ -26,7 +26,7 @@ from typing import Any
 
 import grpc
 
-from cdi_plugin.aio.sockets import someone_listens
+from cdi_plugin.aio.sockets import identity, remove_if_ours, someone_listens
 from cdi_plugin.dra import api
 from cdi_plugin.dra.health_service import HealthService
 from cdi_plugin.dra.names import DEFAULT_PLUGINS_DIR, DEFAULT_REGISTRY_DIR
@@ -115,14 +115,6 @@ class Registrar:
         return api.RegistrationStatusResponse()
 
 
-def _identity(path: Path) -> tuple[int, int] | None:
-    try:
-        st = path.stat()
-    except OSError:
-        return None
-    return st.st_dev, st.st_ino
-
-
 class SocketInUseError(CdiPluginError):
     """Another process serves a socket this plugin would bind (another instance of the driver)."""
 
@@ -180,7 +172,7 @@ class KubeletPlugin:
                 (self.paths.registration_socket, lambda s: api.add_registration_servicer(self.registrar, s)),
             ):
                 server = await _listen(path, add)
-                self._servers.append((path, server, _identity(path)))
+                self._servers.append((path, server, identity(path)))
         except BaseException:
             await self.stop()
             raise
@@ -191,14 +183,13 @@ class KubeletPlugin:
         while self._servers:
             path, server, bound = self._servers.pop()
             await server.stop(grace)
-            if bound is not None and _identity(path) == bound:
-                path.unlink(missing_ok=True)
+            remove_if_ours(path, bound)
 
     async def recover(self) -> bool:
         """Start when not serving (the first time, or a socket is gone or replaced, or a start
         failed); True when it did. Then write the prepared claims again if their file is gone
         (StateWriteError if it fails)."""
-        intact = len(self._servers) == 2 and all(_identity(p) == inode for p, _, inode in self._servers)
+        intact = len(self._servers) == 2 and all(identity(p) == inode for p, _, inode in self._servers)
         if not intact:
             if self._servers:
                 log.warning(
