@@ -46,7 +46,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
 import os
 import signal
@@ -55,13 +54,25 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
-
-from asyncinotify import Inotify, Mask
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from hotplug_timeline import (  # noqa: E402
+    READER,
+    SPACING,
+    Moments,
+    Timeline,
+    burst,
+    cycles,
+    follow_reader,
+    follow_spec,
+    follow_uevents,
+    ms,
+    unburst,
+)
+from hotplug_trace import TRACER, burst_steps, traced_steps  # noqa: E402
 
 from cdi_plugin.deviceplugin import api  # noqa: E402
 from cdi_plugin.discovery.udev import UdevMonitor, UdevSource  # noqa: E402
@@ -77,106 +88,6 @@ KIND = "cdi-plugin.io/loop"
 SPEC = "cdi-plugin.io-loop.json"
 ADD_TARGET_MS, REMOVE_TARGET_MS = 25.0, 15.0
 BURST, BURST_WRITES, BURST_MS = 1000, 5, 500.0
-SPACING = 0.15  # seconds between steps: more than the coalescing window (100 ms)
-#: A mark this long before this process received the uevent counts: the watcher may read it first.
-EARLY = 0.002
-
-#: The separate gRPC client: one JSON line per ListAndWatch response (time parsed, healthy IDs, all
-#: IDs, time its bytes arrived). It asks gRPC for the bytes and parses them itself, to tell the
-#: Python client's parsing apart.
-READER = """
-import json, sys, time, grpc
-from cdi_plugin.deviceplugin import api
-channel = grpc.insecure_channel("unix://" + sys.argv[1])
-stream = channel.unary_stream("/v1beta1.DevicePlugin/ListAndWatch", api.Empty.SerializeToString)
-for data in stream(api.Empty()):
-    arrived = time.perf_counter()
-    response = api.ListAndWatchResponse.FromString(data)
-    now = time.perf_counter()
-    healthy = [d.ID for d in response.devices if d.health == api.HEALTHY]
-    print(json.dumps([now, healthy, len(response.devices), arrived]), flush=True)
-"""
-
-#: ``--trace``: ``cdi-plugin serve --scan`` run as usual, with time marks (start, end) around the
-#: steps from the watcher's hand-over to the ListAndWatch bytes, written to a file at exit.
-TRACER = """
-import atexit, json, runpy, sys, time
-import grpc
-from cdi_plugin.deviceplugin import servicer
-from cdi_plugin.deviceplugin.state import DeviceState
-from cdi_plugin.discovery.udev import UdevSource
-from cdi_plugin.inventory import source, spec_inventory
-from cdi_plugin.scan import livespecs, pipeline, updates, watcher
-from cdi_plugin.store import atomic, writer
-
-marks, clock = [], time.perf_counter
-
-def timed(label, call):
-    def traced(*args, **kwargs):
-        marks.append((label, 0, clock()))
-        try:
-            return call(*args, **kwargs)
-        finally:
-            marks.append((label, 1, clock()))
-    return traced
-
-for owner, name, label in (
-    (watcher.Watcher, "_on_uevent", "uevent"), (updates.BatchWork, "run", "batch"),
-    (UdevSource, "lookup", "lookup"), (livespecs.LiveSpec, "update", "entry"),
-    (livespecs.LiveSpec, "render", "render"), (updates, "plan_updates", "plan"),
-    (updates, "apply", "write"), (writer, "_verify", "verify"), (writer, "_stage", "stage"),
-    (atomic.StagedFile, "commit", "commit"),
-    (spec_inventory.SpecInventory, "accept", "handover"), (source.SpecSource, "current", "read"),
-    (spec_inventory.SpecInventory, "_reconcile", "apply"),
-    (spec_inventory.SpecInventory, "recheck_health", "nodes"),
-    (DeviceState, "_show", "advertise"), (servicer.ListBuilder, "response", "response"),
-    (UdevSource, "discover", "discover"), (pipeline, "build_specs", "build"),
-    (pipeline, "plan_writes", "plan all"), (pipeline, "apply", "write all"),
-    (updates.BatchWork, "_index", "index"), (watcher.Watcher, "_process", "process"),
-):
-    if hasattr(owner, name):  # the code measured may lack a step
-        setattr(owner, name, timed(label, getattr(owner, name)))
-stream_handler = grpc.unary_stream_rpc_method_handler
-
-def traced_handler(behavior, request_deserializer=None, response_serializer=None):
-    serialize = response_serializer or (lambda data: data)
-    return stream_handler(behavior, request_deserializer, timed("serialize", serialize))
-
-grpc.unary_stream_rpc_method_handler = traced_handler
-out = sys.argv.pop(1)
-atexit.register(lambda: open(out, "w").write(json.dumps(marks)))
-runpy.run_module("cdi_plugin.cli.plugin", run_name="__main__")
-"""
-
-#: The steps of ``--trace``, in order: (label, from, to); a mark is (step, 0: start / 1: end), the
-#: first of each between a change's uevent and its list.
-SEGMENTS = (
-    ("uevent -> the watcher reads it (loop)", "event", ("uevent", 0)),
-    ("uevent read -> batch starts (worker thread)", ("uevent", 0), ("batch", 0)),
-    ("device read from udev", ("lookup", 0), ("lookup", 1)),
-    ("entry built and validated", ("entry", 0), ("entry", 1)),
-    ("spec rendered (1000 entries)", ("render", 0), ("render", 1)),
-    ("write planned (record, file read, hashed)", ("plan", 0), ("plan", 1)),
-    ("write: checked again (record, file)", ("verify", 0), ("verify", 1)),
-    ("write: file and record staged, fsynced", ("stage", 0), ("stage", 1)),
-    ("staged -> spec file in place (renames)", ("stage", 1), "spec"),
-    ("uevent -> spec file in place (watcher)", "event", "spec"),
-    ("spec file -> hand-over (writer's tail, loop)", "spec", ("handover", 0)),
-    ("hand-over -> reading starts (worker thread)", ("handover", 0), ("read", 0)),
-    ("reading (registry, worker thread)", ("read", 0), ("read", 1)),
-    ("reading -> applied on the loop", ("read", 1), ("apply", 0)),
-    ("hand-over -> applied (total)", ("handover", 0), ("apply", 0)),
-    ("inventory applies it (plugin state included)", ("apply", 0), ("apply", 1)),
-    ("  of which the plugin's state (advertised IDs)", ("advertise", 0), ("advertise", 1)),
-    ("/dev watch: uevent -> node re-checked", "event", ("nodes", 0)),
-    ("/dev watch: node re-check (plugin state incl.)", ("nodes", 0), ("nodes", 1)),
-    ("change applied -> stream builds its response", "applied", ("response", 0)),
-    ("response built", ("response", 0), ("response", 1)),
-    ("response -> serialized", ("response", 1), ("serialize", 1)),
-    ("serialized -> bytes in the reader (gRPC)", ("serialize", 1), "arrived"),
-    ("reader parses them (Python client)", "arrived", "listed"),
-    ("spec file -> list parsed", "spec", "listed"),
-)
 
 
 def pct(values: list[float], q: float) -> float:
@@ -219,195 +130,6 @@ def config_text(base: int) -> str:
         f"    match: {{subsystem: block, kernel: [{kernels}]}}\n    naming: [kernel]\n"
         "plugin:\n  gracePeriod: 1h\n"
     )
-
-
-class Timeline:
-    """When things happened, as seen from this process (perf_counter seconds: CLOCK_MONOTONIC, the
-    same clock in the reader process)."""
-
-    def __init__(self) -> None:
-        self.uevents: list[tuple[float, str, str]] = []  # (time, action, sys_name)
-        self.specs: list[float] = []  # spec file renamed into place
-        #: ListAndWatch responses: time parsed, healthy IDs, how many, time their bytes arrived.
-        self.lists: list[tuple[float, frozenset[str], int, float]] = []
-        self.changed = asyncio.Event()
-
-    def note(self) -> None:
-        self.changed.set()
-        self.changed = asyncio.Event()
-
-    async def wait(self, found: Callable[[], float | None], timeout: float = 10.0) -> float:
-        deadline = time.perf_counter() + timeout
-        while (at := found()) is None:
-            remaining = deadline - time.perf_counter()
-            if remaining <= 0:
-                raise TimeoutError("nothing happened in time")
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.changed.wait(), remaining)
-        return at
-
-
-async def follow_spec(directory: Path, timeline: Timeline) -> None:
-    with Inotify() as inotify:
-        inotify.add_watch(directory, Mask.MOVED_TO | Mask.DELETE)
-        async for event in inotify:
-            if event.name is not None and str(event.name) == SPEC:
-                timeline.specs.append(time.perf_counter())
-                timeline.note()
-
-
-def follow_uevents(monitor: UdevMonitor, timeline: Timeline) -> None:
-    events, _ = monitor.receive(10_000)
-    now = time.perf_counter()
-    for e in events:
-        timeline.uevents.append((now, e.action, e.sys_name))
-    if events:
-        timeline.note()
-
-
-async def follow_reader(proc: asyncio.subprocess.Process, timeline: Timeline) -> None:
-    assert proc.stdout is not None
-    async for line in proc.stdout:
-        at, healthy, count, arrived = json.loads(line)
-        timeline.lists.append((at, frozenset(healthy), count, arrived))
-        timeline.note()
-
-
-#: One change as seen from this process: its uevent, the spec file in place, the list parsed by the
-#: reader, the list's bytes arrived there (perf_counter seconds).
-Moments = dict[str, float]
-
-
-async def one_change(timeline: Timeline, loops: Loops, n: int, action: str) -> Moments:
-    """Add or remove loop device ``n``."""
-    name = f"loop{n}"
-    seen_events, seen_specs, seen_lists = len(timeline.uevents), len(timeline.specs), len(timeline.lists)
-    if action == "add":
-        loops.add(n)
-    else:
-        await asyncio.to_thread(loops.remove, n)  # the kernel takes ~40 ms to remove a loop device
-
-    def uevent() -> float | None:
-        return next((t for t, a, s in timeline.uevents[seen_events:] if a == action and s == name), None)
-
-    def spec() -> float | None:
-        return timeline.specs[seen_specs] if len(timeline.specs) > seen_specs else None
-
-    def listed() -> float | None:
-        wanted = action == "add"
-        return next(
-            (
-                i
-                for i, (_, healthy, *_) in enumerate(timeline.lists)
-                if i >= seen_lists and (name in healthy) == wanted
-            ),
-            None,
-        )
-
-    t_event = await timeline.wait(uevent)
-    t_spec = await timeline.wait(spec)
-    index = int(await timeline.wait(listed))
-    t_list, *_, t_arrived = timeline.lists[index]
-    return {"event": t_event, "spec": t_spec, "listed": t_list, "arrived": t_arrived}
-
-
-async def cycles(timeline: Timeline, loops: Loops, n: int, count: int) -> dict[str, list[Moments]]:
-    """``count`` adds and as many removes of loop device ``n``, by action."""
-    out: dict[str, list[Moments]] = {"add": [], "remove": []}
-    for _ in range(count):
-        for action in ("add", "remove"):
-            out[action].append(await one_change(timeline, loops, n, action))
-            await asyncio.sleep(SPACING)
-    return out
-
-
-def ms(moments: list[Moments], start: str, end: str) -> list[float]:
-    return [(m[end] - m[start]) * 1000 for m in moments]
-
-
-def traced_steps(marks: list[tuple[str, int, float]], moments: list[Moments]) -> dict[str, list[float]]:
-    """ms per step of :data:`SEGMENTS` for each change, from the marks of ``--trace`` that fall
-    between its uevent and the bytes of its list (a step that did not happen for a change, such
-    as the /dev watch's, is left out for it)."""
-    out: dict[str, list[float]] = {label: [] for label, _, _ in SEGMENTS}
-    for m in moments:
-        at: dict[str | tuple[str, int], float] = {**m}
-        for label, phase, t in marks:
-            if m["event"] - EARLY <= t <= m["arrived"]:
-                at.setdefault((label, phase), t)  # the first of each in the window
-        # the change that made the list: the last one applied before the stream built it
-        done = [
-            at[k] for k in (("apply", 1), ("nodes", 1)) if k in at and at[k] <= at.get(("response", 0), 0)
-        ]
-        if done:
-            at["applied"] = max(done)
-        for label, start, end in SEGMENTS:
-            if start in at and end in at and at[end] >= at[start]:
-                out[label].append((at[end] - at[start]) * 1000)
-    return out
-
-
-@dataclass
-class Burst:
-    """One burst as seen from this process (perf_counter seconds)."""
-
-    kernel_ms: float  # how long the kernel took to create the devices
-    writes: int  # spec writes it caused
-    first: float  # its first uevent
-    last: float  # its last uevent
-    served: float  # ListAndWatch listed them all Healthy
-    batches: str = ""  # what serve --scan logged meanwhile
-
-    @property
-    def served_ms(self) -> float:
-        return (self.served - self.last) * 1000
-
-
-async def burst(timeline: Timeline, loops: Loops, numbers: range) -> Burst:
-    """Add ``numbers`` at once."""
-    seen_events, seen_specs, seen_lists = len(timeline.uevents), len(timeline.specs), len(timeline.lists)
-    names = {f"loop{n}" for n in numbers}
-    started = time.perf_counter()
-    for n in numbers:
-        loops.add(n)
-    took = (time.perf_counter() - started) * 1000
-
-    def ours() -> list[float]:
-        return [t for t, a, s in timeline.uevents[seen_events:] if a == "add" and s in names]
-
-    def last_uevent() -> float | None:
-        got = ours()
-        return max(got) if len(got) >= len(names) else None
-
-    def all_listed() -> float | None:
-        return next((t for t, healthy, *_ in timeline.lists[seen_lists:] if names <= healthy), None)
-
-    t_last = await timeline.wait(last_uevent)
-    t_all = await timeline.wait(all_listed, timeout=30)
-    await asyncio.sleep(1.0)  # writes still to come would count too
-    return Burst(took, len(timeline.specs) - seen_specs, min(ours()), t_last, t_all)
-
-
-async def unburst(timeline: Timeline, loops: Loops, numbers: range) -> None:
-    """Remove ``numbers`` again and wait until ListAndWatch lists none of them Healthy."""
-    names = {f"loop{n}" for n in numbers}
-    for n in numbers:
-        await asyncio.to_thread(loops.remove, n)
-    await timeline.wait(
-        lambda: timeline.lists[-1][0] if timeline.lists and not names & timeline.lists[-1][1] else None,
-        timeout=60,
-    )
-    await asyncio.sleep(SPACING)
-
-
-def burst_steps(marks: list[tuple[str, int, float]], b: Burst) -> list[str]:
-    """``--trace``: what ``serve --scan`` did from the burst's first uevent until it was served, in ms
-    from its last uevent (negative: before it)."""
-    out = []
-    for label, phase, t in marks:
-        if b.first <= t <= b.served + 0.001 and label not in ("response", "serialize", "uevent"):
-            out.append(f"{(t - b.last) * 1000:+8.1f} {label} {'end' if phase else 'start'}")
-    return out
 
 
 def batches(log: Path) -> list[dict[str, object]]:
@@ -496,7 +218,7 @@ async def bench(
         monitor.start()
         loop = asyncio.get_running_loop()
         loop.add_reader(monitor.fileno(), follow_uevents, monitor, timeline)
-        spec_task = asyncio.create_task(follow_spec(layout.etc, timeline))
+        spec_task = asyncio.create_task(follow_spec(layout.etc, SPEC, timeline))
         alone: dict[str, list[Moments]] = {"add": [], "remove": []}
         cpu: dict[int, dict[str, list[float]]] = {}
         logged_alone: list[float] = []

@@ -321,7 +321,8 @@ def watch(
     from cdi_plugin.cli.logs import configure
     from cdi_plugin.cli.service import run_until_stopped
     from cdi_plugin.scan import ScanOptions
-    from cdi_plugin.scan.watcher import Watcher, WatchOptions
+    from cdi_plugin.scan.watcher import Watcher
+    from cdi_plugin.scan.watchoptions import WatchOptions
     from cdi_plugin.store.files import spec_dirs as default_spec_dirs
 
     configure("json" if log_format == "json" else "text", logging.DEBUG if verbose else logging.INFO)

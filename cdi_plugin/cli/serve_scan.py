@@ -25,7 +25,8 @@ from cdi_plugin.errors import ConfigError
 from cdi_plugin.inventory import SpecInventory
 from cdi_plugin.metrics import ScanMetrics
 from cdi_plugin.scan import DEFAULT_MAX_VERSION, ScanOptions
-from cdi_plugin.scan.watcher import Watcher, WatchOptions
+from cdi_plugin.scan.watcher import Watcher
+from cdi_plugin.scan.watchoptions import WatchOptions
 from cdi_plugin.store.registry import Stat
 
 

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
 
     from cdi_plugin.metrics import MetricsServer, Probes
-    from cdi_plugin.scan.watcher import WatchOptions
+    from cdi_plugin.scan.watchoptions import WatchOptions
 
 log = logging.getLogger(__name__)
 

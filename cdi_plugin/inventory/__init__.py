@@ -3,10 +3,11 @@ NUMA node, and which CDI name each resolves to; fed by the spec directories, fol
 consumers (the kubelet device plugin, the DRA driver) through a change stream.
 
 record: the device record every consumer reads; source: one consistent reading of the spec
-directories and cdi-gen's ownership records; selection: the kinds served; health and numa: the
-host device nodes; grace: the grace period; problems: skipped files, logged once; spec_inventory:
-the parts put together; view: the inventory restricted to the kinds one consumer serves. Nothing
-here knows gRPC, the kubelet, DRA, discovery or the CLI.
+directories and cdi-gen's ownership records; readings: when it is taken, and whether a change may be
+pending; selection: the kinds served; health and numa: the host device nodes; grace: the grace
+period; problems: skipped files, logged once; spec_inventory: the parts put together; view: the
+inventory restricted to the kinds one consumer serves. Nothing here knows gRPC, the kubelet, DRA,
+discovery or the CLI.
 
 Public names:
 

@@ -13,23 +13,13 @@ asynchronously (:meth:`changes`, or :attr:`changed`, which fires after every cha
 devices or of :meth:`node_dirs`). A change costs with the devices it touches: a reading is
 applied entry by entry, an event of the host nodes' watch re-checks the nodes it named.
 
-:meth:`settled` is what a caller that must not act on a stale inventory (Allocate) awaits: it
-returns at once unless a change may be pending, judged without listing anything: an event of the
-spec directories' watch (:meth:`watch_with`) that no reading has covered, or one the kernel holds
-that the watch has not read yet, or files handed over by :meth:`accept` not applied yet; without
-a watch, a directory whose stat moved. Then it waits for a reading begun after the call to be
-applied.
-
-With a watch, readings look only at the files its events named (:meth:`note`), and a writer in
-this process (``serve --scan``) hands over the specs it has just written (:meth:`accept`): they are
-applied at once, without waiting for the watch, and without reading, parsing, validating or
-hashing them again (a rewrite of one of its files on the event loop itself, before
-:meth:`accept` returns).
+:meth:`settled` (what Allocate awaits, so as not to act on a stale inventory), :meth:`refresh`,
+:meth:`watch_with` and :meth:`accept` are those of :class:`~cdi_plugin.inventory.readings.Readings`:
+when the directories are read, and whether a change may be pending.
 """
 
 from __future__ import annotations
 
-import asyncio
 import bisect
 import time
 from collections.abc import AsyncIterator, Callable, Collection, Iterable, Mapping
@@ -37,7 +27,6 @@ from itertools import compress
 from operator import is_not
 from pathlib import Path
 from types import MappingProxyType
-from typing import Protocol
 
 from cdi_plugin.aio.pulse import Pulse
 from cdi_plugin.cdi.model import Spec
@@ -45,6 +34,7 @@ from cdi_plugin.inventory.grace import GracePeriod
 from cdi_plugin.inventory.health import Health, HealthTracker, HostNode, Rdev, check, host_nodes
 from cdi_plugin.inventory.numa import NumaLocator
 from cdi_plugin.inventory.problems import ProblemLog
+from cdi_plugin.inventory.readings import Readings, SpecWatch
 from cdi_plugin.inventory.record import (
     GONE_REASON,
     NO_FACTS,
@@ -58,24 +48,10 @@ from cdi_plugin.inventory.source import Reading, SpecSource
 from cdi_plugin.store.registry import ResolvedDevice, Snapshot, Stat
 
 Devices = Mapping[str, ServedDevice]
-#: Event loop turns a reading waits for the watch to read the events the kernel holds.
-_DRAIN_TURNS = 8
 
 
 def _no_glob(kind: str) -> str | None:
     return None
-
-
-class SpecWatch(Protocol):
-    """A directory watch (of the spec directories, or of the host nodes' ones) as the inventory
-    consults it."""
-
-    @property
-    def pulse(self) -> Pulse:
-        """Fired for every event the watch has read."""
-
-    def unread(self) -> bool:
-        """True while the kernel holds events the watch has not read yet."""
 
 
 class SpecInventory:
@@ -108,15 +84,7 @@ class SpecInventory:
         self._reading: Reading | None = None
         self._devices: Devices = MappingProxyType({})
         self._served: dict[str, ServedDevice] = {}  # what :attr:`_devices` shows (copied, never changed)
-        self._watch: SpecWatch | None = None
-        self._covered = -1  # the watch's pulse count when the applied reading began
-        self._asked = self._done = 0  # refreshes asked for, and covered by a finished reading
-        self._reader: asyncio.Future[None] | None = None
-        self._reading_from = -1  # the watch's pulse count when the reading under way began
-        self._reading_handed = 0
-        self._noted_at = (0, 0)  # (the watch's pulse count, the source's notes) at the last reading
-        self._handed = self._handed_done = 0  # :meth:`accept` calls, and those a reading applied
-        self._handing: set[asyncio.Future[None]] = set()
+        self._readings = Readings(source, self._apply)
         self._entries: dict[str, ResolvedDevice] = {}  # served name -> its entry, as last applied
         self._kind_names: dict[str, frozenset[str]] = {}  # served kind -> its names, as last applied
         self._gone: dict[str, float] = {}  # devices in their grace period -> since when
@@ -188,12 +156,8 @@ class SpecInventory:
     # -- updating ---------------------------------------------------------------------------------
 
     def watch_with(self, watch: SpecWatch) -> None:
-        """Judge pending changes by this watch of the spec directories from now on; it calls
-        :meth:`note` for every entry it reports (an event it fires for without doing so, such as
-        a queue overflow, makes the next reading list the directories again)."""
-        self._watch = watch
-        self._noted_at = (watch.pulse.count, self.source.noted)
-        self.source.watched = True
+        """Judge pending changes by this watch of the spec directories (:meth:`Readings.watch_with`)."""
+        self._readings.watch_with(watch)
 
     def note(self, directory: Path, name: str) -> bool:
         """The watch saw entry ``name`` of ``directory`` change; False when readings ignore it."""
@@ -202,95 +166,21 @@ class SpecInventory:
     def accept(
         self, written: Mapping[Path, Spec | None], stats: Mapping[Path, Stat | None] | None = None
     ) -> None:
-        """Files this process has just written into a spec directory (atomically, recorded as
-        cdi-gen's): path -> the spec written, or None for a file removed. Call on the event loop.
-
-        With ``stats`` (each file's stat just after its rename), a rewrite of a file of cdi-gen's
-        is applied before this returns, nothing read (:meth:`SpecSource.take`); otherwise, or
-        while a reading is under way, the files are applied in a reading begun now, which takes
-        the specs as given. Either way the watch's events for the same files then find them
-        unchanged."""
-        idle = self._reader is None and self._handed == self._handed_done
-        if stats is not None and idle and self.source.take(written, stats):
-            self._apply()
-            return
-        self.source.give(written)
-        self._handed += 1
-        task = asyncio.ensure_future(self.refresh())  # readings asked for meanwhile are coalesced
-        self._handing.add(task)
-        task.add_done_callback(self._handing.discard)
+        """Apply files this process has just written into a spec directory (:meth:`Readings.accept`)."""
+        self._readings.accept(written, stats)
 
     def pending(self) -> bool:
         """True when the spec directories may have changed since the applied reading began (O(1))."""
-        if self._handed != self._handed_done:
-            return True
-        watch = self._watch
-        if watch is not None:
-            return watch.pulse.count != self._covered or watch.unread()
-        return self.source.moved()
+        return self._readings.pending()
 
     async def settled(self) -> None:
-        """Return once every change made to the spec directories before the call is applied.
-
-        Nothing pending, it returns without yielding to the event loop. An event the loop has
-        read from the watch's descriptor is handled by the watch in the next loop turn; a caller
-        that is itself answering a request (Allocate) runs turns after the one in which the
-        request arrived, so an event of a change made before the request was sent has been
-        handled by then, and one the kernel still holds is seen as unread."""
-        if not self.pending():
-            return
-        watch = self._watch
-        reader = self._reader
-        # No event since the reading under way began: it covers every change made so far.
-        covering = (
-            watch is not None
-            and self._reading_from == watch.pulse.count
-            and not watch.unread()
-            and self._reading_handed == self._handed
-        )
-        if reader is not None and covering:
-            await asyncio.shield(reader)
-        else:
-            await self.refresh()
+        """Return once every change made to the spec directories before the call is applied."""
+        await self._readings.settled()
 
     async def refresh(self) -> None:
-        """Read the spec directories in a worker thread and apply the reading on the loop. A call
-        made while a reading is under way waits for it, then for one begun after the call."""
-        self._asked += 1
-        ticket = self._asked
-        while self._done < ticket:
-            if self._reader is None:
-                self._reader = asyncio.ensure_future(self._read())
-            await asyncio.shield(self._reader)
-
-    async def _read(self) -> None:
-        covers = self._asked
-        watch = self._watch
-        if watch is not None:
-            # Let the watch handle what the kernel holds (its events name the files): the loop
-            # reads the descriptor in one turn, the watch handles what was read in the next.
-            for _ in range(_DRAIN_TURNS):
-                if not watch.unread():
-                    break
-                await asyncio.sleep(0)
-            await asyncio.sleep(0)
-        count = self._reading_from = watch.pulse.count if watch is not None else -1
-        handed = self._reading_handed = self._handed
-        if watch is not None:
-            noted = self.source.noted
-            if count - self._noted_at[0] != noted - self._noted_at[1] or watch.unread():
-                self.source.note_all()  # an event that named no file, or not read yet: look at everything
-            self._noted_at = (count, noted)
-        unsettled = self.source.unsettled
-        try:
-            await asyncio.to_thread(self.source.current)
-            if self.source.unsettled == unsettled:  # else the directories kept changing: still pending
-                self._covered = count
-                self._handed_done = max(self._handed_done, handed)
-            self._apply()
-        finally:
-            self._done = max(self._done, covers)
-            self._reader = None
+        """Read the spec directories in a worker thread and apply the reading on the loop
+        (:meth:`Readings.refresh`)."""
+        await self._readings.refresh()
 
     def sync(self) -> Snapshot:
         """Catch up with the spec directories on the calling thread (tools and tests; a server's

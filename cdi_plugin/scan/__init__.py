@@ -23,12 +23,14 @@ __all__ = [
 
 if TYPE_CHECKING:
     from cdi_plugin.scan.pipeline import DEFAULT_MAX_VERSION, ScanOptions, ScanReport, run_scan
-    from cdi_plugin.scan.watcher import Watcher, WatchOptions
+    from cdi_plugin.scan.watcher import Watcher
+    from cdi_plugin.scan.watchoptions import WatchOptions
 else:
     __getattr__ = exports(
         __name__,
         {
             "pipeline": ["DEFAULT_MAX_VERSION", "ScanOptions", "ScanReport", "run_scan"],
-            "watcher": ["WatchOptions", "Watcher"],
+            "watcher": ["Watcher"],
+            "watchoptions": ["WatchOptions"],
         },
     )

@@ -1,4 +1,4 @@
-"""What the watcher knows of the specs it wrote, and the log line of each batch.
+"""What the watcher knows of the specs it wrote, and the log line and metrics of each batch.
 
 One line per batch says which files were written or removed and which devices came and went
 (INFO when something changed, else DEBUG); a scan's warnings are logged once until they go away
@@ -8,13 +8,19 @@ kinds rescanned, files, device counts, milliseconds) go to the JSON log too.
 
 from __future__ import annotations
 
+import collections
 import logging
 import os
 from collections.abc import Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from cdi_plugin.errors import GenerateError, SpecInvalidError
 from cdi_plugin.scan.pipeline import ScanReport
 from cdi_plugin.wording import plural
+
+if TYPE_CHECKING:  # prometheus_client is loaded only where metrics are served
+    from cdi_plugin.metrics import ScanMetrics
 
 log = logging.getLogger(__name__)
 
@@ -117,4 +123,21 @@ class BatchLog:
             waited,
             "; ".join(changes) or "nothing changed",
             extra=extra,
+        )
+
+    def count(
+        self, metrics: ScanMetrics, seconds: float, reports: list[ScanReport], exc: BaseException | None
+    ) -> None:
+        """A batch's metrics, after :meth:`record` (``exc``: the batch failed)."""
+        if exc is not None:
+            metrics.record_scan(seconds, ok=False)
+            if isinstance(exc, (SpecInvalidError, GenerateError)):
+                metrics.record_validation_failure("spec")
+            return
+        metrics.record_scan(
+            seconds,
+            ok=True,
+            devices={kind: len(names) for kind, names in self.devices.items()},
+            writes=collections.Counter(f.action for r in reports for f in r.files),
+            refused=sum(r.refused for r in reports),
         )

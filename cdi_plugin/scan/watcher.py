@@ -27,16 +27,14 @@ failing because another scan held the output directory's lock too long), for the
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import dataclasses
 import logging
 import os
 import time
-from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from asyncinotify import Mask
 
@@ -45,24 +43,22 @@ from cdi_plugin.aio.pulse import Pulse
 from cdi_plugin.aio.run import run_until
 from cdi_plugin.cdi.model import Spec
 from cdi_plugin.discovery.model import DeviceSource, UdevEvent
-from cdi_plugin.discovery.query import DEV
 from cdi_plugin.discovery.sources import make_source
-from cdi_plugin.discovery.udev import RECEIVE_BUFFER_BYTES, MonitorSource
-from cdi_plugin.errors import CdiPluginError, DiscoveryError, GenerateError, SpecInvalidError
+from cdi_plugin.errors import CdiPluginError, DiscoveryError
 from cdi_plugin.scan.batchlog import BatchLog
 from cdi_plugin.scan.configfollow import ConfigFollower
 from cdi_plugin.scan.gathering import Batch, Gathering
 from cdi_plugin.scan.memory import release_memory
 from cdi_plugin.scan.nodedirs import glob_dirs, host_path
-from cdi_plugin.scan.pipeline import Placed, ScanOptions, ScanReport
-from cdi_plugin.scan.probe import PROBE_TIMEOUT, check_delivery
+from cdi_plugin.scan.pipeline import Placed, ScanReport
+from cdi_plugin.scan.probe import check_delivery
 from cdi_plugin.scan.retries import Retries
 from cdi_plugin.scan.targets import Kinds, targets_for
 from cdi_plugin.scan.uevents import Uevents
 from cdi_plugin.scan.updates import BatchWork, DeviceEvent
+from cdi_plugin.scan.watchoptions import OnApplied, OnWritten, WatchOptions
 from cdi_plugin.store.dirlock import LockTimeoutError
 from cdi_plugin.store.registry import Stat
-from cdi_plugin.store.writer import Applied
 from cdi_plugin.wording import plural
 
 if TYPE_CHECKING:  # prometheus_client is loaded only where metrics are served
@@ -77,35 +73,6 @@ OUTPUT = "?"
 #: Editors and ConfigMaps change a file in several steps; read it once they are done.
 FILE_SETTLE_QUIET = 0.05
 FILE_SETTLE_MAX = 0.25
-#: Called on the event loop after every write that changed files: what the store did, and each
-#: file written (the spec it holds) or removed (None).
-OnApplied = Callable[[Applied, Mapping[Path, Spec | None]], None]
-#: Called on the event loop as soon as a spec file is renamed into place or removed, before its
-#: batch ends (before the directory is synced): its path, its spec (None: removed), its stat then.
-OnWritten = Placed
-
-
-@dataclass(frozen=True, slots=True)
-class WatchOptions:
-    scan: ScanOptions = dataclasses.field(default_factory=ScanOptions)
-    #: ``udev`` (the host) or ``fixture:PATH`` (a recorded host; the file is watched).
-    source: str = "udev"
-    #: ``udev`` or ``kernel``; None picks ``udev`` where udevd runs, else ``kernel``.
-    uevent_source: MonitorSource | None = None
-    dev_root: str = DEV
-    quiet: float = 0.1
-    max_delay: float = 0.25
-    #: Check once that uevents arrive at all, and warn when they do not.
-    probe: bool = True
-    probe_timeout: float = PROBE_TIMEOUT
-    #: The monitor's receive buffer in bytes (None: libudev's choice).
-    receive_buffer: int | None = RECEIVE_BUFFER_BYTES
-    #: The process also serves the device plugin, whose ``plugin`` section is read only at start.
-    plugin_section_used: bool = False
-    #: Checks a reloaded ``plugin`` section (and its source); raises ``ConfigError`` to refuse the edit.
-    check_plugin: Callable[[Any, str], object] | None = None
-    #: Seconds between full rescans that catch what events missed (None: never).
-    resync: float | None = 600.0
 
 
 class Watcher:
@@ -409,7 +376,7 @@ class Watcher:
                 if scope is None:
                     release_memory(collect=initial)  # what the scan's transient objects left in the allocator
             if self.metrics is not None:
-                self._count(seconds, [o.report for o in outcomes], exc)
+                self.written.count(self.metrics, seconds, [o.report for o in outcomes], exc)
             self.batches.fire()
 
         try:
@@ -438,18 +405,3 @@ class Watcher:
             return
         specs = {f.path: f.spec.spec if f.spec is not None else None for f in report.files}
         self.on_applied(applied, {path: specs.get(path) for path, _ in applied.done})
-
-    def _count(self, seconds: float, reports: list[ScanReport], exc: BaseException | None) -> None:
-        assert self.metrics is not None
-        if exc is not None:
-            self.metrics.record_scan(seconds, ok=False)
-            if isinstance(exc, (SpecInvalidError, GenerateError)):
-                self.metrics.record_validation_failure("spec")
-            return
-        self.metrics.record_scan(
-            seconds,
-            ok=True,
-            devices={kind: len(names) for kind, names in self.written.devices.items()},
-            writes=collections.Counter(f.action for r in reports for f in r.files),
-            refused=sum(r.refused for r in reports),
-        )

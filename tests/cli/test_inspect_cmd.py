@@ -1,6 +1,6 @@
 """``cdi-gen inspect``: what a runtime gives a container, for specs cdi-gen writes from this host's
 devices, for the upstream test specs, and for device nodes the tests make; host facts are checked
-against ``stat``."""
+against ``stat``. ``--oci``: test_inspect_oci.py."""
 
 from __future__ import annotations
 
@@ -394,66 +394,3 @@ def test_inspect_as_a_real_program(generated: Path) -> None:
     assert (
         done.stdout.splitlines()[0] == f"{KIND}=full: {spec_path(generated)} (priority 0, cdiVersion 0.5.0)"
     )
-
-
-@pytest.fixture
-def mount_spec(tmp_path: Path) -> Path:
-    spec = {
-        "cdiVersion": "0.3.0", "kind": "acme.example/lib",
-        "devices": [{"name": "x", "containerEdits": {
-            "env": ["LIB=1"], "mounts": [{"hostPath": "/usr/lib", "containerPath": "/opt/lib"}],
-        }}],
-    }  # fmt: skip
-    (tmp_path / "specs").mkdir()
-    (tmp_path / "specs" / "lib.json").write_text(json.dumps(spec))
-    return tmp_path / "specs"
-
-
-def test_oci_writes_into_the_file_and_says_so(cli: Invoke, tmp_path: Path, mount_spec: Path) -> None:
-    config = tmp_path / "config.json"
-    config.write_text(json.dumps({"ociVersion": "1.0.2", "process": {"env": ["PATH=/bin"]}}))
-    config.chmod(0o600)
-    result = cli("inspect", "--json", "--spec-dir", mount_spec, "--oci", config, "acme.example/lib=x")
-    assert result.exit_code == 0, result.output
-    assert report(result)["ociSpec"] == str(config)
-    assert json.loads(config.read_text()) == {
-        "ociVersion": "1.0.2",
-        "process": {"env": ["PATH=/bin", "LIB=1"]},
-        "mounts": [{"destination": "/opt/lib", "source": "/usr/lib"}],
-    }
-    assert config.stat().st_mode & 0o777 == 0o600
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["config.json", "specs"], "no temporary file left"
-
-
-@pytest.mark.parametrize(
-    ("content", "message"),
-    [
-        ('{"process": {"env": "PATH=/bin"}}', "{config}: /process/env: expected a list"),
-        ("process: {}\n", "{config}: not JSON"),
-        ("", "{config}: the file is empty (no spec data)"),
-        ('{"linux": {"namespaces": [{"type": "user"}]}}',
-         "{config}: it has a user namespace, where the CDI library gives the mounts it adds ID mappings, "
-         "which cdi-gen does not write"),
-    ],
-)  # fmt: skip
-def test_oci_refuses_a_file_it_cannot_edit_and_leaves_it(
-    cli: Invoke, tmp_path: Path, mount_spec: Path, content: str, message: str
-) -> None:
-    config = tmp_path / "config.json"
-    config.write_text(content)
-    result = cli("inspect", "--spec-dir", mount_spec, "--oci", config, "acme.example/lib=x")
-    assert (result.exit_code, result.stdout) == (1, "")
-    assert result.stderr == f"cdi-gen: error: {message.format(config=config)}\n"
-    assert config.read_text() == content
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["config.json", "specs"]
-
-
-def test_oci_refuses_a_symbolic_link(cli: Invoke, tmp_path: Path, mount_spec: Path) -> None:
-    target = tmp_path / "real.json"
-    target.write_text("{}")
-    link = tmp_path / "config.json"
-    link.symlink_to(target)
-    result = cli("inspect", "--spec-dir", mount_spec, "--oci", link, "acme.example/lib=x")
-    assert result.exit_code == 1
-    assert result.stderr == f"cdi-gen: error: {link}: is a symbolic link, which is not followed\n"
-    assert (link.is_symlink(), target.read_text()) == (True, "{}")

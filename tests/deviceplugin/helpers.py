@@ -1,5 +1,5 @@
 """Building blocks for device plugin tests: spec files as cdi-gen writes them, device nodes, a
-plugin running in-process, and a bounded ``run`` for async scenarios."""
+plugin running in-process, a bounded ``run`` for async scenarios, the IDs a list shows Healthy."""
 
 from __future__ import annotations
 
@@ -15,11 +15,12 @@ from typing import Any, TypeVar
 
 from cdi_plugin.cdi import codec
 from cdi_plugin.cdi.model import ContainerEdits, Device, DeviceNode, Spec
-from cdi_plugin.deviceplugin import daemon
+from cdi_plugin.deviceplugin import api, daemon
 from cdi_plugin.deviceplugin.lifecycle import socket_name
 from cdi_plugin.deviceplugin.settings import Settings
 from cdi_plugin.store.atomic import write_atomic
 from cdi_plugin.store.ownership import OwnedFile, digest, read_record, write_record
+from tests.deviceplugin.fake_kubelet import DeviceEntry
 
 T = TypeVar("T")
 
@@ -141,3 +142,8 @@ async def running_plugin(settings: Settings) -> AsyncIterator[asyncio.Task[None]
 def sock(layout: Layout, resource: str) -> str:
     """The socket file name the plugin uses for ``resource`` in the layout's plugin directory."""
     return socket_name(resource, layout.plugin_dir)
+
+
+def healthy(devices: Mapping[str, DeviceEntry]) -> set[str]:
+    """The device IDs of a ListAndWatch list that are Healthy."""
+    return {i for i, d in devices.items() if d.health == api.HEALTHY}

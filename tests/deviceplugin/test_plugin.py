@@ -1,30 +1,25 @@
-"""The plugin against a fake kubelet, over real gRPC on real unix sockets in a temporary directory."""
+"""The plugin serving a fake kubelet (lists, Allocate and GetPreferredAllocation, specs and device
+nodes changing while it serves), over real gRPC on real unix sockets in a temporary directory.
+Registration and sockets: test_registration.py."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
-import socket
-import stat
-import tempfile
 import time
-from collections.abc import Mapping
-from pathlib import Path
 
 import grpc
 import pytest
 
-from cdi_plugin.deviceplugin import api, lifecycle
-from cdi_plugin.deviceplugin.lifecycle import socket_name
-from tests.deviceplugin.fake_kubelet import DeviceEntry, FakeKubelet
+from cdi_plugin.deviceplugin import api
+from tests.deviceplugin.fake_kubelet import FakeKubelet
 from tests.deviceplugin.helpers import (
     Layout,
     eventually,
+    healthy,
     make_node,
     run,
     running_plugin,
-    sock,
     spec_of,
     write_spec,
 )
@@ -33,40 +28,6 @@ KIND = "cdi-plugin.io/test"
 OTHER = "cdi-plugin.io/other"
 
 pytestmark = pytest.mark.timeout(180)
-
-
-@pytest.fixture
-def layout(tmp_path: Path) -> Layout:
-    return Layout.under(tmp_path)
-
-
-def _healthy(devices: Mapping[str, DeviceEntry]) -> set[str]:
-    return {i for i, d in devices.items() if d.health == api.HEALTHY}
-
-
-def test_registers_every_served_kind_and_lists_its_devices(layout: Layout) -> None:
-    n1, n2, n3 = (make_node(layout.dev / f"n{i}") for i in (1, 2, 3))
-    write_spec(layout.etc, spec_of(KIND, {"a": [n1], "b": [n2]}))
-    write_spec(layout.etc, spec_of(OTHER, {"x": [n3]}))
-
-    async def scenario() -> None:
-        async with FakeKubelet(layout.plugin_dir) as kubelet, running_plugin(layout.settings()):
-            test = await kubelet.wait_registered(KIND)
-            other = await kubelet.wait_registered(OTHER)
-            assert _healthy(await test.wait_until(lambda d: len(d) == 2)) == {"a", "b"}
-            assert _healthy(await other.wait_until(lambda d: len(d) == 1)) == {"x"}
-            assert test.options.get_preferred_allocation_available
-            assert not test.options.pre_start_required
-            for request in kubelet.requests:
-                assert request.version == "v1beta1"
-                assert request.endpoint == Path(request.endpoint).name
-                assert request.options.get_preferred_allocation_available
-            assert {r.resource_name for r in kubelet.requests} == {KIND, OTHER}
-            assert kubelet.refused == []
-            for name in layout.sockets() - {"kubelet.sock"}:
-                assert stat.S_IMODE((layout.plugin_dir / name).stat().st_mode) == 0o600
-
-    run(scenario())
 
 
 def test_allocate_answers_only_with_cdi_names(layout: Layout) -> None:
@@ -153,11 +114,11 @@ def test_spec_added_changed_and_removed_while_serving(layout: Layout) -> None:
             client = await kubelet.wait_registered(KIND)
             await client.wait_until(lambda d: set(d) == {"a"})
             write_spec(layout.etc, spec_of(KIND, {"a": [nodes[0]], "b": [nodes[1]]}))
-            await client.wait_until(lambda d: _healthy(d) == {"a", "b"})
+            await client.wait_until(lambda d: healthy(d) == {"a", "b"})
             # a new kind written while serving gets its own resource and registration
             write_spec(layout.run, spec_of(OTHER, {"x": [nodes[2]]}))
             other = await kubelet.wait_registered(OTHER)
-            await other.wait_until(lambda d: _healthy(d) == {"x"})
+            await other.wait_until(lambda d: healthy(d) == {"x"})
             # a device removed from the spec: Unhealthy for the grace period, then dropped
             write_spec(layout.etc, spec_of(KIND, {"a": [nodes[0]]}))
             started = time.monotonic()
@@ -185,21 +146,21 @@ def test_device_node_removed_and_restored_flips_health(layout: Layout) -> None:
     async def scenario() -> None:
         async with FakeKubelet(layout.plugin_dir) as kubelet, running_plugin(layout.settings()):
             client = await kubelet.wait_registered(KIND)
-            await client.wait_until(lambda d: _healthy(d) == {"a", "b"})
+            await client.wait_until(lambda d: healthy(d) == {"a", "b"})
             n1.unlink()
-            await client.wait_until(lambda d: _healthy(d) == {"b"})
+            await client.wait_until(lambda d: healthy(d) == {"b"})
             make_node(n1)
-            await client.wait_until(lambda d: _healthy(d) == {"a", "b"})
+            await client.wait_until(lambda d: healthy(d) == {"a", "b"})
             # the node's whole directory goes and comes back
             n1.unlink()
             n1.parent.rmdir()
-            await client.wait_until(lambda d: _healthy(d) == {"b"})
+            await client.wait_until(lambda d: healthy(d) == {"b"})
             make_node(n1)
-            await client.wait_until(lambda d: _healthy(d) == {"a", "b"})
+            await client.wait_until(lambda d: healthy(d) == {"a", "b"})
             # a node of the wrong type is not healthy
             n2.unlink()
             n2.write_text("not a device")
-            await client.wait_until(lambda d: _healthy(d) == {"a"})
+            await client.wait_until(lambda d: healthy(d) == {"a"})
 
     run(scenario())
 
@@ -211,103 +172,15 @@ def test_health_watch_follows_a_node_moved_to_another_directory(layout: Layout) 
     async def scenario() -> None:
         async with FakeKubelet(layout.plugin_dir) as kubelet, running_plugin(layout.settings()):
             client = await kubelet.wait_registered(KIND)
-            await client.wait_until(lambda d: _healthy(d) == {"a"})
+            await client.wait_until(lambda d: healthy(d) == {"a"})
             write_spec(layout.etc, spec_of(KIND, {"a": [second]}))
             await client.allocate(["a"])  # answered once the plugin has taken the change in
             second.unlink()  # the next list: a is Unhealthy now
-            await client.wait_until(lambda d: _healthy(d) == set())
+            await client.wait_until(lambda d: healthy(d) == set())
             assert len(client.lists) == 2, "same ID, same health after the move: nothing to tell the kubelet"
             first.unlink()
             make_node(second)
-            await client.wait_until(lambda d: _healthy(d) == {"a"})
-
-    run(scenario())
-
-
-def test_kubelet_restart_leads_to_reregistration(layout: Layout) -> None:
-    write_spec(layout.etc, spec_of(KIND, {"a": [make_node(layout.dev / "n1")]}))
-    write_spec(layout.etc, spec_of(OTHER, {"x": [make_node(layout.dev / "n2")]}))
-
-    async def scenario() -> None:
-        async with FakeKubelet(layout.plugin_dir) as kubelet:
-            async with running_plugin(layout.settings()):
-                await kubelet.wait_registered(KIND)
-                await kubelet.wait_registered(OTHER)
-                assert kubelet.registrations == 2
-                for _ in range(2):
-                    before = kubelet.registrations
-                    await kubelet.restart()
-                    for resource in (KIND, OTHER):
-                        client = await kubelet.wait_registered(resource, after=before)
-                        await client.wait_until(lambda d: len(d) == 1)
-                    assert layout.sockets() == {
-                        "kubelet.sock",
-                        sock(layout, KIND),
-                        sock(layout, OTHER),
-                    }
-            assert kubelet.registrations == 6, "each resource registered once per start of the kubelet"
-
-    run(scenario())
-
-
-def test_plugin_started_before_the_kubelet_waits_and_registers(
-    layout: Layout, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    caplog.set_level(logging.INFO, "cdi_plugin")
-    monkeypatch.setattr(lifecycle, "WAIT_REMINDER", 3600.0)  # the kubelet's socket is seen, not polled
-    write_spec(layout.etc, spec_of(KIND, {"a": [make_node(layout.dev / "n1")]}))
-
-    async def scenario() -> None:
-        async with running_plugin(layout.settings()):
-            await eventually(
-                lambda: any("waiting for the kubelet" in r.getMessage() for r in caplog.records), "waiting"
-            )
-            assert sock(layout, KIND) in layout.sockets()
-            async with FakeKubelet(layout.plugin_dir) as kubelet:
-                client = await kubelet.wait_registered(KIND)
-                await client.wait_until(lambda d: _healthy(d) == {"a"})
-
-    run(scenario())
-
-
-def test_unreachable_kubelet_is_retried_with_the_reason_logged(
-    layout: Layout, caplog: pytest.LogCaptureFixture
-) -> None:
-    caplog.set_level(logging.INFO, "cdi_plugin")
-    write_spec(layout.etc, spec_of(KIND, {"a": [make_node(layout.dev / "n1")]}))
-    dead = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    dead.bind(str(layout.plugin_dir / "kubelet.sock"))  # a socket file nobody listens on
-    dead.close()
-
-    async def scenario() -> None:
-        async with running_plugin(layout.settings()):
-            await eventually(
-                lambda: any("cannot reach the kubelet" in r.getMessage() for r in caplog.records), "retried"
-            )
-            os.unlink(layout.plugin_dir / "kubelet.sock")
-            async with FakeKubelet(layout.plugin_dir) as kubelet:
-                await kubelet.wait_registered(KIND)
-
-    run(scenario())
-
-
-def test_registration_refused_by_the_kubelet_is_logged_and_retried(
-    layout: Layout, caplog: pytest.LogCaptureFixture
-) -> None:
-    caplog.set_level(logging.INFO, "cdi_plugin")
-    write_spec(layout.etc, spec_of(KIND, {"a": [make_node(layout.dev / "n1")]}))
-
-    async def scenario() -> None:
-        refusal = "resource cdi-plugin.io/test is busy"
-        async with (
-            FakeKubelet(layout.plugin_dir, refusal=refusal, refusals=2) as kubelet,
-            running_plugin(layout.settings()),
-        ):
-            await kubelet.wait_registered(KIND)
-            assert kubelet.refused == [refusal, refusal]
-            errors = [r for r in caplog.records if r.levelno == logging.ERROR]
-            assert len(errors) == 2
-            assert all(f"the kubelet refused the registration: {refusal}" in r.getMessage() for r in errors)
+            await client.wait_until(lambda d: healthy(d) == {"a"})
 
     run(scenario())
 
@@ -328,13 +201,13 @@ def test_spec_changed_right_after_registration_reaches_the_stream(layout: Layout
             running_plugin(layout.settings()),
         ):
             client = await kubelet.wait_registered(KIND)
-            await client.wait_until(lambda d: _healthy(d) == {"a", "b"})
+            await client.wait_until(lambda d: healthy(d) == {"a", "b"})
             assert set(client.lists[0]) == {"a", "b"}
             # and again after the first list arrived, twice in a row
             write_spec(layout.etc, spec_of(KIND, {"a": [n1], "b": [n2], "c": [n3]}))
             write_spec(layout.etc, spec_of(KIND, {"a": [n1], "c": [n3]}))
             final = await client.wait_until(lambda d: "c" in d and d["b"].health == api.UNHEALTHY)
-            assert _healthy(final) == {"a", "c"}
+            assert healthy(final) == {"a", "c"}
 
     run(scenario())
 
@@ -422,11 +295,11 @@ def test_malformed_or_conflicting_specs_are_logged_and_skipped(
     async def scenario() -> None:
         async with FakeKubelet(layout.plugin_dir) as kubelet, running_plugin(layout.settings()):
             client = await kubelet.wait_registered(KIND)
-            await client.wait_until(lambda d: _healthy(d) == {"a", "b"})
+            await client.wait_until(lambda d: healthy(d) == {"a", "b"})
             (layout.etc / "broken.json").write_text('{"cdiVersion": "0.5.0", "kind": ')
             # the same device b in a second file at the same priority: a runtime resolves neither
             write_spec(layout.etc, spec_of(KIND, {"b": [n2]}), name="zz-dup.json", owned=False)
-            await client.wait_until(lambda d: _healthy(d) == {"a"})
+            await client.wait_until(lambda d: healthy(d) == {"a"})
             messages = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
             assert any(f"{layout.etc / 'broken.json'}" in m and "invalid JSON" in m for m in messages)
             both = (
@@ -438,7 +311,7 @@ def test_malformed_or_conflicting_specs_are_logged_and_skipped(
             )
             assert (await client.allocate(["a"])).cdi_devices[0].name == f"{KIND}=a"
             (layout.etc / "zz-dup.json").unlink()
-            await client.wait_until(lambda d: _healthy(d) == {"a", "b"})
+            await client.wait_until(lambda d: healthy(d) == {"a", "b"})
 
     run(scenario())
 
@@ -453,7 +326,7 @@ def test_a_spec_dir_that_does_not_exist_yet_is_watched(layout: Layout) -> None:
         ):
             write_spec(later, spec_of(KIND, {"a": [make_node(layout.dev / "n1")]}))
             client = await kubelet.wait_registered(KIND)
-            await client.wait_until(lambda d: _healthy(d) == {"a"})
+            await client.wait_until(lambda d: healthy(d) == {"a"})
             assert [r.resource_name for r in kubelet.requests] == [KIND]
 
     run(scenario())
@@ -514,75 +387,3 @@ def test_numa_topology_from_sysfs_and_preferred_allocation(layout: Layout) -> No
             assert await client.preferred(["g3", "g2", "g1", "g0"], ["g0"], 2) == ["g0", "g3"]
 
     run(scenario())
-
-
-def test_stale_socket_is_replaced_but_a_live_one_or_a_file_is_not(
-    layout: Layout, caplog: pytest.LogCaptureFixture
-) -> None:
-    caplog.set_level(logging.INFO, "cdi_plugin")
-    write_spec(layout.etc, spec_of(KIND, {"a": [make_node(layout.dev / "n1")]}))
-    write_spec(layout.etc, spec_of(OTHER, {"x": [make_node(layout.dev / "n2")]}))
-    stale = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    stale.bind(str(layout.plugin_dir / sock(layout, KIND)))
-    stale.close()
-    (layout.plugin_dir / sock(layout, OTHER)).write_text("someone's file")
-
-    async def scenario() -> None:
-        refusal = f"{sock(layout, OTHER)} is a regular file, not a socket; not replacing it"
-        async with FakeKubelet(layout.plugin_dir) as kubelet:
-            async with running_plugin(layout.settings()):
-                await kubelet.wait_registered(KIND)
-                await eventually(
-                    lambda: any(refusal in r.getMessage() for r in caplog.records), "the file reported"
-                )
-                assert (layout.plugin_dir / sock(layout, OTHER)).read_text() == "someone's file"
-            assert OTHER not in {r.resource_name for r in kubelet.requests}
-        assert (layout.plugin_dir / sock(layout, OTHER)).exists()
-
-    run(scenario())
-
-
-def test_fake_kubelet_refuses_like_the_kubelet(layout: Layout) -> None:
-    """The fake kubelet's own checks, which the other scenarios rely on."""
-
-    async def register(version: str, resource: str) -> str:
-        request = api.RegisterRequest(version=version, endpoint="nowhere.sock", resource_name=resource)
-        async with grpc.aio.insecure_channel(f"unix://{layout.plugin_dir / 'kubelet.sock'}") as channel:
-            with pytest.raises(grpc.aio.AioRpcError) as error:
-                await api.RegistrationStub(channel).Register(request, timeout=15)
-        assert error.value.code() == grpc.StatusCode.UNKNOWN
-        return error.value.details() or ""
-
-    async def scenario() -> None:
-        async with FakeKubelet(layout.plugin_dir, dial_timeout=0.5) as kubelet:
-            assert 'requested API version "v1alpha" is not supported' in await register("v1alpha", KIND)
-            assert 'the ResourceName "kubernetes.io/x" is invalid' in await register(
-                "v1beta1", "kubernetes.io/x"
-            )
-            assert "failed to dial device plugin" in await register("v1beta1", KIND)
-            assert kubelet.clients == {}
-
-    run(scenario())
-
-
-def test_socket_names_always_fit_a_unix_socket_path() -> None:
-    with tempfile.TemporaryDirectory(prefix="cdi-plugin-sockets-") as tmp:
-        deep = Path(tmp) / ("d" * (60 - len(tmp)))  # room for a hashed name, not for the full one
-        deep.mkdir()
-        resource = "very-long-vendor-domain.example.com/" + "c" * 63
-        name = socket_name(resource, deep)
-        assert name.startswith("cdi-plugin-")
-        assert name.endswith(".sock")
-        assert len(os.fsencode(deep / name)) <= 105
-        assert name != socket_name("very-long-vendor-domain.example.com/" + "d" * 63, deep)
-
-        async def bind() -> int:
-            server = grpc.aio.server()
-            try:
-                return server.add_insecure_port(f"unix://{deep / name}")
-            finally:
-                await server.stop(None)
-
-        assert asyncio.run(bind())
-    short = socket_name("cdi-plugin.io/fuse", Path("/var/lib/kubelet/device-plugins"))
-    assert short == "cdi-plugin-cdi-plugin.io_fuse.sock"

@@ -1,7 +1,8 @@
 """The DevicePlugin servicer called in-process, with a fake context: no sockets, no server.
 
-The socket tests (test_plugin.py) cover the wire; these call each handler directly, as the
-kubelet's requests would arrive, over a real inventory of spec files in a temporary directory.
+The socket tests (test_plugin.py, test_registration.py) cover the wire; these call each handler
+directly, as the kubelet's requests would arrive, over a real inventory of spec files in a
+temporary directory.
 """
 
 from __future__ import annotations

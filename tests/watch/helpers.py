@@ -14,7 +14,8 @@ from cdi_plugin.discovery.fixture import dumps
 from cdi_plugin.discovery.model import DiscoveredDevice, UdevEvent
 from cdi_plugin.scan import ScanOptions
 from cdi_plugin.scan.targets import Kinds
-from cdi_plugin.scan.watcher import Watcher, WatchOptions
+from cdi_plugin.scan.watcher import Watcher
+from cdi_plugin.scan.watchoptions import WatchOptions
 
 
 def watch_options(
