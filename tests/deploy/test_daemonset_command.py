@@ -27,7 +27,7 @@ from tests.dra.conftest import DRIVER
 from tests.dra.fakeapiserver import running
 from tests.dra.fakekubelet import FakeKubelet as DraKubelet
 from tests.dra.serving import DraNode, kubeconfig, published, sockets
-from tests.metrics.scrape import get
+from tests.metrics.scrape import get, ready_until
 
 VENV_BIN = Path(sys.executable).parent
 NODE_NAME = "node-a"
@@ -60,14 +60,6 @@ async def _logged(stderr: asyncio.StreamReader, text: str, timeout: float = 60) 
             if text in json.loads(line)["msg"]:
                 return
     raise AssertionError(f"the program ended without logging {text!r}")
-
-
-async def _readyz(base: str, expected: tuple[int, str], timeout: float = 15) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while (found := await asyncio.to_thread(get, base + "/readyz")) != expected:
-        assert loop.time() < deadline, found
-        await asyncio.sleep(0.05)
 
 
 @pytest.mark.parametrize("dra", [False, True], ids=["device-plugin", "with-dra"])
@@ -135,10 +127,10 @@ def test_the_daemonset_command_serves_what_the_example_pod_requests(tmp_path: Pa
                         assert asyncio.get_running_loop().time() < deadline, published(driver)
                         await asyncio.sleep(0.05)
                     # ready once the kubelet registered the DRA driver too
-                    waiting = f"waiting for: DRA driver {DRIVER}: registration with the kubelet\n"
-                    await _readyz(base, (503, waiting))
+                    waiting = f"waiting for: DRA driver {DRIVER}: registration with the kubelet"
+                    await ready_until(base, 503, waiting)
                     await DraKubelet(driver.registry).register(registration, DRIVER)
-                    await _readyz(base, (200, "ok (3 ready)\n"))
+                    await ready_until(base, 200, "ok (3 ready)")
                 proc.send_signal(signal.SIGTERM)
                 assert await asyncio.wait_for(proc.wait(), 60) == 0
                 assert sockets(kubelet_dir) == []

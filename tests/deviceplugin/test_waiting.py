@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import logging
 import shutil
@@ -138,14 +137,6 @@ def test_stopping_names_only_sockets_that_were_created(
     assert not plugin_dir.exists()
 
 
-async def _said(caplog: pytest.LogCaptureFixture, line: str, timeout: float = 30.0) -> None:
-    """Return once ``line`` was logged (``timeout`` only bounds a failure)."""
-    deadline = asyncio.get_running_loop().time() + timeout
-    while line not in messages(caplog):
-        assert asyncio.get_running_loop().time() < deadline, messages(caplog)
-        await asyncio.sleep(0.02)
-
-
 def test_a_kubelet_socket_or_plugin_directory_of_another_kind_is_named_for_what_it_is(
     layout: Layout, caplog: pytest.LogCaptureFixture, short_dir: Path
 ) -> None:
@@ -157,12 +148,10 @@ def test_a_kubelet_socket_or_plugin_directory_of_another_kind_is_named_for_what_
     async def scenario() -> None:
         async with running_plugin(layout.settings()):
             sock_path = layout.plugin_dir / "kubelet.sock"
-            await _said(
-                caplog, f"{KIND}: waiting for the kubelet: {sock_path} is a regular file, not a socket"
-            )
+            said = f"{KIND}: waiting for the kubelet: {sock_path} is a regular file, not a socket"
+            await eventually(lambda: said in messages(caplog), said)
         async with running_plugin(layout.settings(plugin_dir=not_a_dir)):
-            await _said(
-                caplog, f"{KIND}: waiting for the kubelet: {not_a_dir} is a regular file, not a directory"
-            )
+            said = f"{KIND}: waiting for the kubelet: {not_a_dir} is a regular file, not a directory"
+            await eventually(lambda: said in messages(caplog), said)
 
     run(scenario())

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
@@ -21,7 +20,7 @@ from cdi_plugin.dra.kubelet import KubeletPlugin, Paths
 from cdi_plugin.dra.prepared import PreparedClaims
 from cdi_plugin.dra.service import DraService
 from cdi_plugin.inventory import SpecInventory
-from tests.deviceplugin.helpers import make_node
+from tests.deviceplugin.helpers import eventually, make_node
 from tests.dra.conftest import DRIVER, NODE
 from tests.dra.fakekubelet import FakeKubelet
 from tests.dra.specinventory import refresh
@@ -68,13 +67,6 @@ def _any(devices: Devices) -> bool:
 def _status(devices: Devices) -> dict[str, tuple[str, str, int]]:
     """What a message says of each device, without its time stamp."""
     return {n: (h.health, h.message, h.timeout) for n, h in devices.items()}
-
-
-async def _logged(caplog: pytest.LogCaptureFixture, text: str, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while text not in caplog.text:
-        assert time.monotonic() < deadline, f"not logged: {text!r}; log:\n{caplog.text}"
-        await asyncio.sleep(0.01)
 
 
 pytestmark = pytest.mark.asyncio
@@ -132,10 +124,8 @@ async def test_two_streams_at_once_both_get_every_list_and_a_dropped_one_leaves_
             "the kubelet opened a device health stream (v1.DRAResourceHealth, 2 streams open)" in caplog.text
         )
         await first.drop()
-        await _logged(
-            caplog,
-            "a device health stream ended (v1.DRAResourceHealth, the kubelet closed it): 1 stream open",
-        )
+        ended = "a device health stream ended (v1.DRAResourceHealth, the kubelet closed it): 1 stream open"
+        await eventually(lambda: ended in caplog.text, ended)
         os.unlink(host_nodes / "card1")
         refresh(inventory)
         await second.next(_health_of("gpu-card1", UNHEALTHY))
@@ -185,7 +175,8 @@ async def test_a_kubelet_that_never_asks_gets_one_log_line_and_nothing_breaks(
     caplog.set_level(logging.INFO, "cdi_plugin")
     plugin.health.expect_within = 0.05
     kubelet = await _kubelet(paths)
-    await _logged(caplog, "has not asked for device health: pods will not show the health")
+    silent = "has not asked for device health: pods will not show the health"
+    await eventually(lambda: silent in caplog.text, silent)
     [line] = [r for r in caplog.records if "has not asked for device health" in r.getMessage()]
     assert "\n" not in line.getMessage()
     claims = plugin.service.claims

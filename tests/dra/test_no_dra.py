@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -16,7 +15,7 @@ import pytest
 from cdi_plugin.cli.serve_dra import DraDriver, dra_options
 from cdi_plugin.dra.kube import RESOURCE_API, SLICES, KubeApi
 from cdi_plugin.dra.rest import ApiServerError
-from tests.deviceplugin.helpers import make_node, run
+from tests.deviceplugin.helpers import eventually, make_node, run
 from tests.dra import faults
 from tests.dra.conftest import DRIVER, NODE, write_spec
 from tests.dra.fakeapiserver import FakeApiServer, running
@@ -109,13 +108,6 @@ def test_with_api_both_the_driver_waits_silently_and_starts_once_the_api_server_
     def discoveries() -> int:
         return api.count("GET", RESOURCE_API)
 
-    async def until(check: Callable[[], object], what: str) -> None:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + 30
-        while not check():
-            assert loop.time() < deadline, f"{what}: not within 30 s"
-            await asyncio.sleep(0.02)
-
     async def scenario() -> None:
         options = dra_options(DRIVER, NODE, None, dra_node.plugins, dra_node.registry)
         driver = DraDriver(
@@ -124,13 +116,13 @@ def test_with_api_both_the_driver_waits_silently_and_starts_once_the_api_server_
         stop = asyncio.Event()
         task = asyncio.create_task(driver.run(stop))
         try:
-            await until(lambda: discoveries() >= 4, "three questions after the first")
+            await eventually(lambda: discoveries() >= 4, "three questions after the first")
             assert driver.not_started == NO_DRA
             assert not dra_node.registration_socket.exists()
             assert not dra_node.dra_socket.exists()
             api.resource_versions = ("v1",)  # the API server is upgraded
-            await until(dra_node.registration_socket.exists, "registration socket")
-            await until(lambda: api.count("GET", SLICES) >= 1, "slices listed")
+            await eventually(dra_node.registration_socket.exists, "registration socket")
+            await eventually(lambda: api.count("GET", SLICES) >= 1, "slices listed")
             assert driver.not_started is None
         finally:
             stop.set()

@@ -7,9 +7,8 @@ import asyncio
 import contextlib
 import copy
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -19,7 +18,7 @@ from cdi_plugin.dra.publisher import SlicePublisher
 from cdi_plugin.dra.reflector import SliceCache, SliceWatch
 from cdi_plugin.dra.slices import Plan, build_pool, slice_name
 from cdi_plugin.inventory import SpecInventory
-from tests.deviceplugin.helpers import make_node
+from tests.deviceplugin.helpers import eventually, make_node
 from tests.dra import faults
 from tests.dra.conftest import DRIVER, NODE, write_spec
 from tests.dra.fakeapiserver import FakeApiServer
@@ -35,15 +34,6 @@ pytestmark = pytest.mark.asyncio
 
 def _names(server: FakeApiServer) -> set[str]:
     return {d["name"] for s in ours(server) for d in s["spec"]["devices"]}
-
-
-async def until(check: Callable[[], Any], what: str, timeout: float = 30.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not check():
-        if loop.time() > deadline:
-            raise AssertionError(f"{what}: not within {timeout} s")
-        await asyncio.sleep(0.01)
 
 
 @contextlib.asynccontextmanager
@@ -192,10 +182,12 @@ async def test_slices_deleted_by_someone_else_come_back_through_the_watch(
     write_spec(spec_dir, "cdi-plugin.io/fuse", {"fuse": str(host_nodes / "fuse")})
     publisher = SlicePublisher(kube)
     async with publishing(publisher, spec_inventory([spec_dir])):
-        await until(lambda: _names(server) == {"fuse-fuse"}, "the first publish")
+        await eventually(lambda: _names(server) == {"fuse-fuse"}, "the first publish")
         first = ours(server)[0]["metadata"]["uid"]
         assert server.delete_slices(nodeName=NODE) == 1  # a starting kubelet deletes its node's slices
-        await until(lambda: ours(server) and ours(server)[0]["metadata"]["uid"] != first, "the slice again")
+        await eventually(
+            lambda: ours(server) and ours(server)[0]["metadata"]["uid"] != first, "the slice again"
+        )
         assert _names(server) == {"fuse-fuse"}
         assert lists(server) == 1  # seen through the watch, not by listing again
 
@@ -217,12 +209,12 @@ async def test_a_steady_state_sends_nothing_but_watch_renewals(
     churning = asyncio.create_task(churn())
     try:
         async with publishing(publisher, inv):
-            await until(
+            await eventually(
                 lambda: len(ours(server)) == 1 and len(watches(server)) >= 2, "published and watching"
             )
             calls = len(server.calls)
             publisher.wake()  # as when the kubelet registers the driver: nothing differs, nothing is sent
-            await until(lambda: len(watches(server)) >= 7, "five more renewals", timeout=60)
+            await eventually(lambda: len(watches(server)) >= 7, "five more renewals", timeout=60)
             later = server.calls[calls:]
     finally:
         churning.cancel()
@@ -240,7 +232,7 @@ async def test_a_silent_watch_is_replaced_from_the_last_version(
     publisher = SlicePublisher(kube, read_timeout=0.5, sleep=Sleeps())
     with caplog.at_level(logging.WARNING):
         async with publishing(publisher, inventory_of(spec_dir, host_nodes, 1)):
-            await until(lambda: len(watches(server)) >= 2, "a second watch")
+            await eventually(lambda: len(watches(server)) >= 2, "a second watch")
     first, second = watches(server)[:2]
     assert first == second  # no event came on the silent one
     assert lists(server) == 1
@@ -271,7 +263,7 @@ async def test_a_storm_of_410s_lists_at_most_4_times_in_10_s(
     sleeps = Sleeps()
     with caplog.at_level(logging.WARNING):
         async with reflecting(kube, sleeps):
-            await until(lambda: lists(server) >= 8, "eight lists")
+            await eventually(lambda: lists(server) >= 8, "eight lists")
     at = [sum(sleeps[:i]) for i in range(8)]  # when each list was sent, in the reflector's time
     assert max(sum(t <= start + 10 for t in at[i:]) for i, start in enumerate(at)) <= 4
     assert sleeps[6] >= 24  # up to 30 s apart
@@ -284,7 +276,7 @@ async def test_a_storm_of_watch_errors_backs_off_without_listing(
     server.misbehave("GET", SLICES, faults.status(500, "InternalError", "etcd"), watch=True, times=None)
     sleeps = Sleeps()
     async with reflecting(kube, sleeps):
-        await until(lambda: len(watches(server)) >= 8, "eight watches")
+        await eventually(lambda: len(watches(server)) >= 8, "eight watches")
     assert lists(server) == 1
     assert all(delay >= 0.8 * min(2**i, 30) for i, delay in enumerate(sleeps))
 
@@ -294,7 +286,7 @@ async def test_a_watch_that_ends_at_once_is_a_failure(kube: KubeApi, server: Fak
     server.misbehave("GET", SLICES, faults.watch_lines(), watch=True, times=None)
     sleeps = Sleeps()
     async with reflecting(kube, sleeps):
-        await until(lambda: len(watches(server)) >= 5, "five watches")
+        await eventually(lambda: len(watches(server)) >= 5, "five watches")
     assert len(sleeps) >= 4
     assert sleeps[3] >= 0.8 * 8
 
@@ -339,7 +331,7 @@ async def test_a_bad_list_is_logged_and_tried_again(
     try:
         with caplog.at_level(logging.WARNING, "cdi_plugin"):
             async with publishing(publisher, inventory_of(spec_dir, host_nodes, 1)):
-                await until(
+                await eventually(
                     lambda: _names(server) == {"fuse-fuse0"}, "published after the bad lists", timeout=60
                 )
     finally:
@@ -355,7 +347,7 @@ async def test_garbage_on_the_watch_is_logged_and_the_watch_taken_up_again(
     publisher = SlicePublisher(kube, sleep=Sleeps(0.01))
     with caplog.at_level(logging.WARNING, "cdi_plugin"):
         async with publishing(publisher, inventory_of(spec_dir, host_nodes, 1)):
-            await until(lambda: _names(server) == {"fuse-fuse0"}, "the first publish")
+            await eventually(lambda: _names(server) == {"fuse-fuse0"}, "the first publish")
             for action in (
                 faults.watch_lines(b"garbage"),
                 faults.watch_lines({"type": "MODIFIED", "object": [1]}),
@@ -363,9 +355,9 @@ async def test_garbage_on_the_watch_is_logged_and_the_watch_taken_up_again(
             ):
                 server.misbehave("GET", SLICES, action, watch=True)
             server.break_watches()
-            await until(lambda: len(watches(server)) >= 5, "three bad watches, then a good one")
+            await eventually(lambda: len(watches(server)) >= 5, "three bad watches, then a good one")
             server.delete_slices(nodeName=NODE)
-            await until(lambda: _names(server) == {"fuse-fuse0"}, "the deleted slice written again")
+            await eventually(lambda: _names(server) == {"fuse-fuse0"}, "the deleted slice written again")
     assert lists(server) == 1
     assert caplog.text.count("an event that is not one") == 2
     assert "a ResourceSlice that is not one: metadata.resourceVersion: missing" in caplog.text

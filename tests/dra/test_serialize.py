@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from cdi_plugin.dra.serialize import SerializeError, Serializer
-from tests.deviceplugin.helpers import run
+from tests.deviceplugin.helpers import eventually, run
 
 
 def locked_elsewhere(path: Path) -> bool:
@@ -24,11 +24,6 @@ def locked_elsewhere(path: Path) -> bool:
     finally:
         os.close(fd)
     return False
-
-
-async def wait_logged(caplog: pytest.LogCaptureFixture, text: str) -> None:
-    while not any(text in r.getMessage() for r in caplog.records):
-        await asyncio.sleep(0.005)
 
 
 def test_the_lock_is_created_held_for_the_block_and_released(tmp_path: Path) -> None:
@@ -57,7 +52,8 @@ def test_a_second_holder_waits_until_the_first_is_done(
         caplog.set_level(logging.DEBUG, "cdi_plugin.dra.serialize")
         async with Serializer(lock).hold():
             task = asyncio.create_task(second())
-            await wait_logged(caplog, f"waiting for {lock}: another instance of the driver holds it")
+            waiting = f"waiting for {lock}: another instance of the driver holds it"
+            await eventually(lambda: waiting in caplog.text, waiting)
             order.append("first")
         await task
 
@@ -96,7 +92,7 @@ def test_a_lock_file_removed_while_waited_for_is_created_again_and_locked(
 
         async with Serializer(lock).hold():
             task = asyncio.create_task(waiter())
-            await wait_logged(caplog, "waiting for")
+            await eventually(lambda: "waiting for" in caplog.text, "waiting for the lock")
             lock.unlink()  # e.g. a kubelet restart that wiped the plugin directory
         await got.wait()
         assert locked_elsewhere(lock)  # the new file, not the unlinked one

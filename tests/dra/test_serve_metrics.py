@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import Callable
 from typing import get_args
 
 import pytest
@@ -23,7 +22,7 @@ from tests.dra.fakekubelet import FakeKubelet, RegistrationRefused
 from tests.dra.serving import DraNode, Serve, dra_node, published, register
 from tests.dra.test_kubelet import claim_obj
 from tests.dra.test_serve import claim_path
-from tests.metrics.scrape import Samples, get, scrape, value
+from tests.metrics.scrape import Samples, get, metrics_until, ready_until, scrape, value
 
 __all__ = ["dra_node"]
 
@@ -52,29 +51,6 @@ async def _endpoint(serve: Serve) -> str:
     return match.group(1)
 
 
-async def _scrape_until(
-    base: str, check: Callable[[Samples], bool], what: str, timeout: float = 30
-) -> Samples:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while True:
-        found = await asyncio.to_thread(scrape, base)
-        if check(found):
-            return found
-        if loop.time() > deadline:
-            raise AssertionError(f"{what}: not within {timeout}s; {found}")
-        await asyncio.sleep(0.05)
-
-
-async def _ready_until(base: str, status: int, body: str, timeout: float = 30) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while (found := await asyncio.to_thread(get, base + "/readyz")) != (status, body + "\n"):
-        if loop.time() > deadline:
-            raise AssertionError(f"/readyz {(status, body)}: not within {timeout}s; last {found}")
-        await asyncio.sleep(0.05)
-
-
 def _counts(found: Samples, name: str, results: tuple[str, ...]) -> dict[str, float | None]:
     return {r: value(found, name, result=r) for r in results}
 
@@ -98,7 +74,7 @@ def test_readiness_waits_for_each_side_and_a_first_publish_and_slices_and_reques
         try:
             base = await _endpoint(serve)
             # The first publish fails: not ready, and the reason is said.
-            found = await _scrape_until(
+            found = await metrics_until(
                 base,
                 lambda s: value(s, "cdi_plugin_dra_slice_publishes_total", result="failed") == 1,
                 "failure",
@@ -110,14 +86,14 @@ def test_readiness_waits_for_each_side_and_a_first_publish_and_slices_and_reques
             assert f"{FIRST_PUBLISH} (POST {SLICES}: 500 InternalError: injected 500), {REGISTRATION}" in body
 
             # Tried again: published, and only the kubelets are waited for.
-            found = await _scrape_until(
+            found = await metrics_until(
                 base, lambda s: value(s, "cdi_plugin_dra_pool_published") == 1, "published"
             )
             assert published(dra_node) == {"tty-ttyusb0": TTY}
             assert _counts(found, "cdi_plugin_dra_slice_publishes_total", ("changed", "failed")) == {
                 "changed": 1, "failed": 1,
             }  # fmt: skip
-            await _ready_until(base, 503, f"waiting for: {FUSE}, {REGISTRATION}")
+            await ready_until(base, 503, f"waiting for: {FUSE}, {REGISTRATION}")
 
             # Each request the fake API server answered is counted once, by verb and result.
             dra_node.api.break_watches()
@@ -140,9 +116,9 @@ def test_readiness_waits_for_each_side_and_a_first_publish_and_slices_and_reques
 
             async with DevicePluginKubelet(dra_node.device_plugins) as dp_kubelet:
                 await dp_kubelet.wait_registered(FUSE, timeout=20)
-                await _ready_until(base, 503, f"waiting for: {REGISTRATION}")
+                await ready_until(base, 503, f"waiting for: {REGISTRATION}")
                 await register(dra_node, serve)
-                await _ready_until(base, 200, "ok (3 ready)")
+                await ready_until(base, 200, "ok (3 ready)")
                 assert value(await asyncio.to_thread(scrape, base), "cdi_plugin_dra_registered") == 1
 
                 # A kubelet that refuses the driver: not ready, with its reason.
@@ -151,10 +127,10 @@ def test_readiness_waits_for_each_side_and_a_first_publish_and_slices_and_reques
                         dra_node.registration_socket, DRIVER
                     )
                 refused = f"none of the versions {list(api.ADVERTISED)} is supported"
-                await _ready_until(base, 503, f"waiting for: {REGISTRATION} (refused: {refused})")
+                await ready_until(base, 503, f"waiting for: {REGISTRATION} (refused: {refused})")
                 assert value(await asyncio.to_thread(scrape, base), "cdi_plugin_dra_registered") == 0
                 await register(dra_node, serve)
-                await _ready_until(base, 200, "ok (3 ready)")
+                await ready_until(base, 200, "ok (3 ready)")
 
                 # The registration socket removed: served again, not ready until registered again.
                 socket = dra_node.registration_socket
@@ -169,7 +145,7 @@ def test_readiness_waits_for_each_side_and_a_first_publish_and_slices_and_reques
                     f"waiting for: {REGISTRATION}\n",
                 )
                 await register(dra_node, serve)
-                await _ready_until(base, 200, "ok (3 ready)")
+                await ready_until(base, 200, "ok (3 ready)")
         finally:
             code = await serve.stop()
         assert code == 0, serve.lines
@@ -202,9 +178,9 @@ def test_prepare_and_unprepare_are_counted_by_result_with_their_durations(dra_no
             assert _counts(found, "cdi_plugin_dra_prepare_claims_total", PREPARE_RESULTS) == dict.fromkeys(
                 PREPARE_RESULTS, 0
             )  # every result from the start: the first failure is an increase
-            await _ready_until(base, 503, f"waiting for: {REGISTRATION}")  # --api dra: nothing else
+            await ready_until(base, 503, f"waiting for: {REGISTRATION}")  # --api dra: nothing else
             kubelet = await register(dra_node, serve)
-            await _ready_until(base, 200, "ok (2 ready)")
+            await ready_until(base, 200, "ok (2 ready)")
             prepares: dict[str, float] = dict.fromkeys(PREPARE_RESULTS, 0)
             unprepares: dict[str, float] = dict.fromkeys(UNPREPARE_RESULTS, 0)
 
@@ -287,7 +263,7 @@ def test_a_driver_not_started_for_want_of_dra_in_the_api_server_is_not_waited_fo
                 base = await _endpoint(serve)
                 await dp_kubelet.wait_registered(FUSE, timeout=30)
                 await serve.logged(f"the DRA driver {DRIVER} is not started", timeout=30)
-                await _ready_until(base, 200, "ok (1 ready)")
+                await ready_until(base, 200, "ok (1 ready)")
                 found = await asyncio.to_thread(scrape, base)
                 assert value(found, "cdi_plugin_dra_registered") == 0
                 assert value(found, "cdi_plugin_dra_pool_published") == 0

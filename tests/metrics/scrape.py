@@ -42,13 +42,26 @@ def scrape(base_url: str) -> Samples:
     return samples(body)
 
 
-async def metrics_until(base: str, predicate: Callable[[Samples], bool], timeout: float = 60.0) -> Samples:
-    """Scrape until ``predicate(samples)`` holds (a counter may follow the answer it counts)."""
+async def metrics_until(
+    base: str, predicate: Callable[[Samples], bool], what: str = "metrics", timeout: float = 60.0
+) -> Samples:
+    """Scrape until ``predicate(samples)`` holds (a counter may follow the answer it counts);
+    AssertionError naming ``what`` if it does not within ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
     while True:
         found = await asyncio.to_thread(scrape, base)
         if predicate(found):
             return found
         if time.monotonic() > deadline:
-            raise AssertionError(f"metrics never matched: {found}")
+            raise AssertionError(f"{what}: not within {timeout}s; {found}")
+        await asyncio.sleep(0.05)
+
+
+async def ready_until(base: str, status: int, body: str, timeout: float = 60.0) -> None:
+    """Ask ``/readyz`` until it answers ``status`` with ``body`` (one line); ``timeout`` only
+    bounds a failure."""
+    deadline = time.monotonic() + timeout
+    while (found := await asyncio.to_thread(get, base + "/readyz")) != (status, body + "\n"):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"/readyz {(status, body)}: not within {timeout}s; last {found}")
         await asyncio.sleep(0.05)
