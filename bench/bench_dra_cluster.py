@@ -138,10 +138,13 @@ class Node:
         await FakeKubelet(self.node.registry).register(self.node.registration_socket, DRIVER)
         await until(lambda: published(self.node), 300, "the first publish")
 
-    async def stop(self) -> int:
-        assert self.proc is not None
-        self.proc.terminate()
-        code = await asyncio.wait_for(self.proc.wait(), 30)
+    async def stop(self) -> int | None:
+        """The process's exit status (None when it never started); its directory removed."""
+        code = None
+        if self.proc is not None:
+            if self.proc.returncode is None:
+                self.proc.terminate()
+            code = await asyncio.wait_for(self.proc.wait(), 30)
         shutil.rmtree(self.raw)
         return code
 
@@ -166,10 +169,10 @@ async def footprint(bin_dir: Path, claims: int, settle: float, window: float) ->
     stop = threading.Event()
     with running(server):
         node = Node(server, bin_dir)
-        await node.start()
         spinner = threading.Thread(target=churn, args=(server, claims, stop), daemon=True)
-        spinner.start()
         try:
+            await node.start()
+            spinner.start()
             await until(lambda: claims_listed(server), 600, "the claims listed")
             await asyncio.sleep(settle)
             assert node.proc is not None
@@ -178,7 +181,8 @@ async def footprint(bin_dir: Path, claims: int, settle: float, window: float) ->
             cpu1, rss, hwm = proc_stat(node.proc.pid)
         finally:
             stop.set()
-            spinner.join()
+            if spinner.is_alive():
+                spinner.join()
             code = await node.stop()
     assert code == 0, code
     return rss, hwm, (cpu1 - cpu0) / window * 100
@@ -198,17 +202,18 @@ async def idle_requests(bin_dir: Path, claims: int, idle: float) -> Counter[str]
     stop = threading.Event()
     with running(server):
         node = Node(server, bin_dir)
-        await node.start()
         spinner = threading.Thread(target=churn, args=(server, claims, stop), daemon=True)
-        spinner.start()
         try:
+            await node.start()
+            spinner.start()
             await asyncio.sleep(5)
             start = time.monotonic()
             await asyncio.sleep(idle)
             end = time.monotonic()
         finally:
             stop.set()
-            spinner.join()
+            if spinner.is_alive():
+                spinner.join()
             await node.stop()
     return Counter(kind(c) for c in server.calls if start <= c.time < end)
 

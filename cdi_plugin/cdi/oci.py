@@ -99,27 +99,33 @@ def has_user_namespace(doc: Json) -> bool:
 
 
 def with_container(doc: Json, container: Container) -> Json:
-    """A copy of ``doc`` holding ``container``'s parts; a part that is empty and was absent stays
-    absent."""
+    """A copy of ``doc`` holding ``container``'s parts; a part that is empty and was absent (or
+    null) stays absent."""
     out = copy.deepcopy(doc)
 
     def put(parent: Json, key: str, values: Any) -> None:
         if values or key in parent:
             parent[key] = values
 
-    process = out.setdefault("process", {})
-    user = process.setdefault("user", {})
+    def part(parent: Json, key: str) -> Json:
+        if parent.get(key) is None:  # absent or null, as the CDI library takes it
+            parent[key] = {}
+        value: Json = parent[key]
+        return value
+
+    process = part(out, "process")
+    user = part(process, "user")
     put(process, "env", [p.value for p in container.env])
     put(user, "additionalGids", [p.value for p in container.additional_gids])
-    linux = out.setdefault("linux", {})
+    linux = part(out, "linux")
     put(linux, "devices", [p.value for p in container.devices])
-    resources = linux.setdefault("resources", {})
+    resources = part(linux, "resources")
     put(resources, "devices", [p.value for p in container.device_rules])
     put(linux, "netDevices", {name: p.value for name, p in container.net_devices.items()})
     if container.intel_rdt is not None:
         linux["intelRdt"] = container.intel_rdt.value
     put(out, "mounts", [p.value for p in container.mounts])
-    hooks = out.setdefault("hooks", {})
+    hooks = part(out, "hooks")
     for stage in HOOK_STAGES:
         put(hooks, stage, [p.value for p in container.hooks.get(stage, ())])
     for parent, key, before in (
@@ -129,6 +135,6 @@ def with_container(doc: Json, container: Container) -> Json:
         (out, "linux", doc),
         (out, "hooks", doc),
     ):
-        if not parent[key] and key not in (before or {}):
+        if not parent[key] and (before or {}).get(key) is None:
             del parent[key]
     return out

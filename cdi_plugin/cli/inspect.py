@@ -191,6 +191,7 @@ def read_host_nodes(paths: Iterable[str]) -> dict[str, HostNode | str]:
     import stat
 
     from cdi_plugin.cdi.inject import HostNode
+    from cdi_plugin.wording import file_type
 
     out: dict[str, HostNode | str] = {}
     for path in paths:
@@ -203,9 +204,5 @@ def read_host_nodes(paths: Iterable[str]) -> dict[str, HostNode | str]:
         letter = stat.filemode(st.st_mode)[0]  # as ls shows it: c, b, p, d, -, l, s
         kind = letter if letter in ("c", "b", "p") else None
         major, minor = (os.major(st.st_rdev), os.minor(st.st_rdev)) if kind in ("c", "b") else (0, 0)
-        what = _WHAT.get(letter, "not a device node")
-        out[path] = HostNode(kind, major, minor, st.st_mode, st.st_uid, st.st_gid, what)
+        out[path] = HostNode(kind, major, minor, st.st_mode, st.st_uid, st.st_gid, file_type(st.st_mode))
     return out
-
-
-_WHAT = {"d": "a directory", "-": "a regular file", "l": "a symbolic link", "s": "a socket"}

@@ -264,23 +264,25 @@ async def _keep_bound(plugin: KubeletPlugin, watch: DirWatch) -> None:
     directories; each problem is logged once, while it lasts."""
     seen = watch.pulse.count
     problem = ""
+    waited = False  # for another process to let the sockets go
     while True:
         try:
             await plugin.recover()
         except (OSError, SocketInUseError, StateWriteError) as exc:
-            if isinstance(exc, SocketInUseError):
+            waited = isinstance(exc, SocketInUseError)
+            if waited:
                 now = f"DRA driver {plugin.paths.driver}: {exc}; serving once it is gone"
             elif isinstance(exc, StateWriteError):
                 now = f"cannot write the prepared claims again: {exc}; trying again"
             else:
                 now = f"cannot serve the DRA sockets: {exc}; trying again"
             if now != problem:
-                (log.warning if isinstance(exc, SocketInUseError) else log.error)("%s", now)
+                (log.warning if waited else log.error)("%s", now)
             problem = now
             await watch.pulse.wait_after(seen, REBIND_RETRY)
             seen = watch.pulse.count
             continue
-        if "serving once it is gone" in problem:
+        if waited:
             log.info("DRA driver %s: the other process is gone; serving", plugin.paths.driver)
-        problem = ""
+        problem, waited = "", False
         seen = await watch.pulse.settle(seen, QUIET, LONGEST)

@@ -10,7 +10,7 @@ file than the one the CDI library's rules pick (when the one of higher priority 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +40,7 @@ class RuntimeView:
     #: Names it resolves from another file than the CDI library's rules pick: (name, its file).
     elsewhere: tuple[tuple[str, Path], ...]
     #: How many of the names the CDI library's rules resolve it sees.
-    seen: int = field(default=0)
+    seen: int = 0
 
     def to_json(self) -> dict[str, Any]:
         r = self.runtime
@@ -79,7 +79,7 @@ def runtime_views(snapshot: Snapshot, runtimes: Sequence[Runtime]) -> list[Runti
             if f.spec
         }
         dropped = {p: problems for p, problems in found.items() if any(x.is_error for x in problems)}
-        # the files the CDI library's rules read but some: no conflict they do not have
+        # resolved among the files this runtime reads: a file it drops takes part in no conflict
         devices, _ = resolve(SpecFile(f.path, f.priority, f.spec) for f in loaded if f.path not in dropped)
         unseen, elsewhere = [], []
         for name, entry in snapshot.devices.items():

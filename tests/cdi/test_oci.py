@@ -63,6 +63,28 @@ def test_nothing_to_add_adds_no_empty_parts() -> None:
     assert with_container(doc, container) == {**doc, "process": {"env": ["A=1"]}}
 
 
+@pytest.mark.parametrize("part", ["process", "linux", "hooks"])
+def test_a_null_part_is_taken_as_absent(part: str) -> None:
+    doc: dict[str, Any] = {"ociVersion": "1.0.2", part: None}
+    container = container_of(doc)
+    inject(container, [(ORIGIN, EDITS)], {"/dev/null": HostNode("c", 1, 3)})
+    out = with_container(doc, container)
+    assert out["process"]["env"] == ["PATH=/cdi/bin", "CDI=1"]
+    assert out["linux"]["devices"] == [{"path": "/dev/null", "type": "c", "major": 1, "minor": 3}]
+    assert out["hooks"] == {"poststop": [{"path": "/bin/true"}]}
+    nothing = with_container(doc, container_of(doc))
+    assert nothing == {"ociVersion": "1.0.2"}, "an empty part that was null is left out"
+
+
+def test_a_null_user_or_resources_is_taken_as_absent() -> None:
+    doc: dict[str, Any] = {"process": {"user": None}, "linux": {"resources": None}}
+    container = container_of(doc)
+    inject(container, [(ORIGIN, EDITS)], {"/dev/null": HostNode("c", 1, 3)})
+    out = with_container(doc, container)
+    assert out["linux"]["resources"]["devices"][0]["major"] == 1
+    assert with_container(doc, container_of(doc)) == {"process": {}, "linux": {}}
+
+
 ID = "expected an integer from 0 to 4294967295"
 
 
