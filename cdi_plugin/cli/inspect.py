@@ -181,7 +181,11 @@ def write_into_oci(path: Path, edits: Sequence[tuple[Origin, ContainerEdits]], h
     if errors:
         raise OciSpecError(f"failed to inject devices: {errors[0]}; {path} is not changed")
     text = json.dumps(with_container(doc, container), indent=2, ensure_ascii=False) + "\n"
-    write_atomic(path, text.encode(), os.stat(path).st_mode & 0o7777)
+    try:
+        mode = os.stat(path).st_mode & 0o7777
+    except OSError as exc:
+        raise OciSpecError(f"{path}: {exc.strerror or exc}; not written") from None
+    write_atomic(path, text.encode(), mode)
 
 
 def read_host_nodes(paths: Iterable[str]) -> dict[str, HostNode | str]:
