@@ -25,9 +25,9 @@ from urllib.parse import quote
 
 from cdi_plugin.dra.backoff import Backoff
 from cdi_plugin.dra.names import DraConfigError, claim_name_problem
+from cdi_plugin.dra.prepare import ClaimReadError
 from cdi_plugin.dra.rest import ApiServerError, RestClient
 from cdi_plugin.dra.rolling import kubelet_version
-from cdi_plugin.dra.service import ClaimReadError
 from cdi_plugin.dra.shapes import (
     BadAnswer,
     Obj,

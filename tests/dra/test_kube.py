@@ -13,8 +13,8 @@ import pytest
 
 from cdi_plugin.dra.kube import SLICES, KubeApi
 from cdi_plugin.dra.names import DraConfigError
+from cdi_plugin.dra.prepare import ClaimReadError
 from cdi_plugin.dra.rest import ApiServerError
-from cdi_plugin.dra.service import ClaimReadError
 from cdi_plugin.dra.slices import build_pool
 from tests.dra import faults
 from tests.dra.conftest import DRIVER, NODE
