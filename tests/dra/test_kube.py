@@ -74,6 +74,15 @@ async def test_every_bad_answer_is_one_error_naming_the_request(
     assert await kube.read_node_uid() == server.nodes[NODE]["metadata"]["uid"]  # the next one is fine
 
 
+async def test_a_request_given_no_time_left_is_not_given_the_default(
+    kube: KubeApi, server: FakeApiServer
+) -> None:
+    """A caller's deadline that has run out (a timeout of 0) is kept, not the client's own timeout."""
+    server.misbehave("GET", NODES, faults.hang())
+    with pytest.raises(ApiServerError, match=r"no complete answer within 0 s$"):
+        await kube.rest.request("GET", f"{NODES}{NODE}", timeout=0.0)
+
+
 @pytest.mark.parametrize(
     ("node", "reason"),
     [
