@@ -22,7 +22,7 @@ CdiPluginError
  ├── EndpointError         (deviceplugin.lifecycle) the plugin's socket cannot be served
  ├── AllocationError       (deviceplugin.allocate) an Allocate request cannot be served
  ├── DraConfigError        (dra.names) a driver or node name the Kubernetes API would refuse
- ├── ClaimReadError        (dra.service) a ResourceClaim could not be read
+ ├── ClaimReadError        (dra.prepare) a ResourceClaim could not be read
  ├── SocketInUseError      (dra.kubelet) another process serves a socket the driver would bind
  ├── SerializeError        (dra.serialize) the lock the driver's instances share could not be taken
  ├── PreparedStateError    (dra.preparedstate) the prepared-claims file is unreadable or a field is wrong

@@ -1,16 +1,17 @@
 """The DRA (Dynamic Resource Allocation) driver: the device inventory served to the kubelet's
 DRA plugin API and published as ResourceSlices, answering NodePrepareResources with CDI names.
 
-names: driver, node, claim and device names; inventory: what the driver needs from the
-inventory; slices: the node's pool as ResourceSlices; shapes: the API server's answers checked;
-prepare: a claim's allocation to CDI names; health: the devices' health as the kubelet is told
-it; objects: DeviceClass, RBAC and the admission policy; api: the generated gRPC code; service:
+names: driver, node, claim and device names; inventory: what the driver needs from the inventory;
+slices: the node's pool as ResourceSlices; shapes: the API server's answers checked; prepare: a
+claim's allocation to CDI names; health: the devices' health as the kubelet is told it; objects:
+DeviceClass, RBAC and the admission policy; api: the generated gRPC code; service:
 NodePrepareResources and NodeUnprepareResources; kubelet: registration and DRA sockets;
 health_service: the kubelet's device health streams; preparedstate and prepared: the prepared
-claims, as a document and on disk; backoff: delays between attempts; rest: requests to the API
-server; kube: what the driver asks of it; reflector: the node's slices kept by a watch;
-publisher: slices following the inventory; report: what the driver reports to its metrics and
-readiness.
+claims, as a document and on disk; serialize: the lock the driver's instances on a node share;
+rolling: two instances side by side during an update; backoff: delays between attempts; rest:
+requests to the API server; kube: what the driver asks of it; reflector: the node's slices kept by
+a watch; publisher: slices following the inventory; report: what the driver reports to its metrics
+and readiness.
 
 Public names, each imported from its module on first use (gRPC only with the kubelet side, the
 Kubernetes client only with the API server side):

@@ -25,9 +25,9 @@ from urllib.parse import quote
 
 from cdi_plugin.dra.backoff import Backoff
 from cdi_plugin.dra.names import DraConfigError, claim_name_problem
+from cdi_plugin.dra.prepare import ClaimReadError
 from cdi_plugin.dra.rest import ApiServerError, RestClient
 from cdi_plugin.dra.rolling import kubelet_version
-from cdi_plugin.dra.service import ClaimReadError
 from cdi_plugin.dra.shapes import (
     BadAnswer,
     Obj,
@@ -136,13 +136,13 @@ class KubeApi:
         problem = claim_name_problem(namespace, name)
         if problem is not None:
             raise ClaimReadError(problem)
-        path = f"/apis/resource.k8s.io/v1/namespaces/{_segment(namespace)}/resourceclaims/{_segment(name)}"
+        path = f"{RESOURCE_API}/namespaces/{_segment(namespace)}/resourceclaims/{_segment(name)}"
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.claim_deadline
         attempt = 0
         while True:
             attempt += 1
-            timeout = min(self.claim_attempt_timeout, deadline - loop.time())
+            timeout = max(0.0, min(self.claim_attempt_timeout, deadline - loop.time()))
             try:
                 return await self.rest.request("GET", path, timeout=timeout)
             except ApiServerError as exc:

@@ -4,7 +4,9 @@ Pure: the claim object (as the API server returns it, or ``None`` when it is gon
 devices served now in, per claim either the prepared devices or a :class:`Refusal`: one line
 saying which device failed and why, and the cause the metrics count. The claim is read through
 :func:`shapes.claim_results`: a field the driver needs that is missing, mistyped or not a name the
-API allows makes the claim fail, never the call.
+API allows makes the claim fail, never the call. A claim that could not be read at all is a
+:class:`ClaimReadError` of whoever reads it (:mod:`~cdi_plugin.dra.kube`), here so that the API
+server side and the kubelet side share it without importing each other.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from cdi_plugin.dra.inventory import ServedDevice
 from cdi_plugin.dra.names import UID_MAX, device_names
 from cdi_plugin.dra.report import PrepareResult
 from cdi_plugin.dra.shapes import BadAnswer, claim_results
+from cdi_plugin.errors import CdiPluginError
 from cdi_plugin.wording import escape_controls
 
 
@@ -39,6 +42,10 @@ class PreparedDevice:
     device_name: str
     cdi_device_ids: tuple[str, ...]
     admin_access: bool = False  # kept by the driver, not sent: such a device may be shared
+
+
+class ClaimReadError(CdiPluginError):
+    """A ResourceClaim could not be read (the API server is down, refused, or kept failing)."""
 
 
 class Refusal(str):

@@ -23,13 +23,12 @@ from typing import Any
 
 from cdi_plugin.cdi.names import parse_qualified_name
 from cdi_plugin.cdi.textparse import parse
-from cdi_plugin.dra.names import SUBDOMAIN_MAX, is_dns_label, is_dns_subdomain
+from cdi_plugin.dra.names import UID_MAX, is_dns_label, is_pool_name
 from cdi_plugin.dra.prepare import PreparedDevice
 from cdi_plugin.errors import CdiPluginError, InvalidNameError, SpecLoadError
 
 FORMAT_VERSION = 1
-#: A claim UID is a UUID (36 characters) set by the API server; this leaves room and no more.
-UID_MAX = 128
+#: The characters of a claim UID in the file (a UUID set by the API server), at most UID_MAX of them.
 _UID = re.compile(r"[0-9A-Za-z][0-9A-Za-z._:-]*")
 #: A claim has at most 32 allocation results and 32 requests, so no prepared claim needs more.
 MAX_DEVICES = 32
@@ -186,7 +185,7 @@ def _check_device(obj: Any, where: str) -> PreparedDevice:
             raise _Wrong(where, f"missing field {key!r}")
     pool, device, admin = obj["pool_name"], obj["device_name"], obj["admin_access"]
     _want(pool, str, f"{where}.pool_name", "a pool name")
-    if not _is_pool_name(pool):
+    if not is_pool_name(pool):
         raise _Wrong(f"{where}.pool_name", f"{_show(pool)} is not a pool name (DNS subdomains joined by '/')")
     _want(device, str, f"{where}.device_name", "a device name")
     if not is_dns_label(device):
@@ -212,7 +211,3 @@ def _names(value: Any, where: str, what: str, least: int) -> tuple[str, ...]:
     for item in value:
         _want(item, str, where, what)
     return tuple(value)
-
-
-def _is_pool_name(name: str) -> bool:
-    return len(name) <= SUBDOMAIN_MAX and all(is_dns_subdomain(part) for part in name.split("/"))

@@ -179,7 +179,7 @@ class RestClient:
         timeout: float | None,
     ) -> Obj:
         what = f"{method} {path}"
-        timeout = timeout or self.timeout
+        timeout = self.timeout if timeout is None else timeout
         headers = HEADERS if body is None else {**HEADERS, "Content-Type": "application/json"}
         request = self.http.build_request(
             method, path, params=params, content=body, headers=headers,

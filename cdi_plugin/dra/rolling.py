@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from cdi_plugin.dra.names import DraConfigError
+from cdi_plugin.wording import shown
 
 #: The first kubelet that keeps several endpoints of one driver (the helper's rolling update).
 ROLLING_SINCE = (1, 33)
@@ -29,10 +30,9 @@ VERSION_MAX = 64
 def check_pod_uid(uid: str) -> str:
     """The pod UID, or DraConfigError saying why it cannot name a socket."""
     if len(uid) > POD_UID_MAX or not _POD_UID.fullmatch(uid):
-        shown = uid if len(uid) <= POD_UID_MAX else uid[:POD_UID_MAX] + "..."
         raise DraConfigError(
-            f"pod UID {shown!r}: not a UID (at most {POD_UID_MAX} letters, digits and inner '-'; "
-            "the DaemonSet sets $POD_UID from metadata.uid)"
+            f"pod UID {shown(uid, POD_UID_MAX)}: not a UID (at most {POD_UID_MAX} letters, digits and "
+            "inner '-'; the DaemonSet sets $POD_UID from metadata.uid)"
         )
     return uid
 
@@ -57,8 +57,8 @@ def fixed_names_reason(version: str) -> str | None:
     parsed = parse_version(version)
     since = ".".join(map(str, ROLLING_SINCE))
     if parsed is None:
-        shown = repr(version) if version else "not given"
-        return f"its version is unknown (status.nodeInfo.kubeletVersion {shown}); {since} or later is needed"
+        given = shown(version) if version else "not given"
+        return f"its version is unknown (status.nodeInfo.kubeletVersion {given}); {since} or later is needed"
     if parsed < ROLLING_SINCE:
         return f"kubelet {version} is older than {since}"
     return None

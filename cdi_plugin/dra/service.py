@@ -27,19 +27,14 @@ from typing import Any, Protocol, TypeVar
 from cdi_plugin.dra import api
 from cdi_plugin.dra.inventory import Inventory, ServedDevice
 from cdi_plugin.dra.names import claim_ref_problem
-from cdi_plugin.dra.prepare import Refusal, by_device_name, prepare_claim
+from cdi_plugin.dra.prepare import ClaimReadError, Refusal, by_device_name, prepare_claim
 from cdi_plugin.dra.prepared import UNTIL_REPAIRED, PreparedClaims, StateWriteError
 from cdi_plugin.dra.preparedstate import claim_problem
 from cdi_plugin.dra.report import UNREPORTED, PrepareResult, Report, UnprepareResult
 from cdi_plugin.dra.serialize import SerializeError, Serializer
-from cdi_plugin.errors import CdiPluginError
 from cdi_plugin.wording import plural, shown
 
 log = logging.getLogger(__name__)
-
-
-class ClaimReadError(CdiPluginError):
-    """A ResourceClaim could not be read (the API server is down, refused, or kept failing)."""
 
 
 class ClaimReader(Protocol):

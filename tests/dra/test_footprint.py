@@ -1,4 +1,5 @@
-"""The DRA driver's Kubernetes client stays out of a process that does not use it."""
+"""The DRA driver's Kubernetes client stays out of a process that does not use it, and gRPC out
+of its API server side."""
 
 from __future__ import annotations
 
@@ -12,6 +13,15 @@ def test_the_device_plugin_does_not_load_the_kubernetes_client() -> None:
     code = (
         "import sys, cdi_plugin.deviceplugin.daemon, cdi_plugin.dra.kubelet, cdi_plugin.dra.slices;"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('lightkube', 'httpx2')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
+    assert out.stdout.strip() == "[]"
+
+
+def test_the_api_server_side_does_not_load_grpc() -> None:
+    code = (
+        "import sys, cdi_plugin.dra.kube, cdi_plugin.dra.publisher;"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('grpc', 'google')))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
     assert out.stdout.strip() == "[]"

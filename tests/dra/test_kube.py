@@ -13,8 +13,8 @@ import pytest
 
 from cdi_plugin.dra.kube import SLICES, KubeApi
 from cdi_plugin.dra.names import DraConfigError
+from cdi_plugin.dra.prepare import ClaimReadError
 from cdi_plugin.dra.rest import ApiServerError
-from cdi_plugin.dra.service import ClaimReadError
 from cdi_plugin.dra.slices import build_pool
 from tests.dra import faults
 from tests.dra.conftest import DRIVER, NODE
@@ -72,6 +72,15 @@ async def test_every_bad_answer_is_one_error_naming_the_request(
     assert "\n" not in message
     assert len(message) < 300
     assert await kube.read_node_uid() == server.nodes[NODE]["metadata"]["uid"]  # the next one is fine
+
+
+async def test_a_request_given_no_time_left_is_not_given_the_default(
+    kube: KubeApi, server: FakeApiServer
+) -> None:
+    """A caller's deadline that has run out (a timeout of 0) is kept, not the client's own timeout."""
+    server.misbehave("GET", NODES, faults.hang())
+    with pytest.raises(ApiServerError, match=r"no complete answer within 0 s$"):
+        await kube.rest.request("GET", f"{NODES}{NODE}", timeout=0.0)
 
 
 @pytest.mark.parametrize(

@@ -14,8 +14,9 @@ import pytest_asyncio
 
 from cdi_plugin.dra import api
 from cdi_plugin.dra.kubelet import KubeletPlugin, Paths, SocketInUseError
+from cdi_plugin.dra.prepare import ClaimReadError
 from cdi_plugin.dra.prepared import MAX_STATE_BYTES, PreparedClaims
-from cdi_plugin.dra.service import ClaimReadError, DraService
+from cdi_plugin.dra.service import DraService
 from cdi_plugin.inventory import SpecInventory
 from cdi_plugin.store import slotfile
 from tests.deviceplugin.helpers import make_node
