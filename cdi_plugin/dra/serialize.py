@@ -61,11 +61,12 @@ class Serializer:
         return (st.st_dev, st.st_ino) == (now.st_dev, now.st_ino)
 
     @contextlib.asynccontextmanager
-    async def hold(self) -> AsyncIterator[None]:
+    async def hold(self, until: float | None = None) -> AsyncIterator[None]:
         """Hold the lock; SerializeError when it cannot be opened or is still held by another
-        process after :attr:`timeout` seconds."""
+        process after :attr:`timeout` seconds, or at ``until`` (event loop time) if sooner."""
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.timeout
+        start = loop.time()
+        deadline = start + self.timeout if until is None else min(start + self.timeout, until)
         delay = _POLL_FIRST
         fd = self._open()
         try:
@@ -83,9 +84,10 @@ class Serializer:
                     fd = self._open()
                 if loop.time() >= deadline:
                     raise SerializeError(
-                        f"{self.path}: held by another instance of the driver for more than {self.timeout:g}s"
+                        f"{self.path}: held by another instance of the driver for more than "
+                        f"{max(0.0, deadline - start):.3g}s"
                     )
-                await asyncio.sleep(delay)
+                await asyncio.sleep(min(delay, deadline - loop.time()))
                 delay = min(delay * 2, _POLL_MAX)
             yield
         finally:

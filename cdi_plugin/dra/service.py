@@ -36,6 +36,10 @@ from cdi_plugin.wording import plural, shown
 
 log = logging.getLogger(__name__)
 
+#: How long a Prepare call may take before it stops waiting for the lock of the node's instances:
+#: its claims' reads and that wait together stay inside the kubelet's 45 s.
+CALL_BUDGET = 40.0
+
 
 class ClaimReader(Protocol):
     async def read_claim(self, namespace: str, name: str) -> Mapping[str, Any] | None:
@@ -74,6 +78,7 @@ class DraService:
         *,
         serializer: Serializer | None = None,
         report: Report = UNREPORTED,
+        call_budget: float = CALL_BUDGET,
     ) -> None:
         self.driver = driver
         self.pool = pool
@@ -82,6 +87,7 @@ class DraService:
         self.prepared = prepared
         self.serializer = serializer
         self.report = report
+        self.call_budget = call_budget
         report.claims_prepared(len(prepared.state.claims))
         self._lock = asyncio.Lock()
         self._served: tuple[Mapping[str, ServedDevice], Mapping[str, ServedDevice]] | None = None
@@ -116,11 +122,13 @@ class DraService:
         return [ref for ref in refs if ref.uid not in found and self.prepared.get(ref.uid) is None]
 
     @contextlib.asynccontextmanager
-    async def _serialized(self) -> AsyncIterator[None]:
+    async def _serialized(self, until: float | None = None) -> AsyncIterator[None]:
         """One call at a time on the node, with the prepared claims as the last change left them:
         read again when another instance changed them (else one lstat). A file that cannot be used
-        is read again by :meth:`PreparedClaims.unusable` instead, which says when it is usable."""
-        async with self._lock, self.serializer.hold() if self.serializer else contextlib.nullcontext():
+        is read again by :meth:`PreparedClaims.unusable` instead, which says when it is usable.
+        The node's lock is waited for until ``until`` (event loop time) at most."""
+        held = self.serializer.hold(until) if self.serializer else contextlib.nullcontext()
+        async with self._lock, held:
             if self.prepared.problem is None and not self.prepared.reload():
                 log.error("%s; %s", self.prepared.problem, UNTIL_REPAIRED)
             try:
@@ -132,13 +140,14 @@ class DraService:
         if not refs:
             return {}
         started = time.perf_counter()
+        until = asyncio.get_running_loop().time() + self.call_budget
         # A claim prepared already is not read again.
         found: dict[str, Found] = {}
         await self._look_up(self._unprepared(refs, found), found)
         await self.inventory.settled()
         out: dict[str, Result]
         try:
-            out = await _completed(self._prepare(refs, found))
+            out = await _completed(self._prepare(refs, found, until))
         except SerializeError as exc:
             log.error("prepare failed: %s", exc)
             out = {
@@ -149,9 +158,11 @@ class DraService:
         self.report.prepare(causes, time.perf_counter() - started)
         return out
 
-    async def _prepare(self, refs: list[api.Claim], found: dict[str, Found]) -> dict[str, Result]:
+    async def _prepare(
+        self, refs: list[api.Claim], found: dict[str, Found], until: float
+    ) -> dict[str, Result]:
         out: dict[str, Result] = {}
-        async with self._serialized():
+        async with self._serialized(until):
             # Released by another instance since it was looked at: read it now.
             await self._look_up(self._unprepared(refs, found), found)
             unusable = self.prepared.unusable()

@@ -5,7 +5,9 @@ alone, in one line, never the call."""
 from __future__ import annotations
 
 import copy
+import fcntl
 import logging
+import os
 import re
 import time
 from collections.abc import AsyncIterator
@@ -20,6 +22,7 @@ from cdi_plugin.dra import api
 from cdi_plugin.dra.kube import KubeApi
 from cdi_plugin.dra.kubelet import KubeletPlugin, Paths
 from cdi_plugin.dra.prepared import PreparedClaims
+from cdi_plugin.dra.serialize import Serializer
 from cdi_plugin.dra.service import DraService
 from tests.dra import faults
 from tests.dra.conftest import DRIVER, NODE
@@ -244,3 +247,40 @@ async def test_a_hanging_get_is_a_per_claim_error_within_the_deadline(
         r"\(gave up after [23] attempts in 3 s\)",
         error,
     ), error
+
+
+async def test_the_claim_reads_and_the_wait_for_the_lock_stay_within_the_call_budget(
+    tmp_path: Path, server: FakeApiServer, spec_dir: Path, host_nodes: Path
+) -> None:
+    """A read that takes its whole deadline, then the lock held by another instance of the driver:
+    the call ends at its budget, as the kubelet's own deadline would otherwise end it, unanswered."""
+    ref = api.Claim("ns", "c", "uid-1")
+    server.add_claim(claim_obj(ref, ("r", NODE, "fuse-fuse0")))
+    server.misbehave("GET", path(ref), faults.hang(), times=None)
+    kube = connect(tmp_path, server.url, claim_deadline=2.0, claim_attempt_timeout=1.0)
+    lock = tmp_path / "serialize.lock"
+    service = DraService(
+        DRIVER,
+        NODE,
+        inventory_of(spec_dir, host_nodes, 1),
+        kube,
+        PreparedClaims(tmp_path / "prepared.json"),
+        serializer=Serializer(lock),  # waits 30 s for the lock, but for the budget
+        call_budget=4.0,
+    )
+    other = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(other, fcntl.LOCK_EX)
+        started = time.monotonic()
+        [error] = (await service.prepare([ref])).values()
+        assert time.monotonic() - started < 10
+    finally:
+        os.close(other)
+        await kube.close()
+    assert isinstance(error, str)
+    assert re.fullmatch(
+        rf"claim ns/c: not prepared: {lock}: held by another instance of the driver for more than [\d.]+s",
+        error,
+    ), error
+    waited = float(error.rsplit(" ", 1)[1].rstrip("s"))
+    assert 0 < waited < 2.5  # what the reads left of the 4 s
