@@ -64,6 +64,14 @@ def shown(value: object, limit: int = 80) -> str:
     """``value`` for a message: a string quoted, anything else as Python writes it, control
     characters escaped, cut after ``limit`` characters."""
     text = value if isinstance(value, str) else repr(value)
-    cut = f"... ({len(text)} characters)" if len(text) > limit else ""
     quote = "'" if isinstance(value, str) else ""
-    return quote + escape_controls(text[:limit]) + quote + cut
+    return quote + escape_controls(text[:limit]) + quote + _cut(text, limit)
+
+
+def clipped(text: str, limit: int = 80) -> str:
+    """``text`` for a message, unquoted: control characters escaped, cut after ``limit`` characters."""
+    return escape_controls(text[:limit]) + _cut(text, limit)
+
+
+def _cut(text: str, limit: int) -> str:
+    return f"... ({len(text)} characters)" if len(text) > limit else ""

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from cdi_plugin.dra.names import DraConfigError
-from cdi_plugin.wording import shown
+from cdi_plugin.wording import clipped, shown
 
 #: The first kubelet that keeps several endpoints of one driver (the helper's rolling update).
 ROLLING_SINCE = (1, 33)
@@ -60,5 +60,5 @@ def fixed_names_reason(version: str) -> str | None:
         given = shown(version) if version else "not given"
         return f"its version is unknown (status.nodeInfo.kubeletVersion {given}); {since} or later is needed"
     if parsed < ROLLING_SINCE:
-        return f"kubelet {version} is older than {since}"
+        return f"kubelet {clipped(version, 40)} is older than {since}"
     return None

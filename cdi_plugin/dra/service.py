@@ -32,7 +32,7 @@ from cdi_plugin.dra.prepared import UNTIL_REPAIRED, PreparedClaims, StateWriteEr
 from cdi_plugin.dra.preparedstate import claim_problem
 from cdi_plugin.dra.report import UNREPORTED, PrepareResult, Report, UnprepareResult
 from cdi_plugin.dra.serialize import SerializeError, Serializer
-from cdi_plugin.wording import plural, shown
+from cdi_plugin.wording import escape_controls, plural, shown
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +52,11 @@ Result = tuple[api.PreparedDevice, ...] | Refusal
 #: read, or the answer when its names are refused before any request.
 Found = Mapping[str, Any] | ClaimReadError | Refusal | None
 T = TypeVar("T")
+
+
+def _claim(ref: api.Claim) -> str:
+    """The claim the kubelet names, for a message (its names escaped: they may not be valid)."""
+    return f"claim {escape_controls(f'{ref.namespace}/{ref.name}')}"
 
 
 def _ref_problem(ref: api.Claim) -> Refusal | None:
@@ -150,10 +155,7 @@ class DraService:
             out = await _completed(self._prepare(refs, found, until))
         except SerializeError as exc:
             log.error("prepare failed: %s", exc)
-            out = {
-                ref.uid: Refusal(f"claim {ref.namespace}/{ref.name}: not prepared: {exc}", "lock-error")
-                for ref in refs
-            }
+            out = {ref.uid: Refusal(f"{_claim(ref)}: not prepared: {exc}", "lock-error") for ref in refs}
         causes: list[PrepareResult] = [r.cause if isinstance(r, Refusal) else "ok" for r in out.values()]
         self.report.prepare(causes, time.perf_counter() - started)
         return out
@@ -170,7 +172,7 @@ class DraService:
             state = self.prepared.state
             added: dict[str, tuple[api.PreparedDevice, ...]] = {}
             for ref in refs:
-                where = f"claim {ref.namespace}/{ref.name}"
+                where = _claim(ref)
                 obj = found.get(ref.uid)
                 done = state.claims.get(ref.uid)
                 result: Result
@@ -210,9 +212,7 @@ class DraService:
                     log.error("prepare failed: cannot record %s: %s", plural(len(added), "claim"), exc)
                     for ref in refs:
                         if ref.uid in added:
-                            out[ref.uid] = Refusal(
-                                f"claim {ref.namespace}/{ref.name}: not prepared: {exc}", "state-error"
-                            )
+                            out[ref.uid] = Refusal(f"{_claim(ref)}: not prepared: {exc}", "state-error")
                 else:
                     log.debug("prepared claims %s", ", ".join(added))
         return out
@@ -226,7 +226,7 @@ class DraService:
             out = await _completed(self._unprepare(refs))
         except SerializeError as exc:
             log.error("unprepare failed: %s", exc)
-            out = {ref.uid: f"claim {ref.namespace}/{ref.name}: still prepared: {exc}" for ref in refs}
+            out = {ref.uid: f"{_claim(ref)}: still prepared: {exc}" for ref in refs}
             cause = "lock-error"
         results: list[UnprepareResult] = [cause if error else "ok" for error in out.values()]
         self.report.unprepare(results, time.perf_counter() - started)
@@ -236,16 +236,14 @@ class DraService:
         async with self._serialized():
             unusable = self.prepared.unusable()
             if unusable is not None:
-                return {ref.uid: f"claim {ref.namespace}/{ref.name}: {unusable}" for ref in refs}
+                return {ref.uid: f"{_claim(ref)}: {unusable}" for ref in refs}
             try:
                 await self.prepared.drop(ref.uid for ref in refs)
             except StateWriteError as exc:
                 log.error("unprepare failed: cannot record the release: %s", exc)
                 kept = self.prepared.state.claims
                 return {
-                    ref.uid: f"claim {ref.namespace}/{ref.name}: still prepared: {exc}"
-                    if ref.uid in kept
-                    else ""
+                    ref.uid: f"{_claim(ref)}: still prepared: {exc}" if ref.uid in kept else ""
                     for ref in refs
                 }
         return {ref.uid: "" for ref in refs}

@@ -14,7 +14,7 @@ from typing import Any
 
 from cdi_plugin.dra.names import is_dns_label, is_dns_subdomain, is_pool_name, is_request_name
 from cdi_plugin.errors import CdiPluginError
-from cdi_plugin.wording import shown
+from cdi_plugin.wording import clipped, shown
 
 #: No value in an API object needs a longer number literal (an int64 has 20 digits).
 MAX_NUMBER_CHARS = 64
@@ -95,7 +95,7 @@ class Status:
     message: str
 
     def __str__(self) -> str:
-        return f"{self.code} {self.reason}: {shown(self.message, 200)[1:-1]}".replace(" :", ":")
+        return f"{self.code} {self.reason}: {clipped(self.message, 200)}".replace(" :", ":")
 
 
 def status_of(obj: Mapping[str, Any]) -> Status | None:
@@ -108,7 +108,7 @@ def status_of(obj: Mapping[str, Any]) -> Status | None:
         message = _at(obj, "message", str, required=False) or ""
     except BadAnswer:
         return None
-    return Status(code, shown(reason, 40)[1:-1], message)
+    return Status(code, clipped(reason, 40), message)
 
 
 def list_of(obj: Mapping[str, Any]) -> tuple[list[Obj], str, str]:

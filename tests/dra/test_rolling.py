@@ -68,6 +68,7 @@ def test_kubelet_versions_as_nodes_report_them(text: str, parsed: tuple[int, int
         ("v2.0.0", None),
         ("v1.32.9", "kubelet v1.32.9 is older than 1.33"),
         ("v1.9.0", "kubelet v1.9.0 is older than 1.33"),
+        ("v1.32.0\n\x1b[31mforged", "kubelet v1.32.0\\n\\x1b[31mforged is older than 1.33"),
         ("", "its version is unknown (status.nodeInfo.kubeletVersion not given); 1.33 or later is needed"),
         ("dev", "its version is unknown (status.nodeInfo.kubeletVersion 'dev'); 1.33 or later is needed"),
     ],

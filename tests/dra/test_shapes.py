@@ -85,6 +85,9 @@ def test_status_of() -> None:
         "410 Expired: old"
     )
     assert status_of({"kind": "Status", "code": "410"}) is None
+    long = status_of({"kind": "Status", "code": 500, "reason": "R" * 50, "message": "m\n" * 150})
+    escaped_newlines = "m\\n" * 100
+    assert str(long) == f"500 {'R' * 40}... (50 characters): {escaped_newlines}... (300 characters)"
     assert status_of({"error": "x"}) is None
 
 
