@@ -41,6 +41,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from figures import line  # noqa: E402
+
 from cdi_plugin.aio.pulse import Pulse  # noqa: E402
 from cdi_plugin.cdi import codec  # noqa: E402
 from cdi_plugin.deviceplugin import api  # noqa: E402
@@ -58,18 +60,6 @@ VENV_BIN = Path(sys.executable).parent
 #: answering (its log line, its metrics) is not counted in the next call, as with the kubelet,
 #: whose Allocates come one per container start.
 PAUSES = (0.0, 0.001)
-
-
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
-
-
-def line(name: str, values_ms: list[float]) -> str:
-    return (
-        f"    {name:<34} p50 {statistics.median(values_ms):8.3f} ms   p99 {pct(values_ms, 0.99):8.3f} ms"
-        f"   (n={len(values_ms)})"
-    )
 
 
 def foreign_specs(directory: Path, count: int) -> None:
@@ -222,15 +212,15 @@ def main() -> int:
         print(f"  spec directories: the served spec + {files} other spec files")
         for pause, (noop, alloc) in steady.items():
             print(f"   steady, calls interleaved on one unix socket, {pause * 1000:g} ms apart:")
-            print(line("GetDevicePluginOptions (no-op)", noop))
-            print(line("Allocate (1 device)", alloc))
+            print(line("GetDevicePluginOptions (no-op)", noop, indent="    "))
+            print(line("Allocate (1 device)", alloc, indent="    "))
             ratio = statistics.median(alloc) / statistics.median(noop)
             verdict = "ok" if ratio <= 1.15 else "MISSED"
             missed += ratio > 1.15
             print(f"    Allocate p50 / no-op p50 = {ratio:.2f}x (target <= 1.15x: {verdict})")
         print(f"   right after the {args.devices}-device spec was rewritten:")
-        print(line("GetDevicePluginOptions (no-op)", after_noop))
-        print(line("Allocate (waits for the reading)", after_alloc))
+        print(line("GetDevicePluginOptions (no-op)", after_noop, indent="    "))
+        print(line("Allocate (waits for the reading)", after_alloc, indent="    "))
     if args.profile:
         print(f"  the handlers in-process, {args.devices} devices (log lines dropped: no handler):")
         asyncio.run(profile_handlers(args.devices))

@@ -35,7 +35,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import os
 import shutil
 import statistics
 import sys
@@ -50,6 +49,7 @@ sys.path.insert(0, str(ROOT))
 
 import grpc  # noqa: E402
 from asyncinotify import Inotify, Mask  # noqa: E402
+from figures import load, pct, row  # noqa: E402
 
 from cdi_plugin.discovery.udev import UdevMonitor  # noqa: E402
 from cdi_plugin.dra import api  # noqa: E402
@@ -69,18 +69,6 @@ PREPARE_TARGET = 1.2  # x (no-op + GET)
 HOTPLUG_TARGET_MS = 100.0
 #: Between hot-plug actions: longer than the watcher's coalescing window (quiet 0.1 s, at most 0.25 s).
 SPACING = 0.3
-
-
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
-
-
-def row(name: str, values: list[float]) -> str:
-    return (
-        f"  {name:<50} {statistics.median(values):8.3f} {pct(values, 0.99):8.3f} {max(values):8.3f}"
-        f" {len(values):6d}"
-    )
 
 
 class TimedApiServer(FakeApiServer):
@@ -373,8 +361,7 @@ def main() -> int:
         return 2
     missed = 0
     header = f"  {'(ms)':<50} {'p50':>8} {'p99':>8} {'max':>8} {'n':>6}"
-    print(f"cdi-plugin serve --api dra, python {sys.version.split()[0]}; load average before: "
-          f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}")  # fmt: skip
+    print(f"cdi-plugin serve --api dra, python {sys.version.split()[0]}; load average before: {load()}")
     print("NodePrepareResources on the DRA socket, 100 devices served, calls interleaved, 1 ms apart")
     print(header)
     programs = {"this checkout": CDI_PLUGIN, **({"compared": args.compare} if args.compare else {})}
@@ -388,7 +375,7 @@ def main() -> int:
         if args.compare:
             print(f" {label}: {program}")
         for name, values in prep.items():
-            print(row(name, values))
+            print(row(name, values, width=50))
         noop = statistics.median(prep[NOOP])
         baseline = statistics.median([a + b for a, b in zip(prep[NOOP], prep[READ], strict=True)])
         for size in (1, 8):
@@ -400,13 +387,13 @@ def main() -> int:
                   f"(target <= {PREPARE_TARGET}x: {verdict}); / no-op alone {alone:.2f}x")  # fmt: skip
         again = statistics.median(prep[AGAIN]) / noop
         print(f"  repeated call (prepared state): p50 / no-op p50 = {again:.2f}x")
-    print(f"load average after the prepares: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    print(f"load average after the prepares: {load()}")
 
     print("hot-plug to the published slice: serve --scan --api dra, real loop devices")
     print(header)
     hot, status, lost = asyncio.run(hotplug_bench(args.cycles))
     for name, values in hot.items():
-        print(row(name, values))
+        print(row(name, values, width=50))
     worst = max(
         pct(hot["add: uevent -> slice accepted (API time out)"], 0.99),
         pct(hot["remove: node gone from /dev -> slice tainted (API out)"], 0.99),

@@ -15,18 +15,20 @@ cluster's churn). The node serves 10 devices and has no claim of its own.
    every request the driver sends counted over ``--idle`` seconds after its first publish and
    scaled to an hour, by kind. Target: no list in the hour, beyond watch renewals nothing.
 
-``--compare BIN_DIR`` runs the same with another checkout's ``cdi-plugin`` (for instance main's,
-``/work/main/.venv/bin``) in the same run: the baseline. The idle counts of both run at the same
-time (counting is not disturbed by load); memory and CPU one after the other.
+``--compare BIN_DIR`` runs the same with another checkout's ``cdi-plugin``
+(``<another checkout>/.venv/bin``, for instance main's) in the same run: the baseline. The idle
+counts of both run at the same time (counting is not disturbed by load); memory and CPU one after
+the other.
 
-    .venv/bin/python bench/bench_dra_cluster.py [--compare /work/main/.venv/bin] [--sizes 0,20000,100000]
-        [--settle 10] [--window 30] [--idle 180]
+    .venv/bin/python bench/bench_dra_cluster.py [--compare <another checkout>/.venv/bin]
+        [--sizes 0,20000,100000] [--settle 10] [--window 30] [--idle 180]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import shutil
 import sys
@@ -34,6 +36,7 @@ import tempfile
 import threading
 import time
 from collections import Counter
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -138,15 +141,31 @@ class Node:
         await FakeKubelet(self.node.registry).register(self.node.registration_socket, DRIVER)
         await until(lambda: published(self.node), 300, "the first publish")
 
-    async def stop(self) -> int | None:
-        """The process's exit status (None when it never started); its directory removed."""
-        code = None
+    async def stop(self) -> None:
+        """The process ended (its exit status in ``proc.returncode``), its directory removed."""
         if self.proc is not None:
             if self.proc.returncode is None:
                 self.proc.terminate()
-            code = await asyncio.wait_for(self.proc.wait(), 30)
+            await asyncio.wait_for(self.proc.wait(), 30)
         shutil.rmtree(self.raw)
-        return code
+
+
+@contextlib.asynccontextmanager
+async def churned(server: FakeApiServer, claims: int, bin_dir: Path) -> AsyncIterator[Node]:
+    """``bin_dir``'s driver serving against ``server``, whose ``claims`` churn meanwhile."""
+    stop = threading.Event()
+    with running(server):
+        node = Node(server, bin_dir)
+        spinner = threading.Thread(target=churn, args=(server, claims, stop), daemon=True)
+        try:
+            await node.start()
+            spinner.start()
+            yield node
+        finally:
+            stop.set()
+            if spinner.is_alive():
+                spinner.join()
+            await node.stop()
 
 
 async def until(check: Any, timeout: float, what: str) -> None:
@@ -166,25 +185,14 @@ def claims_listed(server: FakeApiServer) -> bool:
 async def footprint(bin_dir: Path, claims: int, settle: float, window: float) -> tuple[int, int, float]:
     """VmRSS, VmHWM (KiB) and CPU % of one core over the window."""
     server = cluster(claims)
-    stop = threading.Event()
-    with running(server):
-        node = Node(server, bin_dir)
-        spinner = threading.Thread(target=churn, args=(server, claims, stop), daemon=True)
-        try:
-            await node.start()
-            spinner.start()
-            await until(lambda: claims_listed(server), 600, "the claims listed")
-            await asyncio.sleep(settle)
-            assert node.proc is not None
-            cpu0, _, _ = proc_stat(node.proc.pid)
-            await asyncio.sleep(window)
-            cpu1, rss, hwm = proc_stat(node.proc.pid)
-        finally:
-            stop.set()
-            if spinner.is_alive():
-                spinner.join()
-            code = await node.stop()
-    assert code == 0, code
+    async with churned(server, claims, bin_dir) as node:
+        await until(lambda: claims_listed(server), 600, "the claims listed")
+        await asyncio.sleep(settle)
+        assert node.proc is not None
+        cpu0, _, _ = proc_stat(node.proc.pid)
+        await asyncio.sleep(window)
+        cpu1, rss, hwm = proc_stat(node.proc.pid)
+    assert node.proc.returncode == 0, node.proc.returncode
     return rss, hwm, (cpu1 - cpu0) / window * 100
 
 
@@ -199,22 +207,11 @@ def kind(call: Any) -> str:
 async def idle_requests(bin_dir: Path, claims: int, idle: float) -> Counter[str]:
     """Requests by kind over ``idle`` seconds after the first publish (and 5 s more)."""
     server = cluster(claims, HISTORY)
-    stop = threading.Event()
-    with running(server):
-        node = Node(server, bin_dir)
-        spinner = threading.Thread(target=churn, args=(server, claims, stop), daemon=True)
-        try:
-            await node.start()
-            spinner.start()
-            await asyncio.sleep(5)
-            start = time.monotonic()
-            await asyncio.sleep(idle)
-            end = time.monotonic()
-        finally:
-            stop.set()
-            if spinner.is_alive():
-                spinner.join()
-            await node.stop()
+    async with churned(server, claims, bin_dir):
+        await asyncio.sleep(5)
+        start = time.monotonic()
+        await asyncio.sleep(idle)
+        end = time.monotonic()
     return Counter(kind(c) for c in server.calls if start <= c.time < end)
 
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import os
 import re
 import shutil
 import statistics
@@ -34,6 +33,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import grpc  # noqa: E402
+from figures import load, row  # noqa: E402
 
 from cdi_plugin.dra import api  # noqa: E402
 from cdi_plugin.metrics import DraMetrics, Probes  # noqa: E402
@@ -46,15 +46,6 @@ from tests.dra.test_kubelet import claim_obj  # noqa: E402
 
 KIND = "cdi-plugin.io/bench"
 DEVICES = 100
-
-
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
-
-
-def row(name: str, values: list[float]) -> str:
-    return f"  {name:<44} {statistics.median(values):8.3f} {pct(values, 0.99):8.3f} {len(values):6d}"
 
 
 class Driver:
@@ -111,10 +102,6 @@ class Driver:
         return took
 
 
-def load() -> str:
-    return " ".join(f"{x:.2f}" for x in os.getloadavg())
-
-
 def scrape(url: str) -> tuple[float, int]:
     t0 = time.perf_counter()
     with urllib.request.urlopen(url, timeout=10) as response:
@@ -136,13 +123,13 @@ async def bench(calls: int, scrapes: int) -> None:
                         times[label].append(took)
                     await asyncio.sleep(0.001)
             print("NodePrepareResources, new claim of 1 device (ms)      p50      p99      n")
-            print(row("serve --api dra", times["without"]))
-            print(row("serve --api dra --metrics-address", times["with"]))
+            print(row("serve --api dra", times["without"], peak=False))
+            print(row("serve --api dra --metrics-address", times["with"], peak=False))
             ratio = statistics.median(times["with"]) / statistics.median(times["without"])
             print(f"  p50 with / without: {ratio:.3f}x")
             scraped = [await asyncio.to_thread(scrape, exported.url) for _ in range(scrapes)]
             print(f"GET /metrics after {calls} claims (ms)                   p50      p99      n")
-            print(row("one scrape, from the request to the last byte", [t for t, _ in scraped]))
+            print(row("one scrape, from the request to the last byte", [t for t, _ in scraped], peak=False))
             print(f"  answer: {scraped[-1][1]} bytes")
     finally:
         for raw in raws:

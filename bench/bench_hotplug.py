@@ -54,11 +54,13 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+import figures  # noqa: E402
 from hotplug_timeline import (  # noqa: E402
     READER,
     SPACING,
@@ -89,24 +91,7 @@ SPEC = "cdi-plugin.io-loop.json"
 ADD_TARGET_MS, REMOVE_TARGET_MS = 25.0, 15.0
 BURST, BURST_WRITES, BURST_MS = 1000, 5, 500.0
 
-
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
-
-
-def row(name: str, values: list[float]) -> str:
-    return (
-        f"  {name:<44} {statistics.median(values):8.2f} {pct(values, 0.99):8.2f} {max(values):8.2f}"
-        f" {len(values):6d}"
-    )
-
-
-def status_kib(pid: int, key: str) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(key + ":"):
-            return int(line.split()[1])
-    raise RuntimeError(f"no {key}")
+row = partial(figures.row, digits=2)  # a few ms each: to the hundredth
 
 
 def cpu_seconds(pid: int) -> float:
@@ -248,7 +233,7 @@ async def bench(
                     await timeline.wait(lambda: timeline.lists[0][0] if timeline.lists else None, timeout=30)
                     if not kubelet_follows:
                         await client.stop_following()  # the reader is the one stream, as the kubelet's is
-                    rss_start = status_kib(proc.pid, "VmRSS")
+                    rss_start = figures.status_kib(proc.pid, "VmRSS")
                     if not crowded_only:
                         cpu_before = cpu_seconds(proc.pid)
                         alone = await cycles(timeline, loops, n, count)
@@ -274,7 +259,7 @@ async def bench(
 
                     loop.remove_reader(monitor.fileno())  # this process stays out of the storm
                     idle = await rpc_latencies(client, lambda: True, 300)
-                    rss = [status_kib(proc.pid, "VmRSS")]
+                    rss = [figures.status_kib(proc.pid, "VmRSS")]
                     started = time.perf_counter()
                     if storm_events:
                         storm_code = f"from tests.watch.loops import storm; storm({anchor}, {storm_events})"
@@ -284,7 +269,7 @@ async def bench(
                         during = await rpc_latencies(client, lambda: time.perf_counter() - started > 1.0, 20)
                         await storming.wait()
                         await asyncio.sleep(2.0)  # the last batches
-                    rss += [status_kib(proc.pid, "VmRSS"), status_kib(proc.pid, "VmHWM")]
+                    rss += [figures.status_kib(proc.pid, "VmRSS"), figures.status_kib(proc.pid, "VmHWM")]
                 finally:
                     if reader is not None:
                         reader.kill()
@@ -317,8 +302,8 @@ async def bench(
             print(row(f"{action}: spec file -> ListAndWatch", ms(got[action], "spec", "listed")))
             print(row(f"{action}: of which the reader's parsing", ms(got[action], "arrived", "listed")))
         print(row("watcher work per batch (its log)", logged))
-        worst_add = max(worst_add, pct(ms(got["add"], "event", "listed"), 0.99))
-        worst_remove = max(worst_remove, pct(ms(got["remove"], "event", "listed"), 0.99))
+        worst_add = max(worst_add, figures.pct(ms(got["add"], "event", "listed"), 0.99))
+        worst_remove = max(worst_remove, figures.pct(ms(got["remove"], "event", "listed"), 0.99))
     verdict = "ok" if worst_add < ADD_TARGET_MS and worst_remove < REMOVE_TARGET_MS else "MISSED"
     print(f"  worst p99 add {worst_add:.1f} ms, remove {worst_remove:.1f} ms "
           f"(targets < {ADD_TARGET_MS:.0f} / < {REMOVE_TARGET_MS:.0f} ms: {verdict})")  # fmt: skip

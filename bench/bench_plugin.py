@@ -32,6 +32,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from figures import line, pct, status_kib  # noqa: E402
+
 from cdi_plugin.cdi import codec  # noqa: E402
 from cdi_plugin.cdi.model import Spec  # noqa: E402
 from cdi_plugin.deviceplugin import api  # noqa: E402
@@ -72,25 +74,6 @@ async def update_latency(
     return (await arrived - in_place) * 1000
 
 
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
-
-
-def rss_kib(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1])
-    raise RuntimeError("no VmRSS")
-
-
-def line(name: str, values_ms: list[float]) -> str:
-    return (
-        f"  {name:<34} p50 {statistics.median(values_ms):8.3f} ms   p99 {pct(values_ms, 0.99):8.3f} ms"
-        f"   (n={len(values_ms)})"
-    )
-
-
 async def bench(devices: int, calls: int, changes: int) -> int:
     failed = 0
     with tempfile.TemporaryDirectory(prefix="cdi-plugin-bench-") as raw:
@@ -120,7 +103,7 @@ async def bench(devices: int, calls: int, changes: int) -> int:
                 small = await kubelet.wait_registered(SMALL, timeout=60)
                 await small.wait_until(lambda d: len(d) == 1, timeout=60)
                 ready = time.monotonic() - started
-                rss_ready = rss_kib(proc.pid)
+                rss_ready = status_kib(proc.pid, "VmRSS")
 
                 stub = client.stub
                 ids = sorted(client.devices)
@@ -156,7 +139,7 @@ async def bench(devices: int, calls: int, changes: int) -> int:
                     done = partial(lambda d, name: name in d, name=f"s{i + 1}")
                     small_updates.append(await update_latency(small, layout.etc, spec, done))
                     await asyncio.sleep(0.03)
-                rss_end = rss_kib(proc.pid)
+                rss_end = status_kib(proc.pid, "VmRSS")
             finally:
                 proc.terminate()
                 code = await asyncio.wait_for(proc.wait(), 20)

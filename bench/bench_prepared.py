@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import os
 import shutil
 import statistics
 import sys
@@ -39,6 +38,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import grpc  # noqa: E402
+from figures import load, pct  # noqa: E402
 
 from cdi_plugin.dra import api  # noqa: E402
 from cdi_plugin.dra.prepare import PreparedDevice  # noqa: E402
@@ -54,11 +54,6 @@ from tests.dra.test_kubelet import claim_obj  # noqa: E402
 
 KIND = "cdi-plugin.io/bench"
 DEVICES = 8
-
-
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
 def file_system(path: Path) -> str:
@@ -217,7 +212,7 @@ def main() -> int:
     if args.compare is not None:
         programs["compared"] = args.compare
     print(f"python {sys.version.split()[0]}; kubelet directory on {file_system(Path(tempfile.gettempdir()))}")
-    print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    print(f"load average before: {load()}")
     results = asyncio.run(end_to_end(programs, args.calls))
     labels = list(results)
     print(f"1. end to end, {DEVICES} devices served, calls alternating between the drivers, 1 ms apart (ms)")
@@ -237,7 +232,7 @@ def main() -> int:
     print(f"2. the write alone, {args.claims} claims prepared on the node (ms)")
     for name, values in write_costs(args.claims, max(50, args.calls // 3)).items():
         print(f"  {name:<56} p50 {statistics.median(values):7.3f}  p99 {pct(values, 0.99):7.3f}")
-    print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    print(f"load average after: {load()}")
     return 0
 
 

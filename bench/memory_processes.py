@@ -13,25 +13,21 @@ import subprocess
 import sys
 import tempfile
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
+
+from figures import status_kib
 
 from cdi_plugin.cdi import codec
 from cdi_plugin.deviceplugin import api
 from cdi_plugin.store.atomic import write_atomic
 from cdi_plugin.store.ownership import OwnedFile, digest, read_record, write_record
-from tests.deviceplugin.fake_kubelet import FakeKubelet
+from tests.deviceplugin.fake_kubelet import FakeKubelet, PluginClient
 from tests.deviceplugin.helpers import Layout, make_node, spec_of, write_spec
 
 ROOT = Path(__file__).resolve().parent.parent
 KIND = "cdi-plugin.io/bench"
 VENV_BIN = Path(sys.executable).parent
-
-
-def status_kib(pid: int, key: str) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(key + ":"):
-            return int(line.split()[1])
-    raise RuntimeError(f"no {key}")
 
 
 def daemonset_config(directory: Path) -> list[str]:
@@ -43,6 +39,22 @@ def daemonset_config(directory: Path) -> list[str]:
     configmap = yaml.safe_load((ROOT / "deploy" / "base" / "configmap.yaml").read_text())
     path.write_text(configmap["data"]["config.yaml"])
     return ["--config", str(path)]
+
+
+async def all_listed(kubelet: FakeKubelet, resource: str, devices: int) -> PluginClient:
+    """The plugin of ``resource`` once registered and listing its ``devices`` devices."""
+    client = await kubelet.wait_registered(resource, timeout=60)
+    await client.wait_until(lambda d: len(d) == devices, timeout=60)
+    return client
+
+
+def allocations(client: PluginClient, calls: int) -> Iterator[api.AllocateRequest]:
+    """``calls`` Allocate requests of one device each, the listed devices in turn."""
+    ids = sorted(client.devices)
+    for i in range(calls):
+        yield api.AllocateRequest(
+            container_requests=[api.ContainerAllocateRequest(devices_ids=[ids[i % len(ids)]])]
+        )
 
 
 async def plugin(
@@ -78,14 +90,9 @@ async def plugin(
                     assert found, line
                     base = found.group(1)
                 drain = asyncio.create_task(proc.stderr.read())
-                client = await kubelet.wait_registered(KIND, timeout=60)
-                await client.wait_until(lambda d: len(d) == devices, timeout=60)
+                client = await all_listed(kubelet, KIND, devices)
                 registered = status_kib(proc.pid, "VmRSS")
-                ids = sorted(client.devices)
-                for i in range(calls):
-                    request = api.AllocateRequest(
-                        container_requests=[api.ContainerAllocateRequest(devices_ids=[ids[i % len(ids)]])]
-                    )
+                for i, request in enumerate(allocations(client, calls)):
                     await client.stub.Allocate(request, timeout=5)
                     if base and i % 20 == 0:
                         for path in ("/metrics", "/healthz", "/readyz"):
@@ -181,14 +188,9 @@ async def serve_scan(
                 *(daemonset_config(Path(raw)) if config else []), stderr=asyncio.subprocess.DEVNULL,
             )  # fmt: skip
             try:
-                client = await kubelet.wait_registered("cdi-plugin.io/binder", timeout=60)
-                await client.wait_until(lambda d: len(d) == devices, timeout=60)
+                client = await all_listed(kubelet, "cdi-plugin.io/binder", devices)
                 registered = status_kib(proc.pid, "VmRSS")
-                ids = sorted(client.devices)
-                for i in range(calls):
-                    request = api.AllocateRequest(
-                        container_requests=[api.ContainerAllocateRequest(devices_ids=[ids[i % len(ids)]])]
-                    )
+                for request in allocations(client, calls):
                     await client.stub.Allocate(request, timeout=5)
                 for i in range(rewrites):
                     added = i % 2 == 0

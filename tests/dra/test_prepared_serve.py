@@ -5,12 +5,13 @@ operator moves it away)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import resource
 import shutil
 import stat
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from datetime import datetime
 from pathlib import Path
 
@@ -64,6 +65,17 @@ def refused(rival: api.Claim, holder: api.Claim) -> str:
     )
 
 
+@contextlib.asynccontextmanager
+async def serving(node: DraNode) -> AsyncIterator[Serve]:
+    """``serve --api dra`` on ``node``, stopped at the end: exit status 0 unless the block failed."""
+    serve = await Serve.start(node.args("dra"))
+    try:
+        yield serve
+    finally:
+        code = await serve.stop()
+    assert code == 0, serve.lines
+
+
 async def registered(node: DraNode, serve: Serve) -> FakeKubelet:
     """Register once the registration socket is served (a killed instance leaves its socket)."""
     await serve.wait_for(lambda: someone_listens(node.registration_socket), "registration socket")
@@ -93,13 +105,10 @@ def test_a_kill_right_after_the_reply_loses_no_prepared_claim(dra_node: DraNode)
             serve.proc.kill()  # at once: no time left for a write after the reply
         finally:
             await serve.exit()
-        serve = await Serve.start(dra_node.args("dra"))
-        try:
+        async with serving(dra_node) as serve:
             kubelet = await registered(dra_node, serve)
             assert await kubelet.prepare(rival) == {rival.uid: refused(rival, first)}
             assert await kubelet.prepare(first) == {first.uid: devices()}
-        finally:
-            assert await serve.stop() == 0, serve.lines
 
     with running(dra_node.api):
         run(scenario(), timeout=90)
@@ -121,8 +130,7 @@ def test_a_full_disk_fails_the_claims_of_that_call_and_keeps_memory_as_the_file(
     full = f"{path}: cannot write: File too large"
 
     async def scenario() -> None:
-        serve = await Serve.start(dra_node.args("dra"))
-        try:
+        async with serving(dra_node) as serve:
             kubelet = await registered(dra_node, serve)
             assert await kubelet.prepare(first) == {first.uid: devices()}
             limit(serve, 0)
@@ -149,9 +157,6 @@ def test_a_full_disk_fails_the_claims_of_that_call_and_keeps_memory_as_the_file(
                 second.uid: devices("fuse2"),
             }
             assert held(dra_node) == {rival.uid: ["fuse-fuse"], second.uid: ["fuse-fuse2"]}
-        finally:
-            code = await serve.stop()
-        assert code == 0, serve.lines
 
     with running(dra_node.api):
         run(scenario(), timeout=90)
@@ -163,8 +168,7 @@ def test_a_directory_at_the_files_path_fails_prepare_until_it_goes(dra_node: Dra
     path = state_file(dra_node)
 
     async def scenario() -> None:
-        serve = await Serve.start(dra_node.args("dra"))
-        try:
+        async with serving(dra_node) as serve:
             kubelet = await registered(dra_node, serve)
             path.mkdir()
             assert await kubelet.prepare(first) == {
@@ -174,9 +178,6 @@ def test_a_directory_at_the_files_path_fails_prepare_until_it_goes(dra_node: Dra
             path.rmdir()
             assert await kubelet.prepare(first) == {first.uid: devices()}
             assert held(dra_node) == {first.uid: ["fuse-fuse"]}
-        finally:
-            code = await serve.stop()
-        assert code == 0, serve.lines
 
     with running(dra_node.api):
         run(scenario(), timeout=90)
@@ -207,12 +208,9 @@ def test_the_file_is_written_again_after_the_kubelet_wiped_its_directories(dra_n
             serve.proc.kill()
         finally:
             await serve.exit()
-        serve = await Serve.start(dra_node.args("dra"))
-        try:
+        async with serving(dra_node) as serve:
             kubelet = await registered(dra_node, serve)
             assert await kubelet.prepare(rival) == {rival.uid: refused(rival, first)}
-        finally:
-            assert await serve.stop() == 0, serve.lines
 
     with running(dra_node.api):
         run(scenario(), timeout=90)
@@ -294,8 +292,7 @@ def test_a_state_file_that_cannot_be_used_is_reported_and_refuses_prepare_until_
     before = path.lstat()
 
     async def scenario() -> None:
-        serve = await Serve.start(dra_node.args("dra"))
-        try:
+        async with serving(dra_node) as serve:
             await serve.logged(f"{reason}; {UNTIL}")
             logged = [json.loads(line) for line in serve.lines if line.startswith("{")]
             [started] = [r for r in logged if r["msg"].startswith(f"DRA driver {DRIVER} on node {NODE}")]
@@ -311,9 +308,6 @@ def test_a_state_file_that_cannot_be_used_is_reported_and_refuses_prepare_until_
                 path.rename(path.with_name("prepared.json.bad"))
                 assert await kubelet.prepare(first) == {first.uid: devices()}
                 await serve.logged(f"{path}: usable again, 0 prepared claims")
-        finally:
-            code = await serve.stop()
-        assert code == 0, serve.lines
 
     with running(dra_node.api):
         run(scenario(), timeout=90)

@@ -29,6 +29,7 @@ from tests.dra.fakeapiserver import running
 from tests.dra.fakekubelet import FakeKubelet, RegistrationRefused
 from tests.dra.serving import DraNode, Serve, dra_node, free_port, published
 from tests.dra.test_kubelet import claim_obj
+from tests.dra.test_serialize import locked_elsewhere
 
 __all__ = ["dra_node"]
 
@@ -86,17 +87,6 @@ def held(node: DraNode) -> dict[str, list[str]]:
     path = node.plugins / DRIVER / "prepared.json"
     state = read_prepared(path)
     return {uid: [d.device_name for d in devices] for uid, devices in state.claims.items()}
-
-
-def lock_is_free(node: DraNode) -> bool:
-    fd = os.open(node.plugins / DRIVER / "serialize.lock", os.O_RDWR)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return False
-    finally:
-        os.close(fd)
-    return True
 
 
 async def http_status(url: str) -> int:
@@ -219,7 +209,7 @@ def test_an_update_with_two_instances_prepares_every_claim_and_hands_all_over(dr
                 # What the old instance left: the new one's sockets, the lock (free), the slices.
                 assert not any(p.exists() for p in sockets_of(dra_node, OLD))
                 assert all(someone_listens(p) for p in sockets_of(dra_node, NEW))
-                assert lock_is_free(dra_node)
+                assert not locked_elsewhere(dra_node.plugins / DRIVER / "serialize.lock")
                 assert published(dra_node) == {f"card-{d}": CARD for d in CARDS}
                 # The device plugin and the metrics endpoint pass to the new instance.
                 client = await dp_kubelet.wait_registered(FUSE, after=registrations, timeout=30)

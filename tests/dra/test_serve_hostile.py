@@ -16,20 +16,14 @@ from tests.deviceplugin.fake_kubelet import FakeKubelet as DevicePluginKubelet
 from tests.deviceplugin.helpers import make_node, run
 from tests.dra import faults
 from tests.dra.conftest import DRIVER, NODE, write_spec
-from tests.dra.fakeapiserver import ALL_CLAIMS, CLAIMS, NODES, SLICES, FakeApiServer, running
+from tests.dra.fakeapiserver import ALL_CLAIMS, NODES, SLICES, FakeApiServer, running
 from tests.dra.serving import DraNode, Serve, dra_node, published, register
 from tests.dra.test_kubelet import claim_obj
+from tests.dra.test_serve import CLAIM, FUSE, claim_path
 
 __all__ = ["dra_node"]
 
 pytestmark = pytest.mark.timeout(180)
-
-FUSE = "cdi-plugin.io/fuse"
-CLAIM = api.Claim("default", "fuse-claim", "uid-1")
-
-
-def claim_path(ref: api.Claim) -> str:
-    return f"{CLAIMS}{ref.namespace}/resourceclaims/{ref.name}"
 
 
 def prepared(*names: str) -> tuple[api.PreparedDevice, ...]:
