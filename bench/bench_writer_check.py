@@ -9,7 +9,7 @@ one device's spec on each hot-plug event (``LiveSpec._entry``). This times, over
   strict decode, the rules, the JSON Schema through jsonschema-rs);
 
 for the GPU-like spec of ``bench_validate.py`` with N devices (default 1000) and for one device's
-spec. With ``--compare PYTHON`` (e.g. ``/work/main/.venv/bin/python``) the same measurements also
+spec. With ``--compare PYTHON`` (e.g. ``<another checkout>/.venv/bin/python``) the same measurements also
 run under that interpreter's cdi_plugin, in a child process, and are printed beside these.
 
 Then, for each interpreter, a fresh process imports the writer (``cdi_plugin.store.plan``), writes

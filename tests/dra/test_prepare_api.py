@@ -26,10 +26,11 @@ from cdi_plugin.dra.serialize import Serializer
 from cdi_plugin.dra.service import DraService
 from tests.dra import faults
 from tests.dra.conftest import DRIVER, NODE
-from tests.dra.fakeapiserver import CLAIMS, FakeApiServer
+from tests.dra.fakeapiserver import FakeApiServer
 from tests.dra.fakekubelet import FakeKubelet
 from tests.dra.kubefixtures import connect, inventory_of, kube, server, sleeps
 from tests.dra.test_kubelet import claim_obj
+from tests.dra.test_serve import claim_path as path
 
 __all__ = ["kube", "server", "sleeps"]
 
@@ -40,10 +41,6 @@ FUSE = "cdi-plugin.io/fuse="
 
 def devices(ref: api.Claim, *names: str) -> dict[str, Any]:
     return {ref.uid: tuple(api.PreparedDevice(("r",), NODE, f"fuse-{n}", (FUSE + n,)) for n in names)}
-
-
-def path(ref: api.Claim) -> str:
-    return f"{CLAIMS}{ref.namespace}/resourceclaims/{ref.name}"
 
 
 @pytest.fixture
