@@ -54,14 +54,18 @@ def _older(obj: Obj, than: int | None) -> bool:
 
 
 class SliceCache:
-    """The stored slices by name. An object older than what is known already (a watch event
-    behind the driver's own write, or behind the last list) is ignored, and a list older than
-    an object known (the answer to a write sent while the list was on its way) keeps that object."""
+    """The stored slices by name. An object older than what is known already of its name (a
+    watch event behind the driver's own write, the answer to a write behind a watch event that
+    deleted it, or anything behind the last list) is ignored, and a list older than what is known
+    of a name (the answer to a write, or a deletion, that came while the list was on its way)
+    keeps what is known."""
 
     def __init__(self, on_change: Callable[[], None] = lambda: None) -> None:
         self.on_change = on_change
         self.synced = asyncio.Event()
         self._objects: dict[str, Obj] = {}
+        #: The version each name was deleted at, since the last list: the driver's own slices only.
+        self._gone: dict[str, int] = {}
         self._listed: int | None = None
 
     def objects(self) -> list[Obj]:
@@ -69,12 +73,14 @@ class SliceCache:
 
     def replace(self, items: Iterable[Obj], version: str) -> None:
         listed = _number(version)
-        newer = {
-            name: obj
-            for name, obj in self._objects.items()
-            if listed is not None and (found := _version(obj)) is not None and found > listed
-        }
-        self._objects = {obj["metadata"]["name"]: obj for obj in items} | newer
+
+        def after_list(found: int | None) -> bool:
+            return listed is not None and found is not None and found > listed
+
+        newer = {name: obj for name, obj in self._objects.items() if after_list(_version(obj))}
+        self._gone = {name: gone for name, gone in self._gone.items() if after_list(gone)}
+        listed_items = {obj["metadata"]["name"]: obj for obj in items}
+        self._objects = {n: obj for n, obj in listed_items.items() if n not in self._gone} | newer
         self._listed = listed
         self.synced.set()
         self.on_change()
@@ -83,19 +89,27 @@ class SliceCache:
         """A watch event (ADDED, MODIFIED or DELETED) or the answer to a write (``put``)."""
         name = obj["metadata"]["name"]
         known = self._objects.get(name)
-        if _older(obj, self._listed) or (known is not None and _older(obj, _version(known))):
+        known_version = _version(known) if known is not None else self._gone.get(name)
+        if _older(obj, self._listed) or _older(obj, known_version):
             return
         if kind == "DELETED":
             self._objects.pop(name, None)
+            if (version := _version(obj)) is not None:
+                self._gone[name] = version
         else:
             self._objects[name] = obj
+            self._gone.pop(name, None)
         self.on_change()
 
     def put(self, obj: Obj) -> None:
         self.apply("MODIFIED", obj)
 
     def remove(self, name: str) -> None:
-        if self._objects.pop(name, None) is not None:
+        """The driver deleted ``name``: a watch event of the object as it was is ignored too."""
+        obj = self._objects.pop(name, None)
+        if obj is not None:
+            if (version := _version(obj)) is not None:
+                self._gone[name] = version
             self.on_change()
 
 

@@ -306,6 +306,40 @@ async def test_a_list_older_than_a_write_keeps_the_write(kube: KubeApi, server: 
     assert cache.objects() == []
 
 
+async def test_a_write_answered_after_the_watch_deleted_it_is_not_kept(
+    kube: KubeApi, server: FakeApiServer
+) -> None:
+    """Someone else deletes the slice the driver just created (a starting kubelet deletes its node's
+    slices), and the watch delivers the deletion before the driver reads the answer to its create:
+    the slice is gone, so the next publish creates it again."""
+    cache = SliceCache()
+    cache.replace(*await kube.list_slices())
+    written = await kube.create_slice(build_pool(DRIVER, NODE, {}, taints=True).slices(0)[0])
+    assert server.delete_slices(nodeName=NODE) == 1
+    [gone] = [obj for _, resource, kind, obj in server.events if (resource, kind) == ("slices", "DELETED")]
+    cache.apply("DELETED", gone)  # the watch's event first
+    cache.put(written)  # then the answer to the create
+    assert cache.objects() == []
+    cache.replace([written], written["metadata"]["resourceVersion"])  # a list from before the deletion
+    assert cache.objects() == []
+    again = await kube.create_slice(build_pool(DRIVER, NODE, {}, taints=True).slices(0)[0])
+    cache.put(again)
+    assert cache.objects() == [again]
+
+
+async def test_an_event_behind_the_drivers_own_delete_does_not_bring_the_slice_back(
+    kube: KubeApi, server: FakeApiServer
+) -> None:
+    cache = SliceCache()
+    cache.replace(*await kube.list_slices())
+    written = await kube.create_slice(build_pool(DRIVER, NODE, {}, taints=True).slices(0)[0])
+    cache.put(written)
+    await kube.delete_slice(written)
+    cache.remove(written["metadata"]["name"])
+    cache.apply("ADDED", written)  # the watch, behind
+    assert cache.objects() == []
+
+
 @pytest.mark.parametrize(
     "action",
     [
