@@ -205,6 +205,8 @@ def main() -> int:
     parser.add_argument("--changes", type=int, default=100)
     parser.add_argument("--profile", action="store_true", help="also profile the handlers in-process")
     args = parser.parse_args()
+    if args.changes < 4:
+        parser.error("--changes: at least 4 (they alternate two at a time between Allocate and the no-op)")
     print(f"cdi-plugin serve, {args.devices} devices served, python {sys.version.split()[0]}")
     missed = 0
     for files in (0, args.files):
