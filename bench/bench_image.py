@@ -31,6 +31,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from figures import load  # noqa: E402
+
 from tests.deploy.image import DEBIAN_MIRROR, DEBIAN_SOURCES, _mmdebstrap_args, wheelhouse  # noqa: E402
 from tests.e2e.podman import CONTAINERS_CONF, PodmanEnv  # noqa: E402
 
@@ -40,10 +42,6 @@ IMAGE = "localhost/cdi-plugin-bench:latest"
 
 def _mb(n: int) -> str:
     return f"{n / 1e6:.0f} MB"
-
-
-def _load() -> str:
-    return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 def make_base(target: Path) -> float:
@@ -94,7 +92,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3, help="image builds (median printed)")
     parser.add_argument("--base-repeat", type=int, default=1, help="base builds (median printed)")
     args = parser.parse_args()
-    print(f"load average before: {_load()} ({os.cpu_count()} CPUs)")
+    print(f"load average before: {load()} ({os.cpu_count()} CPUs)")
     work = Path(tempfile.mkdtemp(prefix="cdi-bench-image-"))
     env = PodmanEnv(work / "podman")
     try:
@@ -136,7 +134,7 @@ def main() -> None:
         overlay = work / "podman" / "root" / "overlay"
         subprocess.run(["umount", "-R", str(overlay)], capture_output=True, check=False)
         shutil.rmtree(work, ignore_errors=True)
-        print(f"load average after:  {_load()}")
+        print(f"load average after:  {load()}")
 
 
 if __name__ == "__main__":
