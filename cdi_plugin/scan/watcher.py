@@ -109,12 +109,12 @@ class Watcher:
             source = make_source(options.source, dev_root=options.dev_root, simulated=False)
         self.source = source
         self.targets = targets_for(self.config.classes)
-        self.work = BatchWork(
-            dataclasses.replace(
-                options.scan, skip_refused=True, dry_run=False, runtimes=self.config.runtimes
-            ),
-            source,
+        #: The classes and scan options of the next batch: the configuration as last reloaded.
+        self.classes = list(self.config.classes)
+        self.scan_options = dataclasses.replace(
+            options.scan, skip_refused=True, dry_run=False, runtimes=self.config.runtimes
         )
+        self.work = BatchWork(self.scan_options, source)
         self.gathering = Gathering(self.work, options.quiet, options.max_delay)
         #: Set once the first scan is done and every event source listens.
         self.ready = asyncio.Event()
@@ -201,7 +201,7 @@ class Watcher:
         log.info("stopped watching")
 
     def _log_start(self, output_dir: Path) -> None:
-        kinds = [c.kind for c in self.config.classes if c.enabled]
+        kinds = [c.kind for c in self.classes if c.enabled]
         monitor = self.feed.monitor
         if monitor is not None:
             events = f"{monitor.source} uevents of " + (
@@ -311,9 +311,11 @@ class Watcher:
         # in a worker thread: reading the file, checking it (in a child process once serve has
         # asked for that) and building the classes take up to about 0.1 s
         if await asyncio.to_thread(self.config.reload):
-            self.work.options = dataclasses.replace(self.work.options, runtimes=self.config.runtimes)
+            # for the next batch: one may be running in its thread meanwhile
+            self.classes = list(self.config.classes)
+            self.scan_options = dataclasses.replace(self.scan_options, runtimes=self.config.runtimes)
             before = self.targets
-            self.targets = targets_for(self.config.classes)
+            self.targets = targets_for(self.classes)
             if (before.subsystems, before.every_subsystem) != (
                 self.targets.subsystems,
                 self.targets.every_subsystem,
@@ -343,7 +345,7 @@ class Watcher:
                 self.batches.fire()
                 return
         wanted |= {kind for d in devices for kind in d.kinds}
-        classes = list(self.config.classes)
+        classes, self.work.options = self.classes, self.scan_options
         started = time.perf_counter()
         if self.stalled_since is None:
             self.stalled_since = time.monotonic()

@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
+import threading
 from pathlib import Path
 
 import pytest
 
 from cdi_plugin.discovery.fixture import dumps
+from cdi_plugin.discovery.model import Discovery, Query, StaticSource
 from cdi_plugin.errors import ConfigError
 from cdi_plugin.generate.config import DEFAULT_CONFIG_NAME
 from cdi_plugin.scan.configfollow import ConfigFollower
 from cdi_plugin.scan.watcher import Watcher
-from tests.watch.helpers import replace_file, watch_options
+from tests.watch.helpers import replace_file, running, watch_options
 
 FUSE = "classes:\n  - {vendor: cdi-plugin.io, class: fuse, match: {subsystem: misc, kernel: fuse}}\n"
 TUN = "  - {vendor: cdi-plugin.io, class: tun, match: {subsystem: misc, kernel: tun}}\n"
@@ -209,3 +212,60 @@ def test_the_watcher_writes_for_the_given_and_the_configured_runtimes(tmp_path: 
     assert watcher.work.options.runtimes == ("podman-4", "isulad")
     # a device update (no rescan) may raise a spec's cdiVersion only as far as all of them read
     assert watcher.work.options.version_ceiling() == "0.5.0"
+
+
+class Holding(StaticSource):
+    """A source whose enumerations, once :attr:`hold` is set, wait in their thread for
+    :attr:`release`; each notes the scan options of the watcher's batch as it starts and ends."""
+
+    def __init__(self) -> None:
+        super().__init__([])
+        self.watcher: Watcher | None = None
+        self.hold = False
+        self.held, self.release = threading.Event(), threading.Event()
+        self.noted: list[tuple[str, ...]] = []
+        self.enough = threading.Event()
+
+    def _note(self) -> None:
+        assert self.watcher is not None
+        self.noted.append(self.watcher.work.options.runtimes)
+        if len(self.noted) >= 3:
+            self.enough.set()
+
+    def discover(self, query: Query) -> Discovery:
+        self._note()
+        if self.hold:
+            self.hold = False
+            self.held.set()
+            self.release.wait(60)
+            self._note()
+        return super().discover(query)
+
+
+def test_a_batch_running_while_the_configuration_is_reloaded_keeps_the_runtimes_it_started_with(
+    tmp_path: Path,
+) -> None:
+    host = tmp_path / "host.json"
+    host.write_text(dumps([]))
+    config = tmp_path / "config.yaml"
+    config.write_text("runtimes: [cri-o]\n" + FUSE)
+    source = Holding()
+    watcher = Watcher(watch_options(tmp_path / "out", config, source=f"fixture:{host}"), source=source)
+    source.watcher = watcher
+
+    async def run() -> None:
+        async with running(watcher):
+            source.noted.clear()
+            source.hold = True
+            replace_file(host, dumps([]) + "\n")  # a rescan, held in its thread
+            assert await asyncio.to_thread(source.held.wait, 60)
+            targets = watcher.targets
+            replace_file(config, "runtimes: [podman-4]\n" + FUSE)
+            async with asyncio.timeout(60):
+                while watcher.targets is targets:  # reloaded, and the watcher took the new configuration
+                    await asyncio.sleep(0.01)
+            source.release.set()
+            assert await asyncio.to_thread(source.enough.wait, 60)
+
+    asyncio.run(run())
+    assert source.noted[:3] == [("cri-o",), ("cri-o",), ("podman-4",)]
