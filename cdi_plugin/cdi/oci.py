@@ -60,8 +60,10 @@ def container_of(doc: Any) -> Container:
         raise OciSpecError("not a JSON object")
     process = _get(doc, "process", "", dict, "an object") or {}
     user = _get(process, "user", "/process", dict, "an object") or {}
-    for key in ("uid", "gid"):
-        if not _is_uint32(user.get(key, 0)):
+    # null is 0, as Go reads it
+    ids = {key: 0 if user.get(key) is None else user[key] for key in ("uid", "gid")}
+    for key, value in ids.items():
+        if not _is_uint32(value):
             raise OciSpecError(f"/process/user/{key}: expected {_ID}")
     linux = _get(doc, "linux", "", dict, "an object") or {}
     resources = _get(linux, "resources", "/linux", dict, "an object") or {}
@@ -77,8 +79,8 @@ def container_of(doc: Any) -> Container:
         return [Placed(v) for v in values]
 
     return Container(
-        uid=user.get("uid", 0),
-        gid=user.get("gid", 0),
+        uid=ids["uid"],
+        gid=ids["gid"],
         env=placed(_items(process, "env", "/process", lambda v: isinstance(v, str), "a string")),
         devices=placed(_items(linux, "devices", "/linux", _has("path"), _DEVICE)),
         device_rules=placed(_items(resources, "devices", "/linux/resources", _is_object, "an object")),

@@ -85,6 +85,14 @@ def test_a_null_user_or_resources_is_taken_as_absent() -> None:
     assert with_container(doc, container_of(doc)) == {"process": {}, "linux": {}}
 
 
+def test_a_null_uid_or_gid_is_root_as_the_cdi_library_reads_it() -> None:
+    doc: dict[str, Any] = {"process": {"user": {"uid": None, "gid": None}}}
+    container = container_of(doc)
+    assert (container.uid, container.gid) == (0, 0)
+    inject(container, [(ORIGIN, EDITS)], {"/dev/null": HostNode("c", 1, 3)})
+    assert with_container(doc, container)["process"]["user"] == {"uid": None, "gid": None}
+
+
 ID = "expected an integer from 0 to 4294967295"
 
 
