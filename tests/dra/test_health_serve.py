@@ -79,6 +79,8 @@ def test_a_vanished_host_node_turns_the_device_unhealthy_in_the_health_streams_w
                 make_node(node)
                 await streams[0].next(_is(HEALTHY), after=index[0] + 1)
                 client = await dp_kubelet.wait_registered(FUSE, timeout=20)
+                # the device plugin's list follows the node's return on a path of its own
+                await client.wait_until(lambda d: "fuse" in d and d["fuse"].health == "Healthy")
                 assert [d.name for d in (await client.allocate(["fuse"])).cdi_devices] == [f"{FUSE}=fuse"]
                 assert isinstance((await kubelet.prepare(claim))[claim.uid], tuple)
                 await streams[0].drop()
