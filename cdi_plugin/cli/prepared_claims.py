@@ -64,4 +64,4 @@ def prepared_claims(*, driver_name: str, kubelet_plugins_dir: Path, state_file: 
         fail(PROGRAM, str(exc))
     if reading.damaged is not None:
         click.echo(f"{PROGRAM}: note: {path}: {reading.damaged}", err=True)
-    click.echo(encode(state), nl=False)
+    click.echo(encode(state, indent=1), nl=False)

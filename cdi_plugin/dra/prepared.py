@@ -34,7 +34,7 @@ from cdi_plugin.wording import plural
 
 log = logging.getLogger(__name__)
 
-#: Two slots of at most 2 MiB: about 8,000 prepared claims; a node prepares a few per pod.
+#: Two slots of at most 2 MiB: about 11,000 prepared claims; a node prepares a few per pod.
 MAX_STATE_BYTES = 4 * 1024 * 1024
 UNTIL_REPAIRED = "nothing is prepared or released until it is repaired or moved away"
 WHAT = "a prepared-claims file"

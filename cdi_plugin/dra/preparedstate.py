@@ -72,9 +72,12 @@ class PreparedState:
     __hash__ = None  # type: ignore[assignment]
 
 
-def encode(state: PreparedState) -> bytes:
+def encode(state: PreparedState, *, indent: int | None = None) -> bytes:
+    """The document; compact unless ``indent`` is given (the record written at every Prepare: a
+    compact dump is the C encoder's, four times faster than an indented one)."""
     claims = {uid: [_device_obj(d) for d in devices] for uid, devices in sorted(state.claims.items())}
-    return (json.dumps({"version": FORMAT_VERSION, "claims": claims}, indent=1) + "\n").encode()
+    doc = {"version": FORMAT_VERSION, "claims": claims}
+    return (json.dumps(doc, indent=indent, separators=None if indent else (",", ":")) + "\n").encode()
 
 
 def _device_obj(d: PreparedDevice) -> dict[str, Any]:

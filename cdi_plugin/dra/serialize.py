@@ -42,8 +42,10 @@ class Serializer:
 
     def _open(self) -> int:
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
             fd = open_lock(self.path.parent, self.path.name)
+            if fd is None:  # no directory (wiped with the kubelet's), or not writable here
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                fd = open_lock(self.path.parent, self.path.name)
         except SpecWriteError as exc:
             raise SerializeError(str(exc)) from None
         except OSError as exc:

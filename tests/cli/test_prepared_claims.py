@@ -38,7 +38,8 @@ def test_prints_the_newest_record_as_the_plain_document(tmp_path: Path) -> None:
     result = run("--kubelet-plugins-dir", tmp_path, "--driver-name", DRIVER)
     assert result.exit_code == 0, result.output
     state = PreparedState({"uid-1": card(0), "uid-2": card(1)})
-    assert result.stdout == encode(state).decode()
+    assert result.stdout == encode(state, indent=1).decode()
+    assert result.stdout.startswith('{\n "version": 1,\n "claims": {\n  "uid-1": [\n')  # for people
     assert result.stderr == ""
     copy = tmp_path / "plain.json"  # what a release before slots reads
     copy.write_text(result.stdout)
@@ -54,7 +55,7 @@ def test_a_damaged_slot_is_noted_and_the_record_before_it_printed(tmp_path: Path
         fh.write(b"\0" * 50)
     result = run("--file", path)
     assert result.exit_code == 0, result.output
-    assert result.stdout == encode(PreparedState({"uid-1": card(0)})).decode()
+    assert result.stdout == encode(PreparedState({"uid-1": card(0)}), indent=1).decode()
     assert result.stderr == (
         f"cdi-plugin: note: {path}: slot 1 (checksum mismatch) passed over: record 1 of slot 0 is used\n"
     )

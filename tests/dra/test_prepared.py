@@ -191,11 +191,11 @@ def test_claims_beyond_a_slot_grow_the_file_then_changes_go_in_place_again(path:
     asyncio.run(prepared.put({"uid-0": CARD0}))
     small = path.stat()
     assert small.st_size == 2 * MIN_SLOT
-    asyncio.run(prepared.put({f"uid-{i}": card(i) for i in range(1, 400)}))  # about 100 KB
+    asyncio.run(prepared.put({f"uid-{i}": card(i) for i in range(1, 600)}))  # about 90 KB
     grown = path.stat()
     assert (grown.st_ino != small.st_ino, grown.st_size) == (True, 4 * MIN_SLOT)
     assert on_disk(path) == prepared.state
-    assert len(prepared.state.claims) == 400
+    assert len(prepared.state.claims) == 600
     asyncio.run(prepared.drop(["uid-0"]))
     assert (path.stat().st_ino, path.stat().st_size) == (grown.st_ino, grown.st_size)
     assert PreparedClaims(path).state == prepared.state == on_disk(path)

@@ -34,6 +34,7 @@ def doc(claims: Any, **top: Any) -> bytes:
 def test_round_trip_and_holders() -> None:
     state = PreparedState({"uid-b": (CARD1,), "uid-a": (CARD0,), "uid-admin": (SHARED,)})
     data = encode(state)
+    assert (data.count(b"\n"), b", " in data) == (1, False)  # compact: the record of each change
     assert list(json.loads(data)["claims"]) == ["uid-a", "uid-admin", "uid-b"]  # canonical order
     again = decode(data, SOURCE)
     assert again == state
