@@ -336,3 +336,27 @@ def test_hostile_udev_data_fails_the_scan_unless_skipped(
     assert spec["devices"][0]["containerEdits"]["env"] == ["MODEL=FT232R_USB_UART"]
     assert (out / "user-notes.json").read_text() == "{}"
     assert run_cdi_gen("validate", out / "example.com-serial.json").returncode == 0
+
+
+def test_a_long_warning_is_one_line(host_file: Callable[..., Path], tmp_path: Path) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        "classes:\n"
+        "  - {vendor: example.com, class: serial, match: {subsystem: tty}, naming: [kernel],\n"
+        "     edits: {env: ['MODEL={property:ID_MODEL}', 'SERIAL={serial}']}}\n"
+    )
+    long_hostile = "x/" * 200
+    evil = DiscoveredDevice(
+        subsystem="tty",
+        sys_name="ttyUSB9",
+        sys_path="/sys/devices/x/ttyUSB9",
+        devnode="/dev/ttyUSB9",
+        node=char(188, 9, 0o660, 20),
+        properties=props(ID_SERIAL_SHORT=long_hostile, ID_MODEL=long_hostile),
+    )
+    host = host_file([evil])
+    args = ("scan", "--config", config, "--source", f"fixture:{host}", "--output-dir", tmp_path / "out")
+    skipped = run_cdi_gen(*args, "--skip-refused", check=0)
+    [line] = skipped.stderr.splitlines()
+    assert line.startswith("cdi-gen: warning: example.com/serial: skipping /dev/ttyUSB9: ")
+    assert line.count(long_hostile) == 2
