@@ -172,6 +172,30 @@ def test_force_reports_the_foreign_files_it_replaced(workstation: Path, tmp_path
     assert json.loads(foreign.read_text())["devices"][0]["name"] == "tun"
 
 
+def test_force_never_replaces_a_file_of_another_kind_at_the_same_name(
+    workstation: Path, tmp_path: Path
+) -> None:
+    """cdi/plugin.io-fuse is written to cdi-plugin.io-fuse.json as well: --force is for a kind
+    defined twice, not for another kind's file."""
+    out = tmp_path / "out"
+    out.mkdir()
+    foreign = out / "cdi-plugin.io-fuse.json"
+    foreign.write_text(
+        '{"cdiVersion": "0.6.0", "kind": "cdi/plugin.io-fuse", '
+        '"devices": [{"name": "f", "containerEdits": {"env": ["A=1"]}}]}'
+    )
+    before = foreign.read_bytes()
+    for extra in ((), ("--force",)):
+        refused = scan(workstation, out, *extra, check=1)
+        assert refused.stderr == (
+            f"cdi-gen: error: {foreign}: cdi-gen would write cdi-plugin.io/fuse into this file, which "
+            "defines cdi/plugin.io-fuse (not written by cdi-gen); it is not replaced, even with --force: "
+            "move it away, or give the class another vendor or class; nothing was written\n"
+        )
+        assert foreign.read_bytes() == before
+        assert [p.name for p in out.glob("*.json")] == [foreign.name]
+
+
 def test_a_refusal_names_every_conflicting_kind(workstation: Path, tmp_path: Path) -> None:
     out, other = tmp_path / "out", tmp_path / "other"
     other.mkdir()
