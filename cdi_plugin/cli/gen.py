@@ -17,6 +17,7 @@ from cdi_plugin import __version__
 from cdi_plugin.cdi.version import SUPPORTED_VERSIONS
 from cdi_plugin.cli.inspect import inspect
 from cdi_plugin.cli.scanopts import (
+    JSON_ERRORS,
     OUTPUT_DIR_HELP,
     PathOf,
     cdi_spec_dirs_option,
@@ -29,6 +30,7 @@ from cdi_plugin.cli.scanopts import (
     max_version_option,
     metrics_address_option,
     output_dir_option,
+    print_json_error,
     runtime_option,
     source_option,
     spec_dir_option,
@@ -42,14 +44,27 @@ PROGRAM = "cdi-gen"
 
 
 class _Group(click.Group):
-    """Turns every error into one line on stderr and exit 1; ``--debug`` shows the traceback."""
+    """Turns every error into one line on stderr and exit 1 (with ``--json``, also one JSON object
+    on stdout); ``--debug`` shows the traceback."""
+
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        name, cmd, rest = super().resolve_command(ctx, args)
+        options = rest[: rest.index("--")] if "--" in rest else rest
+        if cmd is not None and "--json" in options and any(p.name == "as_json" for p in cmd.params):
+            ctx.meta[JSON_ERRORS] = True
+        return name, cmd, rest
 
     def invoke(self, ctx: click.Context) -> Any:
         from cdi_plugin.errors import CdiPluginError
 
         try:
             return super().invoke(ctx)
-        except (click.exceptions.Exit, click.ClickException, click.Abort):
+        except click.ClickException as exc:  # a usage error: click prints it, exit 2
+            print_json_error(exc.format_message())
+            raise
+        except (click.exceptions.Exit, click.Abort):
             raise
         except Exception as exc:
             debug = bool(ctx.meta.get("cdi_gen.debug"))
@@ -61,7 +76,12 @@ class _Group(click.Group):
 
 
 def json_option(f: F) -> F:
-    return click.option("--json", "as_json", is_flag=True, help="Print a machine-readable JSON report.")(f)
+    return click.option(
+        "--json",
+        "as_json",
+        is_flag=True,
+        help='Print a machine-readable JSON report (on an error: {"error": MESSAGE}).',
+    )(f)
 
 
 def version_max_option(f: F) -> F:

@@ -33,7 +33,12 @@ PROGRAM = "cdi-gen"
     help="A spec directory, lowest priority first (repeatable) [default: $CDI_SPEC_DIRS, else "
     "/etc/cdi /var/run/cdi].",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print a machine-readable JSON report.")
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help='Print a machine-readable JSON report (on an error: {"error": MESSAGE}).',
+)
 @click.option(
     "--oci",
     "oci_path",
@@ -95,7 +100,8 @@ def inspect(
     else:
         render_inspect.print_report(report)
     if errors:
-        fail(PROGRAM, f"a runtime would not create the container: failed to inject devices: {errors[0]}")
+        message = f"a runtime would not create the container: failed to inject devices: {errors[0]}"
+        fail(PROGRAM, message, json_error=False)
 
 
 def _resolve(snapshot: Snapshot, names: Sequence[str]) -> list[Requested]:

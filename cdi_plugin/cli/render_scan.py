@@ -1,6 +1,7 @@
 """What ``cdi-gen scan`` prints for people (a rich table, diffs) or scripts (JSON).
 
-Results go to stdout; warnings and progress to stderr (progress only on a terminal).
+Results go to stdout; warnings and progress to stderr (progress only on a terminal). A warning
+is one line however long: rich does not wrap it.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ def progress(message: str) -> Iterator[None]:
 
 def print_warnings(warnings: tuple[str, ...]) -> None:
     for w in warnings:
-        _err.print(f"[yellow]cdi-gen: warning:[/] {escape(w)}")
+        _err.print(f"[yellow]cdi-gen: warning:[/] {escape(w)}", soft_wrap=True)
 
 
 def print_json(report: ScanReport) -> None:
@@ -87,9 +88,11 @@ def print_scan(report: ScanReport) -> None:
             )
     _out.print(table)
     for line in report.forced:
-        _out.print(f"[yellow]--force:[/] {'would write' if dry else 'wrote'} over {escape(line)}")
+        _out.print(
+            f"[yellow]--force:[/] {'would write' if dry else 'wrote'} over {escape(line)}", soft_wrap=True
+        )
     for line in report.left_alone:
-        _out.print(f"[yellow]--force:[/] also defined, left as it is: {escape(line)}")
+        _out.print(f"[yellow]--force:[/] also defined, left as it is: {escape(line)}", soft_wrap=True)
     counts: dict[str, int] = {}
     for f in report.files:
         counts[f.action] = counts.get(f.action, 0) + 1

@@ -6,6 +6,7 @@ Imports only click, the pure CDI core and the device-source names, so that ``--h
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 from collections.abc import Callable
@@ -21,8 +22,23 @@ from cdi_plugin.wording import file_type
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def fail(program: str, message: str, code: int = 1) -> NoReturn:
-    """Print ``<program>: error: <message>`` to stderr and exit with ``code``."""
+#: Set in the click context's ``meta`` when the command's ``--json`` was given: its errors are
+#: then also printed to stdout as one JSON object, ``{"error": MESSAGE}``.
+JSON_ERRORS = "cdi_plugin.json_errors"
+
+
+def print_json_error(message: str) -> None:
+    """Print ``{"error": message}`` to stdout if the running command was given ``--json``."""
+    ctx = click.get_current_context(silent=True)
+    if ctx is not None and ctx.meta.get(JSON_ERRORS):
+        click.echo(json.dumps({"error": message}))
+
+
+def fail(program: str, message: str, code: int = 1, *, json_error: bool = True) -> NoReturn:
+    """Print ``<program>: error: <message>`` to stderr (and, with ``--json``, the message as JSON
+    to stdout unless not ``json_error``: a JSON report already says it) and exit with ``code``."""
+    if json_error:
+        print_json_error(message)
     click.echo(f"{program}: error: {message}", err=True)
     raise SystemExit(code)
 

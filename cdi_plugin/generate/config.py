@@ -311,17 +311,25 @@ def _device_class(obj: Mapping[str, Any], position: int) -> DeviceClass:
 def parse_classes(config: Mapping[str, Any], source: str) -> list[DeviceClass]:
     """The device classes of a configuration that passed the schema; raises ``ConfigError``."""
     out: list[DeviceClass] = []
-    seen: dict[str, int] = {}
+    seen: dict[str, DeviceClass] = {}  # by spec file name, <vendor>-<class>
     try:
         for i, obj in enumerate(config.get("classes", ())):
             cls = _device_class(obj, i)
-            if cls.kind in seen:
+            file = f"{cls.vendor}-{cls.class_}"
+            other = seen.setdefault(file, cls)
+            if other is not cls and other.kind == cls.kind:
                 raise _Invalid(
                     f"/classes/{i}/class",
-                    f"kind {cls.kind} is already defined by classes[{seen[cls.kind]}]",
+                    f"kind {cls.kind} is already defined by {other.where}",
                     "give each class its own vendor/class",
                 )
-            seen[cls.kind] = i
+            if other is not cls:  # ex.com-x/yy and ex.com/x-yy are both ex.com-x-yy.json
+                raise _Invalid(
+                    f"/classes/{i}/class",
+                    f"kind {cls.kind} would be written to the same file as {other.kind} of "
+                    f"{other.where}, {file}.json",
+                    "give one of them another vendor or class",
+                )
             out.append(cls)
     except _Invalid as exc:
         raise config_error(source, [Problem(exc.pointer, "config", exc.message, exc.hint)]) from None

@@ -259,6 +259,14 @@ def plan_writes(
             changes.append(FileChange(path, kind, "unchanged" if old == data else "change", data, old))
         else:
             reason = "edited since cdi-gen wrote it" if name in record else "not written by cdi-gen"
+            other = _spec_kind(path)
+            if other is not None and other != kind:  # ex.com-x/gpu is ex.com-x-gpu.json too
+                raise SpecWriteError(
+                    f"{path}: cdi-gen would write {kind} into this file, which defines {other} ({reason}); "
+                    "it is not replaced, even with --force: move it away, or give the class another "
+                    "vendor or class; nothing was written",
+                    nothing_written=True,
+                )
             conflicts.append(KindConflict(kind, path, reason))
             changes.append(FileChange(path, kind, "change", data, old, replaces_foreign=True))
     wanted_kinds = {k for k, _ in wanted.values()}

@@ -116,10 +116,14 @@ def test_a_conflict_or_a_broken_file_exits_1_with_or_without_json(
 
 def test_a_missing_spec_dir_named_on_the_command_line_is_an_error(cli: Invoke, tmp_path: Path) -> None:
     missing = tmp_path / "missing"
-    for args in (["--spec-dir", missing], ["--json", "--spec-dir", tmp_path, "--spec-dir", missing]):
+    message = f"--spec-dir {missing}: no such directory"
+    for args, stdout in (
+        (["--spec-dir", missing], ""),
+        (["--json", "--spec-dir", tmp_path, "--spec-dir", missing], '{"error": "' + message + '"}\n'),
+    ):
         result = cli("list", *args)
-        assert (result.exit_code, result.stdout) == (1, "")
-        assert result.stderr == f"cdi-gen: error: --spec-dir {missing}: no such directory\n"
+        assert (result.exit_code, result.stdout) == (1, stdout)
+        assert result.stderr == f"cdi-gen: error: {message}\n"
 
 
 def test_missing_default_spec_dirs_hold_no_devices(cli: Invoke, private_spec_dirs: tuple[Path, Path]) -> None:

@@ -162,6 +162,12 @@ BAD = [
         "classes[1].class: kind a.io/widget is already defined by classes[0]",
     ),
     (
+        "classes: [{vendor: a.io-x, class: widget, match: {kernel: x}},"
+        " {vendor: a.io, class: x-widget, match: {kernel: y}}]",
+        "classes[1].class: kind a.io/x-widget would be written to the same file as a.io-x/widget of "
+        "classes[0], a.io-x-widget.json (give one of them another vendor or class)",
+    ),
+    (
         "classes: [{vendor: example.com, class: widget, match: {kernel: x}, enabled: 'yes'}]",
         "classes[0].enabled:",
     ),

@@ -172,6 +172,30 @@ def test_force_reports_the_foreign_files_it_replaced(workstation: Path, tmp_path
     assert json.loads(foreign.read_text())["devices"][0]["name"] == "tun"
 
 
+def test_force_never_replaces_a_file_of_another_kind_at_the_same_name(
+    workstation: Path, tmp_path: Path
+) -> None:
+    """cdi/plugin.io-fuse is written to cdi-plugin.io-fuse.json as well: --force is for a kind
+    defined twice, not for another kind's file."""
+    out = tmp_path / "out"
+    out.mkdir()
+    foreign = out / "cdi-plugin.io-fuse.json"
+    foreign.write_text(
+        '{"cdiVersion": "0.6.0", "kind": "cdi/plugin.io-fuse", '
+        '"devices": [{"name": "f", "containerEdits": {"env": ["A=1"]}}]}'
+    )
+    before = foreign.read_bytes()
+    for extra in ((), ("--force",)):
+        refused = scan(workstation, out, *extra, check=1)
+        assert refused.stderr == (
+            f"cdi-gen: error: {foreign}: cdi-gen would write cdi-plugin.io/fuse into this file, which "
+            "defines cdi/plugin.io-fuse (not written by cdi-gen); it is not replaced, even with --force: "
+            "move it away, or give the class another vendor or class; nothing was written\n"
+        )
+        assert foreign.read_bytes() == before
+        assert [p.name for p in out.glob("*.json")] == [foreign.name]
+
+
 def test_a_refusal_names_every_conflicting_kind(workstation: Path, tmp_path: Path) -> None:
     out, other = tmp_path / "out", tmp_path / "other"
     other.mkdir()
@@ -336,3 +360,27 @@ def test_hostile_udev_data_fails_the_scan_unless_skipped(
     assert spec["devices"][0]["containerEdits"]["env"] == ["MODEL=FT232R_USB_UART"]
     assert (out / "user-notes.json").read_text() == "{}"
     assert run_cdi_gen("validate", out / "example.com-serial.json").returncode == 0
+
+
+def test_a_long_warning_is_one_line(host_file: Callable[..., Path], tmp_path: Path) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        "classes:\n"
+        "  - {vendor: example.com, class: serial, match: {subsystem: tty}, naming: [kernel],\n"
+        "     edits: {env: ['MODEL={property:ID_MODEL}', 'SERIAL={serial}']}}\n"
+    )
+    long_hostile = "x/" * 200
+    evil = DiscoveredDevice(
+        subsystem="tty",
+        sys_name="ttyUSB9",
+        sys_path="/sys/devices/x/ttyUSB9",
+        devnode="/dev/ttyUSB9",
+        node=char(188, 9, 0o660, 20),
+        properties=props(ID_SERIAL_SHORT=long_hostile, ID_MODEL=long_hostile),
+    )
+    host = host_file([evil])
+    args = ("scan", "--config", config, "--source", f"fixture:{host}", "--output-dir", tmp_path / "out")
+    skipped = run_cdi_gen(*args, "--skip-refused", check=0)
+    [line] = skipped.stderr.splitlines()
+    assert line.startswith("cdi-gen: warning: example.com/serial: skipping /dev/ttyUSB9: ")
+    assert line.count(long_hostile) == 2
