@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import shutil
 import socket
 import stat
 import tempfile
@@ -82,6 +83,27 @@ def test_kubelet_restart_leads_to_reregistration(layout: Layout) -> None:
                         sock(layout, OTHER),
                     }
             assert kubelet.registrations == 6, "each resource registered once per start of the kubelet"
+
+    run(scenario())
+
+
+def test_plugin_directory_deleted_and_created_again_leads_to_reregistration(
+    layout: Layout, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, "cdi_plugin")
+    write_spec(layout.etc, spec_of(KIND, {"a": [make_node(layout.dev / "n1")]}))
+    gone = f"waiting for the kubelet: {layout.plugin_dir} does not exist yet"
+
+    async def scenario() -> None:
+        async with FakeKubelet(layout.plugin_dir) as kubelet, running_plugin(layout.settings()):
+            await kubelet.wait_registered(KIND)
+            await kubelet.stop()
+            shutil.rmtree(layout.plugin_dir)
+            await eventually(lambda: any(gone in r.getMessage() for r in caplog.records), "seen gone")
+            before = kubelet.registrations
+            await kubelet.start()  # creates the directory again
+            client = await kubelet.wait_registered(KIND, after=before)
+            await client.wait_until(lambda d: healthy(d) == {"a"})
 
     run(scenario())
 
