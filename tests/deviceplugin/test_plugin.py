@@ -90,6 +90,14 @@ def test_unknown_or_unhealthy_ids_fail_the_whole_request(layout: Layout) -> None
             with pytest.raises(grpc.aio.AioRpcError) as many:
                 await client.allocate([f"bogus{i}" for i in range(10000)], as_kubelet=False)
             assert many.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+            # an ID longer than gRPC lets a status message be, with a line break and an escape
+            with pytest.raises(grpc.aio.AioRpcError) as huge:
+                await client.allocate(["\n\x1b[2J" + "x" * 100_000], as_kubelet=False)
+            assert huge.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+            details = huge.value.details() or ""
+            assert details.startswith("unknown device ID '\\n\\x1b[2Jxxx")
+            assert "(100005 characters)" in details
+            assert len(details) < 200
             n2.unlink()
             with pytest.raises(grpc.aio.AioRpcError) as unhealthy:
                 await client.allocate(["a", "b"], as_kubelet=False)
