@@ -372,6 +372,28 @@ def test_garbage_and_oversized_requests_get_an_error_status(layout: Layout) -> N
     run(scenario())
 
 
+def test_a_list_larger_than_the_kubelet_takes_is_sent_with_fewer_replicas(
+    layout: Layout, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, "cdi_plugin")
+    names = [f"device-with-a-rather-long-name-{i:04d}-{'x' * 20}" for i in range(70)]
+    write_spec(layout.etc, spec_of(KIND, dict.fromkeys(names, ())))
+
+    async def scenario() -> None:
+        async with FakeKubelet(layout.plugin_dir) as kubelet, running_plugin(layout.settings(replicas=1000)):
+            client = await kubelet.wait_registered(KIND)
+            devices = await client.wait_until(lambda d: len(d) > 0)
+            assert not client.stream_ended, client.stream_error
+            assert len(devices) < 70 * 1000
+            assert {i.partition("#")[0] for i in devices} == set(names)  # every device, fewer replicas
+            warned = "device IDs take more than the 4194304 bytes"
+            assert any(warned in r.getMessage() for r in caplog.records)
+            answer = await client.allocate([f"{names[0]}#0"])
+            assert [d.name for d in answer.cdi_devices] == [f"{KIND}={names[0]}"]
+
+    run(scenario())
+
+
 def test_numa_topology_from_sysfs_and_preferred_allocation(layout: Layout) -> None:
     pci = layout.sysfs / "devices" / "pci0000:00"
     names = {}
