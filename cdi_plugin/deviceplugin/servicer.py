@@ -16,6 +16,7 @@ from cdi_plugin.deviceplugin.allocate import AllocationError, ContainerAllocatio
 from cdi_plugin.deviceplugin.preferred import Candidate, preferred
 from cdi_plugin.deviceplugin.settings import Strategy
 from cdi_plugin.deviceplugin.state import Board, DeviceState, ResourceView
+from cdi_plugin.wording import plural
 
 log = logging.getLogger(__name__)
 
@@ -25,7 +26,7 @@ Context = grpc.aio.ServicerContext[Any, Any]
 _Prebuilt = tuple[api.AllocateResponse, list[ContainerAllocation], str]
 
 #: The largest message the kubelet takes (gRPC's default receive limit, which it keeps).
-MAX_LIST_BYTES = 4 * 1024 * 1024
+KUBELET_MAX_MESSAGE = 4 * 1024 * 1024
 
 OPTIONS = api.DevicePluginOptions(pre_start_required=False, get_preferred_allocation_available=True)
 
@@ -46,7 +47,7 @@ class ListBuilder:
     gRPC refuses to send more): a longer list keeps, of every device, as many replicas as fit
     (``cut`` then says so), so that each device stays advertised."""
 
-    def __init__(self, limit: int = MAX_LIST_BYTES) -> None:
+    def __init__(self, limit: int = KUBELET_MAX_MESSAGE) -> None:
         self._view = ResourceView("")
         self._entries: dict[str, bytes] = {}  # device ID -> its entry, in the order of the view
         self._data = b""
@@ -123,7 +124,8 @@ class DevicePluginService:
         self._answers: dict[str, _Prebuilt] = {}
         self._board: Board | None = None
         self._version = -1
-        self._lists = ListBuilder(min(MAX_LIST_BYTES, state.settings.max_message_bytes))
+        self._max_bytes = min(KUBELET_MAX_MESSAGE, state.settings.max_message_bytes)
+        self._lists = ListBuilder(self._max_bytes)
         self._cut_logged: str | None = None
 
     async def GetDevicePluginOptions(self, request: api.Empty, context: Context) -> api.DevicePluginOptions:
@@ -200,11 +202,17 @@ class DevicePluginService:
             requests = [list(c.devices_ids) for c in containers]
             try:
                 answers = allocate(self.resource, requests, self._lookup, self.state.problem, self.strategy)
+                response = api.allocate_response((a.cdi_devices, a.annotations) for a in answers)
+                if (size := response.ByteSize()) > self._max_bytes:
+                    raise AllocationError(
+                        "invalid-argument",
+                        f"the answer to {plural(len(requests), 'container request')} for {self.resource} "
+                        f"would take {size} bytes, more than the {self._max_bytes} the kubelet accepts",
+                    )
             except AllocationError as exc:
                 self.state.metrics.allocation(self.resource, exc.code, time.perf_counter() - started)
                 log.warning("%s: Allocate refused: %s", self.resource, exc.message, extra=self._extra)
                 await context.abort(_STATUS[exc.code], exc.message)
-            response = api.allocate_response((a.cdi_devices, a.annotations) for a in answers)
             status = self.state.status(self.resource, key) if key is not None else None
             if key is not None and status is not None:
                 self._answers[key] = (response, answers, status.qualified_name)

@@ -394,6 +394,30 @@ def test_a_list_larger_than_the_kubelet_takes_is_sent_with_fewer_replicas(
     run(scenario())
 
 
+def test_an_allocate_whose_answer_would_not_fit_in_a_message_is_refused_and_not_logged_as_done(
+    layout: Layout, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+    write_spec(layout.etc, spec_of(KIND, {"a": [make_node(layout.dev / "n1")]}))
+
+    async def scenario() -> None:
+        async with FakeKubelet(layout.plugin_dir) as kubelet, running_plugin(layout.settings()):
+            client = await kubelet.wait_registered(KIND)
+            await client.wait_until(lambda d: len(d) == 1)
+            many = [api.ContainerAllocateRequest(devices_ids=["a"])] * 100_000  # under 4 MiB asked
+            with pytest.raises(grpc.aio.AioRpcError) as error:
+                await client.stub.Allocate(api.AllocateRequest(container_requests=many), timeout=60)
+            assert error.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+            details = error.value.details() or ""
+            assert "the answer to 100000 container requests for cdi-plugin.io/test would take" in details
+            assert "more than the 4194304 the kubelet accepts" in details
+            assert (await client.allocate(["a"])).cdi_devices[0].name == f"{KIND}=a"
+        assert not any(r.exc_info for r in caplog.records)
+        assert sum("allocated a" in r.getMessage() for r in caplog.records) == 1
+
+    run(scenario())
+
+
 def test_numa_topology_from_sysfs_and_preferred_allocation(layout: Layout) -> None:
     pci = layout.sysfs / "devices" / "pci0000:00"
     names = {}
