@@ -1,9 +1,10 @@
 """Serving a gRPC service from its proto descriptor, with request parsing that never raises.
 
 A request whose bytes are not a valid message is answered INVALID_ARGUMENT, naming the message
-type and the parser's reason, before any handler runs (instead of gRPC's generic UNKNOWN). A
-handler may answer with a message or with a message's bytes it serialized itself. This module
-imports no generated code: the one module per API that may do so passes its own in.
+type and the parser's reason, before any handler runs (instead of gRPC's generic UNKNOWN); a
+client parses an answer with :func:`parser` the same way. A handler may answer with a message or
+with a message's bytes it serialized itself. This module imports no generated code: the one
+module per API that may do so passes its own in.
 """
 
 from __future__ import annotations
@@ -23,7 +24,10 @@ class Malformed:
         self.message = f"malformed {type_name}: {reason}"
 
 
-def _parser(cls: Any) -> Callable[[bytes], Any]:
+def parser(cls: Any) -> Callable[[bytes], Any]:
+    """A deserializer of ``cls`` that answers :class:`Malformed` instead of raising (gRPC would log
+    the exception with its traceback and hand on None)."""
+
     def parse(data: bytes) -> Any:
         try:
             return cls.FromString(data)
@@ -70,7 +74,7 @@ def add_service(pb: ModuleType, service_name: str, servicer: object, server: grp
     service = pb.DESCRIPTOR.services_by_name[service_name]
     handlers: dict[str, grpc.RpcMethodHandler[Any, Any]] = {}
     for method in service.methods:
-        request = _parser(getattr(pb, method.input_type.name))
+        request = parser(getattr(pb, method.input_type.name))
         response = _serializer(getattr(pb, method.output_type.name))
         behavior = getattr(servicer, method.name)
         if method.server_streaming:

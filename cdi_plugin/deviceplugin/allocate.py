@@ -29,6 +29,7 @@ from typing import Literal
 from cdi_plugin.cdi.names import short_hash
 from cdi_plugin.deviceplugin.settings import Strategy
 from cdi_plugin.errors import CdiPluginError
+from cdi_plugin.wording import shown
 
 ANNOTATION_PREFIX = "cdi.k8s.io/"
 MAX_ANNOTATION_NAME = 63
@@ -96,7 +97,8 @@ def allocate_container(
     for device_id in device_ids:
         found = lookup(device_id)
         if found is None:
-            raise AllocationError("invalid-argument", f"unknown device ID {device_id!r} for {resource}")
+            # shown: escaped and cut, so that any ID fits in one log line and in the gRPC status
+            raise AllocationError("invalid-argument", f"unknown device ID {shown(device_id)} for {resource}")
         if not found.healthy:
             raise AllocationError(
                 "failed-precondition", f"device {device_id!r} of {resource} is Unhealthy: {found.reason}"

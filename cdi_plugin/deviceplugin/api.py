@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import grpc
 
 from cdi_plugin.deviceplugin._proto import api_pb2 as _pb
-from cdi_plugin.grpcutil import Malformed, add_service
+from cdi_plugin.grpcutil import Malformed, add_service, parser
 
 if TYPE_CHECKING:
     from cdi_plugin.deviceplugin._proto.api_pb2_grpc import (
@@ -103,13 +103,16 @@ def add_device_plugin_servicer(servicer: object, server: grpc.aio.Server) -> Non
 
 
 async def register(channel: grpc.aio.Channel, request: _pb.RegisterRequest, timeout: float) -> None:
-    """``/v1beta1.Registration/Register`` on the kubelet's ``channel``."""
+    """``/v1beta1.Registration/Register`` on the kubelet's ``channel``; ValueError if the answer's
+    bytes are not a valid message."""
     call = channel.unary_unary(
         "/v1beta1.Registration/Register",
         request_serializer=_pb.RegisterRequest.SerializeToString,
-        response_deserializer=_pb.Empty.FromString,
+        response_deserializer=parser(_pb.Empty),
     )
-    await call(request, timeout=timeout)
+    answer = await call(request, timeout=timeout)
+    if isinstance(answer, Malformed):
+        raise ValueError(answer.message)
 
 
 def add_registration_servicer(servicer: RegistrationServicer, server: grpc.aio.Server) -> None:

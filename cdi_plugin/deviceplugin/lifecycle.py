@@ -237,6 +237,11 @@ class Endpoint:
             side = self._kubelet_side()
             kubelet = side[1]
             if not side[0]:
+                if self._server is not None:
+                    # Its socket went with the directory; while it listens, the directory's inode
+                    # stays referenced, the kernel never reports it deleted, and the watch would
+                    # miss the directory being created again.
+                    await self._stop_server()
                 missing = _not_yet(self.settings.plugin_dir, "a directory", follow=True)
                 await self._wait_for_kubelet(f"waiting for the kubelet: {missing}", seen)
                 continue

@@ -8,10 +8,13 @@ import grpc
 
 from cdi_plugin.deviceplugin import api
 from cdi_plugin.errors import CdiPluginError
+from cdi_plugin.wording import clipped
 
 #: The kubelet dials the plugin back (10 s timeout) and calls GetDevicePluginOptions before it
 #: answers Register, so the deadline must be longer than that.
 REGISTER_TIMEOUT = 20.0
+#: How much of the kubelet's reason for a refusal a message quotes.
+MAX_DETAILS = 400
 
 
 class RegistrationError(CdiPluginError):
@@ -39,8 +42,13 @@ async def register(
     async with grpc.aio.insecure_channel(f"unix://{kubelet_socket}") as channel:
         try:
             await api.register(channel, request, timeout)
+        except ValueError as exc:
+            raise RegistrationError(
+                f"the kubelet at {kubelet_socket} answered the registration with a {exc}", refused=True
+            ) from None
         except grpc.aio.AioRpcError as exc:
-            details = exc.details() or exc.code().name
+            # the kubelet's words, on one line of a bounded length
+            details = clipped(exc.details() or exc.code().name, MAX_DETAILS)
             if exc.code() == grpc.StatusCode.UNAVAILABLE:
                 raise RegistrationError(
                     f"cannot reach the kubelet at {kubelet_socket}: {details}", refused=False

@@ -16,6 +16,7 @@ from cdi_plugin.deviceplugin.allocate import AllocationError, ContainerAllocatio
 from cdi_plugin.deviceplugin.preferred import Candidate, preferred
 from cdi_plugin.deviceplugin.settings import Strategy
 from cdi_plugin.deviceplugin.state import Board, DeviceState, ResourceView
+from cdi_plugin.wording import plural
 
 log = logging.getLogger(__name__)
 
@@ -23,6 +24,9 @@ Context = grpc.aio.ServicerContext[Any, Any]
 
 #: A prebuilt answer to Allocate of one device: the response, what it holds, the device's CDI name.
 _Prebuilt = tuple[api.AllocateResponse, list[ContainerAllocation], str]
+
+#: The largest message the kubelet takes (gRPC's default receive limit, which it keeps).
+KUBELET_MAX_MESSAGE = 4 * 1024 * 1024
 
 OPTIONS = api.DevicePluginOptions(pre_start_required=False, get_preferred_allocation_available=True)
 
@@ -37,12 +41,19 @@ class ListBuilder:
     stays the same one, and a response is its devices' entries joined (entries of a repeated
     field, concatenated, are the message listing them all). A view that follows the one built
     last (:class:`~.advertised.Revision`) costs the entries of the IDs it touched and the join;
-    another one, a look at each ID's status."""
+    another one, a look at each ID's status.
 
-    def __init__(self) -> None:
+    A response never exceeds ``limit`` bytes (the kubelet takes at most 4 MiB per message, and
+    gRPC refuses to send more): a longer list keeps, of every device, as many replicas as fit
+    (``cut`` then says so), so that each device stays advertised."""
+
+    def __init__(self, limit: int = KUBELET_MAX_MESSAGE) -> None:
         self._view = ResourceView("")
         self._entries: dict[str, bytes] = {}  # device ID -> its entry, in the order of the view
         self._data = b""
+        self._limit = limit
+        #: What the last response left out, when the list did not fit in one message; else None.
+        self.cut: str | None = None
 
     def response(self, view: ResourceView) -> bytes:
         if view is self._view:
@@ -62,8 +73,39 @@ class ListBuilder:
         else:
             kept, before = entries, self._view.devices
             entries = {i: kept[i] if before.get(i) is s else _entry(s) for i, s in view.devices.items()}
-        self._view, self._entries, self._data = view, entries, b"".join(entries.values())
+        data = b"".join(entries.values())
+        self.cut = None
+        if len(data) > self._limit:
+            data = self._fit(view, entries)
+        self._view, self._entries, self._data = view, entries, data
         return self._data
+
+    def _fit(self, view: ResourceView, entries: dict[str, bytes]) -> bytes:
+        """The entries of replicas 0 to R-1 of every device, R as large as fits; if not even one
+        replica of each fits, the first devices' that do."""
+        sizes: dict[int, int] = {}
+        for device_id, entry in entries.items():
+            replica = view.devices[device_id].replica
+            sizes[replica] = sizes.get(replica, 0) + len(entry)
+        total = replicas = 0
+        while replicas in sizes and total + sizes[replicas] <= self._limit:
+            total += sizes[replicas]
+            replicas += 1
+        kept: list[bytes] = []
+        if replicas:
+            kept = [e for i, e in entries.items() if view.devices[i].replica < replicas]
+        else:
+            for entry in entries.values():
+                if total + len(entry) > self._limit:
+                    break
+                total += len(entry)
+                kept.append(entry)
+        self.cut = (
+            f"its {len(entries)} device IDs take more than the {self._limit} bytes the kubelet "
+            f"accepts in one message; ListAndWatch sends {len(kept)} of them"
+            + (f" ({replicas} replicas of each device)" if replicas else "")
+        )
+        return b"".join(kept)
 
 
 def _entry(status: DeviceStatus) -> bytes:
@@ -82,7 +124,9 @@ class DevicePluginService:
         self._answers: dict[str, _Prebuilt] = {}
         self._board: Board | None = None
         self._version = -1
-        self._lists = ListBuilder()
+        self._max_bytes = min(KUBELET_MAX_MESSAGE, state.settings.max_message_bytes)
+        self._lists = ListBuilder(self._max_bytes)
+        self._cut_logged: str | None = None
 
     async def GetDevicePluginOptions(self, request: api.Empty, context: Context) -> api.DevicePluginOptions:
         return OPTIONS
@@ -112,7 +156,12 @@ class DevicePluginService:
                         sum(1 for s in view.devices.values() if s.healthy),
                         extra=self._extra,
                     )
-                yield self._lists.response(view)
+                data = self._lists.response(view)
+                if self._lists.cut != self._cut_logged:
+                    self._cut_logged = self._lists.cut
+                    if self._lists.cut is not None:
+                        log.warning("%s: %s", self.resource, self._lists.cut, extra=self._extra)
+                yield data
                 if closed:
                     return
         finally:
@@ -153,11 +202,17 @@ class DevicePluginService:
             requests = [list(c.devices_ids) for c in containers]
             try:
                 answers = allocate(self.resource, requests, self._lookup, self.state.problem, self.strategy)
+                response = api.allocate_response((a.cdi_devices, a.annotations) for a in answers)
+                if (size := response.ByteSize()) > self._max_bytes:
+                    raise AllocationError(
+                        "invalid-argument",
+                        f"the answer to {plural(len(requests), 'container request')} for {self.resource} "
+                        f"would take {size} bytes, more than the {self._max_bytes} the kubelet accepts",
+                    )
             except AllocationError as exc:
                 self.state.metrics.allocation(self.resource, exc.code, time.perf_counter() - started)
                 log.warning("%s: Allocate refused: %s", self.resource, exc.message, extra=self._extra)
                 await context.abort(_STATUS[exc.code], exc.message)
-            response = api.allocate_response((a.cdi_devices, a.annotations) for a in answers)
             status = self.state.status(self.resource, key) if key is not None else None
             if key is not None and status is not None:
                 self._answers[key] = (response, answers, status.qualified_name)

@@ -72,3 +72,36 @@ def test_an_empty_view_is_an_empty_response() -> None:
     builder = ListBuilder()
     assert builder.response(ResourceView(KIND)) == b""
     assert api.ListAndWatchResponse.FromString(b"") == api.ListAndWatchResponse()
+
+
+def test_a_list_over_the_limit_keeps_as_many_replicas_of_every_device_as_fit() -> None:
+    advertised = AdvertisedKind(KIND, 10)
+    devices = {f"{KIND}={n}": ServedDevice(cdi_name=f"{KIND}={n}", healthy=True) for n in NAMES}
+    advertised.apply(devices, set(devices))
+    view = ResourceView(KIND, advertised.devices, advertised.revision)
+    whole = len(_expected(view))
+    builder = ListBuilder(limit=whole // 2)
+    data = builder.response(view)
+    assert len(data) <= whole // 2
+    sent = [d.ID for d in api.ListAndWatchResponse.FromString(data).devices]
+    replicas = {view.devices[i].replica for i in sent}
+    assert replicas == set(range(len(replicas)))  # replicas 0 to R-1
+    assert 3 <= len(replicas) < 10
+    assert {view.devices[i].qualified_name for i in sent} == set(devices)  # every device
+    assert len(sent) == len(replicas) * len(devices)
+    assert builder.cut is not None
+    assert f"its {len(view.devices)} device IDs take more than" in builder.cut
+    assert f"sends {len(sent)} of them ({len(replicas)} replicas of each device)" in builder.cut
+    assert ListBuilder(limit=whole).response(view) == _expected(view)  # a list that fits is whole
+
+
+def test_a_list_of_more_devices_than_fit_sends_the_first_ones_that_do() -> None:
+    advertised = AdvertisedKind(KIND, 1)
+    devices = {f"{KIND}={n}": ServedDevice(cdi_name=f"{KIND}={n}", healthy=True) for n in NAMES}
+    advertised.apply(devices, set(devices))
+    view = ResourceView(KIND, advertised.devices, advertised.revision)
+    builder = ListBuilder(limit=100)
+    sent = [d.ID for d in api.ListAndWatchResponse.FromString(builder.response(view)).devices]
+    assert sent == list(view.devices)[: len(sent)]
+    assert 0 < len(sent) < len(devices)
+    assert len(builder.response(view)) <= 100

@@ -90,6 +90,14 @@ def test_unknown_or_unhealthy_ids_fail_the_whole_request(layout: Layout) -> None
             with pytest.raises(grpc.aio.AioRpcError) as many:
                 await client.allocate([f"bogus{i}" for i in range(10000)], as_kubelet=False)
             assert many.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+            # an ID longer than gRPC lets a status message be, with a line break and an escape
+            with pytest.raises(grpc.aio.AioRpcError) as huge:
+                await client.allocate(["\n\x1b[2J" + "x" * 100_000], as_kubelet=False)
+            assert huge.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+            details = huge.value.details() or ""
+            assert details.startswith("unknown device ID '\\n\\x1b[2Jxxx")
+            assert "(100005 characters)" in details
+            assert len(details) < 200
             n2.unlink()
             with pytest.raises(grpc.aio.AioRpcError) as unhealthy:
                 await client.allocate(["a", "b"], as_kubelet=False)
@@ -360,6 +368,52 @@ def test_garbage_and_oversized_requests_get_an_error_status(layout: Layout) -> N
             assert await client.stub.PreStartContainer(api.PreStartContainerRequest(), timeout=60) == (
                 api.PreStartContainerResponse()
             )
+
+    run(scenario())
+
+
+def test_a_list_larger_than_the_kubelet_takes_is_sent_with_fewer_replicas(
+    layout: Layout, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, "cdi_plugin")
+    names = [f"device-with-a-rather-long-name-{i:04d}-{'x' * 20}" for i in range(70)]
+    write_spec(layout.etc, spec_of(KIND, dict.fromkeys(names, ())))
+
+    async def scenario() -> None:
+        async with FakeKubelet(layout.plugin_dir) as kubelet, running_plugin(layout.settings(replicas=1000)):
+            client = await kubelet.wait_registered(KIND)
+            devices = await client.wait_until(lambda d: len(d) > 0)
+            assert not client.stream_ended, client.stream_error
+            assert len(devices) < 70 * 1000
+            assert {i.partition("#")[0] for i in devices} == set(names)  # every device, fewer replicas
+            warned = "device IDs take more than the 4194304 bytes"
+            assert any(warned in r.getMessage() for r in caplog.records)
+            answer = await client.allocate([f"{names[0]}#0"])
+            assert [d.name for d in answer.cdi_devices] == [f"{KIND}={names[0]}"]
+
+    run(scenario())
+
+
+def test_an_allocate_whose_answer_would_not_fit_in_a_message_is_refused_and_not_logged_as_done(
+    layout: Layout, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+    write_spec(layout.etc, spec_of(KIND, {"a": [make_node(layout.dev / "n1")]}))
+
+    async def scenario() -> None:
+        async with FakeKubelet(layout.plugin_dir) as kubelet, running_plugin(layout.settings()):
+            client = await kubelet.wait_registered(KIND)
+            await client.wait_until(lambda d: len(d) == 1)
+            many = [api.ContainerAllocateRequest(devices_ids=["a"])] * 100_000  # under 4 MiB asked
+            with pytest.raises(grpc.aio.AioRpcError) as error:
+                await client.stub.Allocate(api.AllocateRequest(container_requests=many), timeout=60)
+            assert error.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+            details = error.value.details() or ""
+            assert "the answer to 100000 container requests for cdi-plugin.io/test would take" in details
+            assert "more than the 4194304 the kubelet accepts" in details
+            assert (await client.allocate(["a"])).cdi_devices[0].name == f"{KIND}=a"
+        assert not any(r.exc_info for r in caplog.records)
+        assert sum("allocated a" in r.getMessage() for r in caplog.records) == 1
 
     run(scenario())
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import shutil
 import socket
 import stat
 import tempfile
@@ -86,6 +87,27 @@ def test_kubelet_restart_leads_to_reregistration(layout: Layout) -> None:
     run(scenario())
 
 
+def test_plugin_directory_deleted_and_created_again_leads_to_reregistration(
+    layout: Layout, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, "cdi_plugin")
+    write_spec(layout.etc, spec_of(KIND, {"a": [make_node(layout.dev / "n1")]}))
+    gone = f"waiting for the kubelet: {layout.plugin_dir} does not exist yet"
+
+    async def scenario() -> None:
+        async with FakeKubelet(layout.plugin_dir) as kubelet, running_plugin(layout.settings()):
+            await kubelet.wait_registered(KIND)
+            await kubelet.stop()
+            shutil.rmtree(layout.plugin_dir)
+            await eventually(lambda: any(gone in r.getMessage() for r in caplog.records), "seen gone")
+            before = kubelet.registrations
+            await kubelet.start()  # creates the directory again
+            client = await kubelet.wait_registered(KIND, after=before)
+            await client.wait_until(lambda d: healthy(d) == {"a"})
+
+    run(scenario())
+
+
 def test_plugin_started_before_the_kubelet_waits_and_registers(
     layout: Layout, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -144,6 +166,65 @@ def test_registration_refused_by_the_kubelet_is_logged_and_retried(
             errors = [r for r in caplog.records if r.levelno == logging.ERROR]
             assert len(errors) == 2
             assert all(f"the kubelet refused the registration: {refusal}" in r.getMessage() for r in errors)
+
+    run(scenario())
+
+
+def test_a_refusal_in_several_lines_or_very_long_is_logged_on_one_bounded_line(
+    layout: Layout, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, "cdi_plugin")
+    write_spec(layout.etc, spec_of(KIND, {"a": [make_node(layout.dev / "n1")]}))
+
+    async def scenario() -> None:
+        refusal = "first line\nsecond line\x1b[31m" + "y" * 5000
+        async with (
+            FakeKubelet(layout.plugin_dir, refusal=refusal, refusals=1) as kubelet,
+            running_plugin(layout.settings()),
+        ):
+            await kubelet.wait_registered(KIND)
+            assert kubelet.refused == [refusal]
+            (error,) = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+            assert "the kubelet refused the registration: first line\\nsecond line\\x1b[31myyy" in error
+            assert "\n" not in error
+            assert "\x1b" not in error
+            assert "(5027 characters)" in error
+            assert len(error) < 1000
+
+    run(scenario())
+
+
+def test_an_answer_to_register_that_is_not_a_message_is_a_refusal_without_a_traceback(
+    layout: Layout, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+    write_spec(layout.etc, spec_of(KIND, {"a": [make_node(layout.dev / "n1")]}))
+    answers: list[bytes] = []
+
+    async def register(request: bytes, context: object) -> bytes:
+        answers.append(request)
+        return b"\xff\xff\xff"
+
+    async def scenario() -> None:
+        server = grpc.aio.server()
+        handler = grpc.unary_unary_rpc_method_handler(
+            register, request_deserializer=bytes, response_serializer=bytes
+        )
+        server.add_generic_rpc_handlers(
+            (grpc.method_handlers_generic_handler("v1beta1.Registration", {"Register": handler}),)
+        )
+        server.add_insecure_port(f"unix://{layout.plugin_dir / 'kubelet.sock'}")
+        await server.start()
+        try:
+            async with running_plugin(layout.settings()):
+                await eventually(lambda: len(answers) >= 2, "registration retried")
+        finally:
+            await server.stop(None)
+        messages = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+        assert messages
+        assert all("answered the registration with a malformed v1beta1.Empty" in m for m in messages)
+        assert not any(r.exc_info for r in caplog.records)
+        assert not any("registered with the kubelet" in r.getMessage() for r in caplog.records)
 
     run(scenario())
 
