@@ -16,7 +16,7 @@ from cdi_plugin.deviceplugin.allocate import AllocationError, ContainerAllocatio
 from cdi_plugin.deviceplugin.preferred import Candidate, preferred
 from cdi_plugin.deviceplugin.settings import Strategy
 from cdi_plugin.deviceplugin.state import Board, DeviceState, ResourceView
-from cdi_plugin.wording import plural
+from cdi_plugin.wording import clipped, plural
 
 log = logging.getLogger(__name__)
 
@@ -25,6 +25,8 @@ Context = grpc.aio.ServicerContext[Any, Any]
 #: A prebuilt answer to Allocate of one device: the response, what it holds, the device's CDI name.
 _Prebuilt = tuple[api.AllocateResponse, list[ContainerAllocation], str]
 
+#: How much of a request's IDs, and of the names answered, the line logging an allocation shows.
+MAX_LOGGED = 1000
 #: The largest message the kubelet takes (gRPC's default receive limit, which it keeps).
 KUBELET_MAX_MESSAGE = 4 * 1024 * 1024
 
@@ -228,8 +230,8 @@ class DevicePluginService:
             log.info(
                 "%s: allocated %s -> %s",
                 self.resource,
-                ",".join(ids),
-                ",".join(answer.cdi_devices or answer.annotations.values()),
+                clipped(",".join(ids), MAX_LOGGED),
+                clipped(",".join(answer.cdi_devices or answer.annotations.values()), MAX_LOGGED),
                 extra=self._extra,
             )
 

@@ -418,6 +418,25 @@ def test_an_allocate_whose_answer_would_not_fit_in_a_message_is_refused_and_not_
     run(scenario())
 
 
+def test_the_line_logging_an_allocation_is_bounded_however_many_ids_the_request_repeats(
+    layout: Layout, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+    write_spec(layout.etc, spec_of(KIND, {"a": [make_node(layout.dev / "n1")]}))
+
+    async def scenario() -> None:
+        async with FakeKubelet(layout.plugin_dir) as kubelet, running_plugin(layout.settings()):
+            client = await kubelet.wait_registered(KIND)
+            await client.wait_until(lambda d: len(d) == 1)
+            request = api.ContainerAllocateRequest(devices_ids=["a"] * 50_000)
+            await client.stub.Allocate(api.AllocateRequest(container_requests=[request]), timeout=60)
+
+    run(scenario())
+    (line,) = [r.getMessage() for r in caplog.records if "allocated a,a" in r.getMessage()]
+    assert len(line) < 2200
+    assert "... (99999 characters) ->" in line
+
+
 def test_numa_topology_from_sysfs_and_preferred_allocation(layout: Layout) -> None:
     pci = layout.sysfs / "devices" / "pci0000:00"
     names = {}
