@@ -16,14 +16,14 @@ import click
 
 from cdi_plugin.cdi.runtimes import NAMES as RUNTIME_NAMES
 from cdi_plugin.cdi.version import SUPPORTED_VERSIONS
-from cdi_plugin.wording import file_type
+from cdi_plugin.wording import escape_controls, file_type
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 
 def fail(program: str, message: str, code: int = 1) -> NoReturn:
     """Print ``<program>: error: <message>`` to stderr and exit with ``code``."""
-    click.echo(f"{program}: error: {message}", err=True)
+    click.echo(f"{program}: error: {escape_controls(message)}", err=True)
     raise SystemExit(code)
 
 
