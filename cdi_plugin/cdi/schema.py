@@ -22,6 +22,10 @@ CONFIG_SCHEMA = "config.schema.json"
 BASE_URI = "https://cdi-plugin.io/schemas/"
 
 _KEYWORD_RULES = {"additionalProperties": "unknown-field", "required": "required", "type": "type"}
+#: jsonschema-rs builds every error of a document at once, a few KB each: an invalid document is
+#: checked on its first values only, this many in all, so that a hostile 4 MiB file with an error
+#: in each of its entries costs what a small one does (the rules of validate.py still see it all).
+MAX_CHECKED_VALUES = 10_000
 
 
 @functools.cache
@@ -88,11 +92,50 @@ def _severity(subschema: dict[str, Any]) -> Severity:
 
 
 def problems(instance: Any, name: str = SPEC_SCHEMA) -> list[Problem]:
-    """Every schema violation of ``instance``; empty when it is valid."""
+    """The schema violations of ``instance`` in its first :data:`MAX_CHECKED_VALUES` values (every
+    one in a smaller document); empty when it is valid."""
     validator = _validator(name)
     if validator.is_valid(instance):
         return []
     out: list[Problem] = []
-    for error in validator.iter_errors(instance):
+    for error in validator.iter_errors(_first_values(instance, _required_keys(name))):
         out.extend(_problems(error))
     return out
+
+
+@functools.cache
+def _required_keys(name: str) -> frozenset[str]:
+    """Every key some object of the schema ``name`` requires."""
+    found: set[str] = set()
+    stack: list[Any] = [load(name)]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            if isinstance(node.get("required"), list):
+                found.update(node["required"])
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return frozenset(found)
+
+
+def _first_values(instance: Any, required: frozenset[str]) -> Any:
+    """``instance`` with about :data:`MAX_CHECKED_VALUES` values: once they are counted, an array
+    keeps only its first entry and an object only its ``required`` keys, so that the cut adds no
+    problem of its own (no missing field, no empty array)."""
+    budget = MAX_CHECKED_VALUES
+
+    def cut(value: Any) -> Any:
+        nonlocal budget
+        if isinstance(value, list):
+            kept = [item for i, item in enumerate(value) if (budget := budget - 1) >= 0 or i == 0]
+            return [cut(item) for item in kept]
+        if isinstance(value, dict):
+            return {
+                key: cut(item)
+                for key, item in value.items()
+                if (budget := budget - 1) >= 0 or key in required
+            }
+        return value
+
+    return cut(instance)

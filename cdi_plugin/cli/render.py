@@ -33,14 +33,29 @@ def _text(text: str) -> str:
 
 
 def print_json(obj: Any) -> None:
-    sys.stdout.write(json.dumps(obj, indent=2) + "\n")
+    """``obj`` as indented JSON, written as it is encoded (a report can hold many problems)."""
+    json.dump(obj, sys.stdout, indent=2)
+    sys.stdout.write("\n")
+
+
+#: A file's problems shown as text; ``--json`` gives every one.
+MAX_SHOWN_PROBLEMS = 100
+
+
+def _more(problems: Sequence[Problem]) -> str:
+    """``N more problems (--json lists them all)`` past the first :data:`MAX_SHOWN_PROBLEMS`, or ``""``."""
+    more = len(problems) - MAX_SHOWN_PROBLEMS
+    return f"{plural(more, 'more problem')} (--json lists them all)" if more > 0 else ""
 
 
 def _problem_table(problems: list[Problem]) -> Table:
     table = Table(box=None, show_header=True, header_style="bold", pad_edge=False)
     for name in ("where", "severity", "rule", "problem", "hint"):
         table.add_column(name, overflow="fold")
-    for p in problems:
+    if _more(problems):
+        table.caption = _more(problems)
+        table.caption_justify = "left"
+    for p in problems[:MAX_SHOWN_PROBLEMS]:
         style = "red" if p.is_error else "yellow"
         table.add_row(
             _text(p.pointer or "-"), f"[{style}]{p.severity}[/]", f"[{style}]{p.rule}[/]",
@@ -164,8 +179,9 @@ def _listing_problems(snapshot: Snapshot) -> list[str]:
     lines += [f"conflict {_conflict_line(c)}" for c in snapshot.conflicts]
     for label, files in (("broken", snapshot.broken), ("warning", snapshot.warned)):
         for f in files:
-            path = _one_field(str(f.path))
-            lines += [f"{label} {path}: {escape_controls(_where(p) + p.message)}" for p in f.problems]
+            path, shown = _one_field(str(f.path)), f.problems[:MAX_SHOWN_PROBLEMS]
+            lines += [f"{label} {path}: {escape_controls(_where(p) + p.message)}" for p in shown]
+            lines += [f"{label} {path}: {_more(f.problems)}"] if _more(f.problems) else []
     return lines
 
 
