@@ -31,6 +31,7 @@ from cdi_plugin.cdi.textparse import (
     yaml_lines,
 )
 from cdi_plugin.errors import CdiPluginError, SpecLoadError
+from cdi_plugin.wording import shown
 
 __all__ = [
     "MAX_DEPTH",
@@ -93,7 +94,7 @@ def _bool(value: Any, ptr: str) -> bool:
 def _integer(bounds: IntRange, lenient: bool) -> Callable[[Any, str], int]:
     def decode(value: Any, ptr: str) -> int:
         if isinstance(value, bool) or not isinstance(value, int):
-            raise _Err(ptr, "type", f"expected {bounds.what}, got {_type_name(value)} {value!r}")
+            raise _Err(ptr, "type", f"expected {bounds.what}, got {_type_name(value)} {shown(value)}")
         wrong = None if lenient else bounds.out_of_range(value)
         if wrong:
             raise _Err(ptr, "type", wrong)
@@ -145,7 +146,7 @@ def _object(cls: type, lenient: bool, *fields: _Field) -> Callable[[Any, str], A
                     continue
                 close = difflib.get_close_matches(key, by_key, n=1)
                 hint = f"did you mean {close[0]!r}?" if close else f"known fields: {', '.join(by_key)}"
-                raise _Err(pointer_join(ptr, key), "unknown-field", f"unknown field {key!r}", hint)
+                raise _Err(pointer_join(ptr, key), "unknown-field", f"unknown field {shown(key)}", hint)
             if item is not None:
                 kwargs[field.attr] = field.decode(item, pointer_join(ptr, key))
         for field in fields:

@@ -15,6 +15,7 @@ from typing import Any
 import jsonschema_rs
 
 from cdi_plugin.cdi.problems import Problem, Severity, pointer_join, pointer_parts
+from cdi_plugin.wording import clipped
 
 SPEC_SCHEMA = "cdi-spec.schema.json"
 CONFIG_SCHEMA = "config.schema.json"
@@ -81,9 +82,9 @@ def _problems(error: Any) -> list[Problem]:
     if hint and keyword in {"pattern", "enum", "not", "minLength", "maxLength"}:
         last = error.instance_path[-1] if error.instance_path else "value"
         what = "entry" if isinstance(last, int) else repr(last)
-        message = f"invalid {what}: {json.dumps(error.instance)}"
+        message = f"invalid {what}: {clipped(json.dumps(error.instance))}"
     else:
-        message = str(error.message)
+        message = clipped(str(error.message), 160)
     return [Problem(pointer or "/", rule, message, hint, severity)]
 
 

@@ -25,6 +25,7 @@ from typing import Any, Literal
 
 from cdi_plugin.cdi.problems import pointer_join, pointer_parts
 from cdi_plugin.errors import CdiPluginError, SpecLoadError
+from cdi_plugin.wording import shown
 
 Format = Literal["json", "yaml"]
 
@@ -128,7 +129,7 @@ def _json_loads(text: str, source: str, document: str) -> Any:
     if repeated:
         ptr, dup = _find(obj, lambda v: isinstance(v, _DupDict)) or ("", _DupDict())
         raise SpecLoadError(
-            source, ptr or "/", "duplicate-key", f"duplicate key {dup.duplicate!r}", "remove one of them"
+            source, ptr or "/", "duplicate-key", f"duplicate key {shown(dup.duplicate)}", "remove one of them"
         )
     if _SURROGATE_ESCAPE.search(text):
         found = find_unencodable(obj)
@@ -237,9 +238,9 @@ def _yaml_loader() -> Any:
             key = loader.construct_object(key_node, deep=True)
             line = key_node.start_mark.line + 1
             if not isinstance(key, str):
-                raise _YamlRefused("type", line, f"a key must be a string, got {key!r}")
+                raise _YamlRefused("type", line, f"a key must be a string, got {shown(key)}")
             if key in out:
-                raise _YamlRefused("duplicate-key", line, f"duplicate key {key!r}")
+                raise _YamlRefused("duplicate-key", line, f"duplicate key {shown(key)}")
             out[key] = loader.construct_object(value_node, deep=True)
         return out
 

@@ -1,10 +1,11 @@
-"""Text that would make the parser allocate without bound: huge numbers and YAML aliases."""
+"""Text that would make the parser allocate without bound (huge numbers and YAML aliases), and huge
+values, which problems show cut."""
 
 from __future__ import annotations
 
 import pytest
 
-from cdi_plugin.cdi import codec, textparse
+from cdi_plugin.cdi import codec, textparse, validate
 from cdi_plugin.errors import SpecLoadError
 
 DIGITS = "7" * 5000
@@ -97,3 +98,36 @@ def test_the_pure_python_loader_refuses_aliases_too(monkeypatch: pytest.MonkeyPa
     finally:
         monkeypatch.undo()
         textparse._yaml_loader.cache_clear()
+
+
+#: An escape character (escaped, as JSON and YAML double quotes write it) and a megabyte of text.
+HUGE = "\\u001b" + "a" * 1_000_000
+
+
+@pytest.mark.parametrize(
+    ("text", "fmt", "rule"),
+    [
+        ('{"cdiVersion": "0.3.0", "kind": "example.com/' + HUGE + '", "devices": []}', "json", "class-name"),
+        ('{"' + HUGE + '": 1, "cdiVersion": "0.3.0"}', "json", "unknown-field"),
+        ('{"' + HUGE + '": 1, "' + HUGE + '": 1}', "json", "duplicate-key"),
+        (f'? "{HUGE}"\n: 1\n? "{HUGE}"\n: 1\n', "yaml", "duplicate-key"),
+        (spec_text("1").replace('"name": "a"', '"name": "' + HUGE + '"'), "json", "device-name"),
+        (spec_text("1").replace('"path": "/dev/a"', '"path": "' + HUGE + '"'), "json", "absolute-path"),
+        (spec_text("1").replace('"major": 1', '"major": "' + HUGE + '"'), "json", "type"),
+        (
+            spec_text("1").replace(
+                '"deviceNodes": [{"path": "/dev/a", "major": 1}]', '"env": ["' + HUGE + '"]'
+            ),
+            "json",
+            "env-format",
+        ),
+    ],
+)
+def test_a_huge_value_is_shown_cut_and_escaped_in_its_problem(
+    text: str, fmt: codec.Format, rule: str
+) -> None:
+    problems = validate.validate_bytes(text.encode(), "huge", fmt).problems
+    assert rule in {p.rule for p in problems}
+    for p in problems:
+        assert len(p.message) < 300, (p.rule, len(p.message))
+        assert "\x1b" not in p.message
