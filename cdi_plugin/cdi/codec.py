@@ -15,6 +15,7 @@ from __future__ import annotations
 import difflib
 import functools
 import json
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -281,7 +282,8 @@ def encode(spec: model.Spec, fmt: Format = "json") -> bytes:
     """Canonical bytes: the same spec always gives the same bytes."""
     obj = spec_to_obj(spec)
     if fmt == "json":
-        return (json.dumps(obj, indent=2, ensure_ascii=False) + "\n").encode()
+        text = json.dumps(obj, indent=2, ensure_ascii=False)
+        return (_JSON_ESCAPED.sub(_json_escape, text) + "\n").encode()
     import yaml
 
     text = yaml.dump(
@@ -294,6 +296,16 @@ def encode(spec: model.Spec, fmt: Format = "json") -> bytes:
         width=1 << 16,
     )
     return ("---\n" + text).encode()
+
+
+#: Characters a JSON spec holds escaped, as runtimes read it through YAML: those the YAML reader
+#: refuses raw (DEL, C1 controls, U+FFFE, U+FFFF) and the line breaks it folds (NEL, LS, PS).
+#: (json.dumps escapes the C0 controls itself.)
+_JSON_ESCAPED = re.compile("[\x7f-\x9f\u2028\u2029\ufffe\uffff]")
+
+
+def _json_escape(match: re.Match[str]) -> str:
+    return f"\\u{ord(match.group()):04x}"
 
 
 #: Characters YAML parsers read as line breaks (NEL, LS, PS).

@@ -39,6 +39,10 @@ MAX_NUMBER_CHARS = 64
 #: cannot encode.
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 
+#: What a YAML reader refuses anywhere in a file (go-yaml's and PyYAML's alike: "control characters
+#: are not allowed"), in a JSON file too, since runtimes read JSON through YAML.
+_UNREADABLE = re.compile("[^\t\n\r\x20-\x7e\x85\xa0-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+
 _NO_ALIASES = "YAML anchors and aliases are not allowed"
 
 
@@ -318,6 +322,15 @@ def parse(
         raise SpecLoadError(source, "", "empty-file", f"the file is empty (no {document} data)")
     if "\x00" in text:
         raise SpecLoadError(source, "", "syntax", f"binary data (NUL byte at offset {text.index(chr(0))})")
+    unreadable = _UNREADABLE.search(text)
+    if unreadable:
+        at, code = unreadable.start(), ord(unreadable.group())
+        line, column = text.count("\n", 0, at) + 1, at - text.rfind("\n", 0, at)
+        raise SpecLoadError(
+            source, "", "syntax",
+            f"line {line} column {column}: character U+{code:04X}, which the YAML reader of runtimes "
+            f"refuses (\"control characters are not allowed\"); in a string, write it as \\u{code:04x}",
+        )  # fmt: skip
     if fmt == "yaml":
         return _parse_yaml(text, source, document), "yaml"
     try:

@@ -131,3 +131,23 @@ def test_a_huge_value_is_shown_cut_and_escaped_in_its_problem(
     for p in problems:
         assert len(p.message) < 300, (p.rule, len(p.message))
         assert "\x1b" not in p.message
+
+
+@pytest.mark.parametrize("char", ["\x7f", "\x80", "\x9b", "\ufffe", "\uffff"])
+@pytest.mark.parametrize("fmt", ["json", "yaml"])
+def test_a_raw_character_the_yaml_reader_of_runtimes_refuses_is_a_one_line_error(
+    char: str, fmt: codec.Format
+) -> None:
+    """go-yaml reads every spec, JSON too, and refuses these anywhere in a file; escaped, they pass."""
+    env = '"A=' + char + '"'
+    text = spec_text("1").replace('"deviceNodes": [{"path": "/dev/a", "major": 1}]', '"env": [' + env + "]")
+    with pytest.raises(SpecLoadError) as caught:
+        codec.decode(text.encode(), "raw", fmt)
+    assert caught.value.rule == "syntax"
+    escape = f"\\u{ord(char):04x}"
+    assert caught.value.message == (
+        f"line 1 column {text.index(char) + 1}: character U+{ord(char):04X}, which the YAML reader of "
+        f'runtimes refuses ("control characters are not allowed"); in a string, write it as {escape}'
+    )
+    escaped = codec.decode(text.replace(char, escape).encode(), "escaped", fmt)
+    assert escaped.devices[0].container_edits.env == (f"A={char}",)
