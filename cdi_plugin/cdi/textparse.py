@@ -38,6 +38,9 @@ MAX_NUMBER_CHARS = 64
 #: A JSON escape of a UTF-16 surrogate (\uD800 to \uDFFF); an unpaired one makes a string UTF-8
 #: cannot encode.
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+#: Such an escape where it is one (not after an escaped backslash), paired or not: the YAML reader
+#: runtimes read JSON with refuses every one ("found invalid Unicode character escape code").
+_SURROGATE_ESCAPE_AT = re.compile(r"(?<!\\)(?:\\\\)*(\\u[dD][89a-fA-F][0-9a-fA-F]{2})")
 
 #: What a YAML reader refuses anywhere in a file (go-yaml's and PyYAML's alike: "control characters
 #: are not allowed"), in a JSON file too, since runtimes read JSON through YAML.
@@ -140,6 +143,15 @@ def _json_loads(text: str, source: str, document: str) -> Any:
         if found is not None:
             where, what = found
             raise SpecLoadError(source, where or "/", "syntax", f"a {what} {UNPAIRED_SURROGATE}")
+        paired = _SURROGATE_ESCAPE_AT.search(text) if document == "spec" else None
+        if paired:
+            at = paired.start(1)
+            line, column = text.count("\n", 0, at) + 1, at - text.rfind("\n", 0, at)
+            raise SpecLoadError(
+                source, "", "syntax",
+                f"line {line} column {column}: a UTF-16 surrogate escape ({paired.group(1)}), which the YAML "
+                "reader of runtimes refuses even in a pair; write the character itself",
+            )  # fmt: skip
     return obj
 
 
@@ -310,7 +322,8 @@ def parse(
 
     ``fmt`` is the syntax the file name suggests; JSON that only parses as YAML is accepted
     (runtimes read every spec through YAML) and reported as ``"yaml"``. ``document`` names what
-    the text is, in messages (``spec``, ``configuration``).
+    the text is, in messages (``spec``, ``configuration``). A ``spec`` in JSON is also refused
+    what the YAML reader of runtimes refuses in JSON: raw control characters and surrogate escapes.
     """
     try:
         text = data.decode("utf-8-sig")
@@ -322,7 +335,7 @@ def parse(
         raise SpecLoadError(source, "", "empty-file", f"the file is empty (no {document} data)")
     if "\x00" in text:
         raise SpecLoadError(source, "", "syntax", f"binary data (NUL byte at offset {text.index(chr(0))})")
-    unreadable = _UNREADABLE.search(text)
+    unreadable = _UNREADABLE.search(text) if document == "spec" else None
     if unreadable:
         at, code = unreadable.start(), ord(unreadable.group())
         line, column = text.count("\n", 0, at) + 1, at - text.rfind("\n", 0, at)

@@ -151,3 +151,19 @@ def test_a_raw_character_the_yaml_reader_of_runtimes_refuses_is_a_one_line_error
     )
     escaped = codec.decode(text.replace(char, escape).encode(), "escaped", fmt)
     assert escaped.devices[0].container_edits.env == (f"A={char}",)
+
+
+def test_a_surrogate_pair_escape_in_json_is_refused_as_the_yaml_reader_of_runtimes_refuses_it() -> None:
+    paired = spec_text("1").replace('"path": "/dev/a"', '"path": "/dev/\\ud83d\\ude00"')
+    with pytest.raises(SpecLoadError) as caught:
+        codec.decode(paired.encode(), "pair.json", "json")
+    assert caught.value.rule == "syntax"
+    column = paired.index("\\ud83d") + 1
+    assert caught.value.message == (
+        f"line 1 column {column}: a UTF-16 surrogate escape (\\ud83d), which the YAML "
+        "reader of runtimes refuses even in a pair; write the character itself"
+    )
+    raw = spec_text("1").replace('"path": "/dev/a"', '"path": "/dev/\U0001f600\\\\ud83d"')
+    assert codec.decode(raw.encode(), "raw.json", "json").devices[0].container_edits.device_nodes[0].path == (
+        "/dev/\U0001f600\\ud83d"
+    )
