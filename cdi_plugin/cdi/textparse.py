@@ -3,7 +3,8 @@
 As strict as the CDI library's loader (``yaml.UnmarshalStrict``): a duplicate key is an error
 that names where it is. JSON that is not strict JSON but is valid YAML is accepted, as runtimes
 read JSON through YAML. Only what JSON can hold is accepted (a YAML date stays a string; binary
-data, sets and unpaired surrogates are errors). An error in a YAML file names its line.
+data, sets and unpaired surrogates are errors); a spec is also refused what the YAML reader of
+runtimes refuses in JSON. An error in a YAML file names its line.
 
 The work done is bounded by the size of the text, so a hostile file is one more bad file:
 
@@ -322,8 +323,9 @@ def parse(
 
     ``fmt`` is the syntax the file name suggests; JSON that only parses as YAML is accepted
     (runtimes read every spec through YAML) and reported as ``"yaml"``. ``document`` names what
-    the text is, in messages (``spec``, ``configuration``). A ``spec`` in JSON is also refused
-    what the YAML reader of runtimes refuses in JSON: raw control characters and surrogate escapes.
+    the text is, in messages (``spec``, ``configuration``). A ``spec`` is also refused what the
+    YAML reader of runtimes refuses, in JSON too: a raw control character (DEL, C1, U+FFFE,
+    U+FFFF) and a surrogate escape, even paired. Other documents are not read by runtimes.
     """
     try:
         text = data.decode("utf-8-sig")
