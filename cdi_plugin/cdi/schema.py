@@ -94,13 +94,16 @@ def _severity(subschema: dict[str, Any]) -> Severity:
 
 def problems(instance: Any, name: str = SPEC_SCHEMA) -> list[Problem]:
     """The schema violations of ``instance`` in its first :data:`MAX_CHECKED_VALUES` values (every
-    one in a smaller document); empty when it is valid."""
+    one in a smaller document, or when none is among those values); empty when it is valid."""
     validator = _validator(name)
     if validator.is_valid(instance):
         return []
     out: list[Problem] = []
     for error in validator.iter_errors(_first_values(instance, _required_keys(name))):
         out.extend(_problems(error))
+    if not out:  # every violation lies beyond the values checked first: all of them, then
+        for error in validator.iter_errors(instance):
+            out.extend(_problems(error))
     return out
 
 

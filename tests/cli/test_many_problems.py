@@ -62,3 +62,11 @@ def test_list_shows_the_first_problems_of_a_broken_file_and_counts_the_rest(tmp_
     lines = done.stderr.splitlines()
     assert len(lines) == SHOWN + 2  # no resolvable devices, the problems shown, the count
     assert lines[-1] == f"broken {path}: 1 more problem (--json lists them all)"
+
+
+def test_a_document_wrong_only_beyond_the_values_checked_first_is_still_wrong() -> None:
+    late_error = doc(edits={"env": ["A=1"] * schema.MAX_CHECKED_VALUES + [5]})
+    found = schema.problems(late_error)
+    assert [(p.pointer, p.rule) for p in found] == [
+        (f"/devices/0/containerEdits/env/{schema.MAX_CHECKED_VALUES}", "type")
+    ]
