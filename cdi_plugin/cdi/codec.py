@@ -15,6 +15,7 @@ from __future__ import annotations
 import difflib
 import functools
 import json
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -31,6 +32,7 @@ from cdi_plugin.cdi.textparse import (
     yaml_lines,
 )
 from cdi_plugin.errors import CdiPluginError, SpecLoadError
+from cdi_plugin.wording import shown
 
 __all__ = [
     "MAX_DEPTH",
@@ -93,7 +95,7 @@ def _bool(value: Any, ptr: str) -> bool:
 def _integer(bounds: IntRange, lenient: bool) -> Callable[[Any, str], int]:
     def decode(value: Any, ptr: str) -> int:
         if isinstance(value, bool) or not isinstance(value, int):
-            raise _Err(ptr, "type", f"expected {bounds.what}, got {_type_name(value)} {value!r}")
+            raise _Err(ptr, "type", f"expected {bounds.what}, got {_type_name(value)} {shown(value)}")
         wrong = None if lenient else bounds.out_of_range(value)
         if wrong:
             raise _Err(ptr, "type", wrong)
@@ -145,7 +147,7 @@ def _object(cls: type, lenient: bool, *fields: _Field) -> Callable[[Any, str], A
                     continue
                 close = difflib.get_close_matches(key, by_key, n=1)
                 hint = f"did you mean {close[0]!r}?" if close else f"known fields: {', '.join(by_key)}"
-                raise _Err(pointer_join(ptr, key), "unknown-field", f"unknown field {key!r}", hint)
+                raise _Err(pointer_join(ptr, key), "unknown-field", f"unknown field {shown(key)}", hint)
             if item is not None:
                 kwargs[field.attr] = field.decode(item, pointer_join(ptr, key))
         for field in fields:
@@ -280,7 +282,8 @@ def encode(spec: model.Spec, fmt: Format = "json") -> bytes:
     """Canonical bytes: the same spec always gives the same bytes."""
     obj = spec_to_obj(spec)
     if fmt == "json":
-        return (json.dumps(obj, indent=2, ensure_ascii=False) + "\n").encode()
+        text = json.dumps(obj, indent=2, ensure_ascii=False)
+        return (_JSON_ESCAPED.sub(_json_escape, text) + "\n").encode()
     import yaml
 
     text = yaml.dump(
@@ -293,6 +296,16 @@ def encode(spec: model.Spec, fmt: Format = "json") -> bytes:
         width=1 << 16,
     )
     return ("---\n" + text).encode()
+
+
+#: Characters a JSON spec holds escaped, as runtimes read it through YAML: those the YAML reader
+#: refuses raw (DEL, C1 controls, U+FFFE, U+FFFF) and the line breaks it folds (NEL, LS, PS).
+#: (json.dumps escapes the C0 controls itself.)
+_JSON_ESCAPED = re.compile("[\x7f-\x9f\u2028\u2029\ufffe\uffff]")
+
+
+def _json_escape(match: re.Match[str]) -> str:
+    return f"\\u{ord(match.group()):04x}"
 
 
 #: Characters YAML parsers read as line breaks (NEL, LS, PS).

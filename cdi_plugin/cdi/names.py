@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass
 
 from cdi_plugin.errors import InvalidNameError
+from cdi_plugin.wording import shown
 
 _VENDOR_CLASS = re.compile(r"[A-Za-z](?:[A-Za-z0-9_.-]*[A-Za-z0-9])?")
 _DEVICE = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9_.:-]*[A-Za-z0-9])?")
@@ -36,13 +37,13 @@ def _check_vendor_or_class(what: str, value: str) -> None:
         raise InvalidNameError(f"empty {what} name", rule)
     if len(value) == 1:
         raise InvalidNameError(
-            f"{what} name {value!r} has 1 character: released CDI runtimes crash on a 1-character "
+            f"{what} name {shown(value)} has 1 character: released CDI runtimes crash on a 1-character "
             f"vendor or class, use at least 2",
             "short-name",
         )
     if not _VENDOR_CLASS.fullmatch(value):
         raise InvalidNameError(
-            f"invalid {what} name {value!r}: must start with a letter, end with a letter or digit, "
+            f"invalid {what} name {shown(value)}: must start with a letter, end with a letter or digit, "
             f"and contain only letters, digits, '_', '.' and '-'",
             rule,
         )
@@ -63,7 +64,7 @@ def validate_device_name(name: str) -> None:
         raise InvalidNameError("empty device name", "device-name")
     if not _DEVICE.fullmatch(name):
         raise InvalidNameError(
-            f"invalid device name {name!r}: must start and end with a letter or digit, and contain "
+            f"invalid device name {shown(name)}: must start and end with a letter or digit, and contain "
             f"only letters, digits, '_', '.', ':' and '-'",
             "device-name",
         )
@@ -96,9 +97,9 @@ def parse_kind(kind: str) -> Kind:
     """Parse and validate ``vendor/class``."""
     vendor, sep, class_ = kind.partition("/")
     if not sep:
-        raise InvalidNameError(f"invalid kind {kind!r}: expected 'vendor/class'", "kind-format")
+        raise InvalidNameError(f"invalid kind {shown(kind)}: expected 'vendor/class'", "kind-format")
     if "/" in class_:
-        raise InvalidNameError(f"invalid kind {kind!r}: more than one '/'", "kind-format")
+        raise InvalidNameError(f"invalid kind {shown(kind)}: more than one '/'", "kind-format")
     validate_vendor(vendor)
     validate_class(class_)
     return Kind(vendor, class_)
@@ -109,12 +110,12 @@ def parse_qualified_name(qualified: str) -> QualifiedName:
     left, sep, name = qualified.partition("=")
     if not sep:
         raise InvalidNameError(
-            f"invalid device name {qualified!r}: expected 'vendor/class=name'", "qualified-name"
+            f"invalid device name {shown(qualified)}: expected 'vendor/class=name'", "qualified-name"
         )
     try:
         kind = parse_kind(left)
     except InvalidNameError as exc:
-        raise InvalidNameError(f"invalid device name {qualified!r}: {exc}", exc.rule) from None
+        raise InvalidNameError(f"invalid device name {shown(qualified)}: {exc}", exc.rule) from None
     validate_device_name(name)
     return QualifiedName(kind.vendor, kind.class_, name)
 

@@ -15,6 +15,7 @@ from typing import Any
 import jsonschema_rs
 
 from cdi_plugin.cdi.problems import Problem, Severity, pointer_join, pointer_parts
+from cdi_plugin.wording import clipped
 
 SPEC_SCHEMA = "cdi-spec.schema.json"
 CONFIG_SCHEMA = "config.schema.json"
@@ -22,6 +23,10 @@ CONFIG_SCHEMA = "config.schema.json"
 BASE_URI = "https://cdi-plugin.io/schemas/"
 
 _KEYWORD_RULES = {"additionalProperties": "unknown-field", "required": "required", "type": "type"}
+#: jsonschema-rs builds every error of a document at once, a few KB each: an invalid document is
+#: checked on its first values only, this many in all, so that a hostile 4 MiB file with an error
+#: in each of its entries costs what a small one does (the rules of validate.py still see it all).
+MAX_CHECKED_VALUES = 10_000
 
 
 @functools.cache
@@ -77,9 +82,9 @@ def _problems(error: Any) -> list[Problem]:
     if hint and keyword in {"pattern", "enum", "not", "minLength", "maxLength"}:
         last = error.instance_path[-1] if error.instance_path else "value"
         what = "entry" if isinstance(last, int) else repr(last)
-        message = f"invalid {what}: {json.dumps(error.instance)}"
+        message = f"invalid {what}: {clipped(json.dumps(error.instance))}"
     else:
-        message = str(error.message)
+        message = clipped(str(error.message), 160)
     return [Problem(pointer or "/", rule, message, hint, severity)]
 
 
@@ -88,11 +93,53 @@ def _severity(subschema: dict[str, Any]) -> Severity:
 
 
 def problems(instance: Any, name: str = SPEC_SCHEMA) -> list[Problem]:
-    """Every schema violation of ``instance``; empty when it is valid."""
+    """The schema violations of ``instance`` in its first :data:`MAX_CHECKED_VALUES` values (every
+    one in a smaller document, or when none is among those values); empty when it is valid."""
     validator = _validator(name)
     if validator.is_valid(instance):
         return []
     out: list[Problem] = []
-    for error in validator.iter_errors(instance):
+    for error in validator.iter_errors(_first_values(instance, _required_keys(name))):
         out.extend(_problems(error))
+    if not out:  # every violation lies beyond the values checked first: all of them, then
+        for error in validator.iter_errors(instance):
+            out.extend(_problems(error))
     return out
+
+
+@functools.cache
+def _required_keys(name: str) -> frozenset[str]:
+    """Every key some object of the schema ``name`` requires."""
+    found: set[str] = set()
+    stack: list[Any] = [load(name)]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            if isinstance(node.get("required"), list):
+                found.update(node["required"])
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return frozenset(found)
+
+
+def _first_values(instance: Any, required: frozenset[str]) -> Any:
+    """``instance`` with about :data:`MAX_CHECKED_VALUES` values: once they are counted, an array
+    keeps only its first entry and an object only its ``required`` keys, so that the cut adds no
+    problem of its own (no missing field, no empty array)."""
+    budget = MAX_CHECKED_VALUES
+
+    def cut(value: Any) -> Any:
+        nonlocal budget
+        if isinstance(value, list):
+            kept = [item for i, item in enumerate(value) if (budget := budget - 1) >= 0 or i == 0]
+            return [cut(item) for item in kept]
+        if isinstance(value, dict):
+            return {
+                key: cut(item)
+                for key, item in value.items()
+                if (budget := budget - 1) >= 0 or key in required
+            }
+        return value
+
+    return cut(instance)

@@ -3,7 +3,8 @@
 As strict as the CDI library's loader (``yaml.UnmarshalStrict``): a duplicate key is an error
 that names where it is. JSON that is not strict JSON but is valid YAML is accepted, as runtimes
 read JSON through YAML. Only what JSON can hold is accepted (a YAML date stays a string; binary
-data, sets and unpaired surrogates are errors). An error in a YAML file names its line.
+data, sets and unpaired surrogates are errors); a spec is also refused what the YAML reader of
+runtimes refuses in JSON. An error in a YAML file names its line.
 
 The work done is bounded by the size of the text, so a hostile file is one more bad file:
 
@@ -25,6 +26,7 @@ from typing import Any, Literal
 
 from cdi_plugin.cdi.problems import pointer_join, pointer_parts
 from cdi_plugin.errors import CdiPluginError, SpecLoadError
+from cdi_plugin.wording import shown
 
 Format = Literal["json", "yaml"]
 
@@ -37,6 +39,13 @@ MAX_NUMBER_CHARS = 64
 #: A JSON escape of a UTF-16 surrogate (\uD800 to \uDFFF); an unpaired one makes a string UTF-8
 #: cannot encode.
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+#: Such an escape where it is one (not after an escaped backslash), paired or not: the YAML reader
+#: runtimes read JSON with refuses every one ("found invalid Unicode character escape code").
+_SURROGATE_ESCAPE_AT = re.compile(r"(?<!\\)(?:\\\\)*(\\u[dD][89a-fA-F][0-9a-fA-F]{2})")
+
+#: What a YAML reader refuses anywhere in a file (go-yaml's and PyYAML's alike: "control characters
+#: are not allowed"), in a JSON file too, since runtimes read JSON through YAML.
+_UNREADABLE = re.compile("[^\t\n\r\x20-\x7e\x85\xa0-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 
 _NO_ALIASES = "YAML anchors and aliases are not allowed"
 
@@ -128,13 +137,22 @@ def _json_loads(text: str, source: str, document: str) -> Any:
     if repeated:
         ptr, dup = _find(obj, lambda v: isinstance(v, _DupDict)) or ("", _DupDict())
         raise SpecLoadError(
-            source, ptr or "/", "duplicate-key", f"duplicate key {dup.duplicate!r}", "remove one of them"
+            source, ptr or "/", "duplicate-key", f"duplicate key {shown(dup.duplicate)}", "remove one of them"
         )
     if _SURROGATE_ESCAPE.search(text):
         found = find_unencodable(obj)
         if found is not None:
             where, what = found
             raise SpecLoadError(source, where or "/", "syntax", f"a {what} {UNPAIRED_SURROGATE}")
+        paired = _SURROGATE_ESCAPE_AT.search(text) if document == "spec" else None
+        if paired:
+            at = paired.start(1)
+            line, column = text.count("\n", 0, at) + 1, at - text.rfind("\n", 0, at)
+            raise SpecLoadError(
+                source, "", "syntax",
+                f"line {line} column {column}: a UTF-16 surrogate escape ({paired.group(1)}), which the YAML "
+                "reader of runtimes refuses even in a pair; write the character itself",
+            )  # fmt: skip
     return obj
 
 
@@ -237,9 +255,9 @@ def _yaml_loader() -> Any:
             key = loader.construct_object(key_node, deep=True)
             line = key_node.start_mark.line + 1
             if not isinstance(key, str):
-                raise _YamlRefused("type", line, f"a key must be a string, got {key!r}")
+                raise _YamlRefused("type", line, f"a key must be a string, got {shown(key)}")
             if key in out:
-                raise _YamlRefused("duplicate-key", line, f"duplicate key {key!r}")
+                raise _YamlRefused("duplicate-key", line, f"duplicate key {shown(key)}")
             out[key] = loader.construct_object(value_node, deep=True)
         return out
 
@@ -305,7 +323,9 @@ def parse(
 
     ``fmt`` is the syntax the file name suggests; JSON that only parses as YAML is accepted
     (runtimes read every spec through YAML) and reported as ``"yaml"``. ``document`` names what
-    the text is, in messages (``spec``, ``configuration``).
+    the text is, in messages (``spec``, ``configuration``). A ``spec`` is also refused what the
+    YAML reader of runtimes refuses, in JSON too: a raw control character (DEL, C1, U+FFFE,
+    U+FFFF) and a surrogate escape, even paired. Other documents are not read by runtimes.
     """
     try:
         text = data.decode("utf-8-sig")
@@ -317,6 +337,15 @@ def parse(
         raise SpecLoadError(source, "", "empty-file", f"the file is empty (no {document} data)")
     if "\x00" in text:
         raise SpecLoadError(source, "", "syntax", f"binary data (NUL byte at offset {text.index(chr(0))})")
+    unreadable = _UNREADABLE.search(text) if document == "spec" else None
+    if unreadable:
+        at, code = unreadable.start(), ord(unreadable.group())
+        line, column = text.count("\n", 0, at) + 1, at - text.rfind("\n", 0, at)
+        raise SpecLoadError(
+            source, "", "syntax",
+            f"line {line} column {column}: character U+{code:04X}, which the YAML reader of runtimes "
+            f"refuses (\"control characters are not allowed\"); in a string, write it as \\u{code:04x}",
+        )  # fmt: skip
     if fmt == "yaml":
         return _parse_yaml(text, source, document), "yaml"
     try:

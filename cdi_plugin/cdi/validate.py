@@ -30,6 +30,7 @@ from cdi_plugin.cdi.model import Annotations, ContainerEdits, Spec
 from cdi_plugin.cdi.problems import Problem, Severity, dedupe, from_error, pointer_join
 from cdi_plugin.cdi.version import check_version
 from cdi_plugin.errors import InvalidNameError, SpecLoadError
+from cdi_plugin.wording import shown
 
 HOOK_NAMES = frozenset(
     {"prestart", "createRuntime", "createContainer", "startContainer", "poststart", "poststop"}
@@ -59,7 +60,7 @@ def _empty_field(pointer: str, what: str) -> Problem:
 
 def _env_problems(base: str, env: Iterable[str]) -> list[Problem]:
     return [
-        Problem(f"{base}/{i}", "env-format", f"invalid env entry {entry!r}", "use NAME=VALUE")
+        Problem(f"{base}/{i}", "env-format", f"invalid env entry {shown(entry)}", "use NAME=VALUE")
         for i, entry in enumerate(env)
         if entry.find("=") <= 0
     ]
@@ -78,14 +79,14 @@ def _edits_problems(base: str, edits: ContainerEdits) -> list[Problem]:
                 out.append(_empty_field(f"{at}/{field}", f"deviceNode '{field}'"))
         if node.type is not None and node.type not in DEVICE_NODE_TYPES:
             out.append(
-                Problem(f"{at}/type", "device-node-type", f"invalid device node type {node.type!r}",
+                Problem(f"{at}/type", "device-node-type", f"invalid device node type {shown(node.type)}",
                         "b, c, u or p")
             )  # fmt: skip
         perms = node.permissions
         if perms is not None and perms != "none" and not _PERMISSIONS.fullmatch(perms):
             out.append(
                 Problem(f"{at}/permissions", "device-node-permissions",
-                        f"invalid device node permissions {perms!r}", "a combination of r, w and m")
+                        f"invalid device node permissions {shown(perms)}", "a combination of r, w and m")
             )  # fmt: skip
         if perms == "none":
             out.append(
@@ -97,7 +98,7 @@ def _edits_problems(base: str, edits: ContainerEdits) -> list[Problem]:
         at = f"{base}/hooks/{i}"
         if hook.hook_name not in HOOK_NAMES:
             out.append(
-                Problem(f"{at}/hookName", "hook-name", f"unknown hook name {hook.hook_name!r}",
+                Problem(f"{at}/hookName", "hook-name", f"unknown hook name {shown(hook.hook_name)}",
                         "one of " + ", ".join(sorted(HOOK_NAMES)))
             )  # fmt: skip
         if not hook.path:
@@ -120,7 +121,7 @@ def _edits_problems(base: str, edits: ContainerEdits) -> list[Problem]:
             closid in {".", ".."} or "/" in closid or "\n" in closid or len(closid.encode()) >= 4096
         ):
             out.append(
-                Problem(f"{base}/intelRdt/closID", "intel-rdt-closid", f"invalid closID {closid!r}",
+                Problem(f"{base}/intelRdt/closID", "intel-rdt-closid", f"invalid closID {shown(closid)}",
                         "'/' or a file name: not '.' or '..', no '/' or newline, under 4096 bytes")
             )  # fmt: skip
     nets = edits.net_devices or ()
@@ -136,7 +137,9 @@ def _edits_problems(base: str, edits: ContainerEdits) -> list[Problem]:
             if value and count > 1:
                 i = values.index(value, values.index(value) + 1)
                 out.append(
-                    Problem(f"{base}/netDevices/{i}/{field}", "net-device", f"duplicate {field} {value!r}")
+                    Problem(
+                        f"{base}/netDevices/{i}/{field}", "net-device", f"duplicate {field} {shown(value)}"
+                    )
                 )
     return out
 
@@ -146,8 +149,9 @@ def runtime_problems(spec: Spec) -> list[Problem]:
     out = check_version(spec)
     if spec.cdi_version.startswith("v") and not any(p.rule == "version-unknown" for p in out):
         out.append(
-            _warning("/cdiVersion", "version-prefix", f"cdiVersion {spec.cdi_version!r} has a 'v' prefix: "
-                     "the CDI Go library accepts it from v0.7 on (containerd 1.7.20, 2.x, CRI-O, Docker), "
+            _warning("/cdiVersion", "version-prefix",
+                     f"cdiVersion {shown(spec.cdi_version)} has a 'v' prefix: the CDI Go library accepts it "
+                     "from v0.7 on (containerd 1.7.20, 2.x, CRI-O, Docker), "
                      "iSulad, podman 4.3 and containerd 1.7.0-1.7.19 reject the spec",
                      "write the bare version")
         )  # fmt: skip
@@ -169,7 +173,7 @@ def runtime_problems(spec: Spec) -> list[Problem]:
         if dev.name in seen:
             out.append(
                 Problem(f"{at}/name", "duplicate-device-name",
-                        f"device name {dev.name!r} is also used by /devices/{seen[dev.name]}",
+                        f"device name {shown(dev.name)} is also used by /devices/{seen[dev.name]}",
                         "device names must be unique within a spec")
             )  # fmt: skip
         seen.setdefault(dev.name, i)
@@ -186,7 +190,9 @@ def _relative(pointer: str, what: str, path: str | None) -> list[Problem]:
     if not path or path.startswith("/"):
         return []
     return [
-        Problem(pointer, "absolute-path", f"relative {what} {path!r}", "an absolute path, starting with '/'")
+        Problem(
+            pointer, "absolute-path", f"relative {what} {shown(path)}", "an absolute path, starting with '/'"
+        )
     ]
 
 
@@ -199,7 +205,8 @@ def _strict_edits_problems(base: str, edits: ContainerEdits) -> list[Problem]:
         host = node.host_path
         if host and not host.startswith("/"):
             out.append(
-                _warning(f"{at}/hostPath", "relative-host-path", f"relative device node hostPath {host!r}",
+                _warning(f"{at}/hostPath", "relative-host-path",
+                         f"relative device node hostPath {shown(host)}",
                          "an absolute path: runtimes on the CDI Go library look a relative one up from their "
                          "own working directory")
             )  # fmt: skip
@@ -207,7 +214,7 @@ def _strict_edits_problems(base: str, edits: ContainerEdits) -> list[Problem]:
         if perms and perms != "none" and len(perms) > 3 and _PERMISSIONS.fullmatch(perms):
             out.append(
                 Problem(f"{at}/permissions", "device-node-permissions",
-                        f"invalid device node permissions {perms!r}: more than 3 letters",
+                        f"invalid device node permissions {shown(perms)}: more than 3 letters",
                         "at most 3 of the letters r, w and m, e.g. rw; leave it out for rwm")
             )  # fmt: skip
     for i, hook in enumerate(edits.hooks or ()):
@@ -226,7 +233,7 @@ def _strict_edits_problems(base: str, edits: ContainerEdits) -> list[Problem]:
 
 def _annotation_problems(at: str, values: Annotations) -> list[Problem]:
     out = [
-        _warning(pointer_join(at, key), "annotation-key", f"invalid annotation key {key!r}",
+        _warning(pointer_join(at, key), "annotation-key", f"invalid annotation key {shown(key)}",
                  "a Kubernetes qualified name: optional DNS subdomain prefix and '/', then a name of at most "
                  "63 characters (the CDI Go library's annotation check, which runtimes skip when loading "
                  "specs, rejects other keys)")
@@ -251,7 +258,7 @@ def _kind_length_problems(kind: str) -> list[Problem]:
     for what, value, limit in (("vendor", parsed.vendor, VENDOR_MAX), ("class", parsed.class_, CLASS_MAX)):
         if len(value) > limit:
             return [
-                Problem("/kind", "kind-format", f"invalid kind {kind!r}: the {what} has {len(value)} "
+                Problem("/kind", "kind-format", f"invalid kind {shown(kind)}: the {what} has {len(value)} "
                         f"characters, over the CDI specification's {limit}",
                         f"a vendor of at most {VENDOR_MAX} and a class of at most {CLASS_MAX} characters")
             ]  # fmt: skip

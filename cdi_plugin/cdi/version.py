@@ -12,6 +12,7 @@ from string import ascii_letters
 from cdi_plugin.cdi.model import ContainerEdits, Spec
 from cdi_plugin.cdi.problems import Problem, Severity
 from cdi_plugin.cdi.runtimes import RUNTIMES
+from cdi_plugin.wording import shown
 
 KNOWN_VERSIONS = (
     "0.1.0", "0.2.0", "0.3.0", "0.4.0", "0.5.0", "0.6.0", "0.7.0", "0.8.0", "1.0.0", "1.1.0",
@@ -71,7 +72,7 @@ def requirements(spec: Spec) -> list[Requirement]:
         out.append(Requirement("0.6.0", "/annotations", "spec 'annotations'"))
     _vendor, _sep, class_ = spec.kind.partition("/")
     if "." in class_:
-        out.append(Requirement("0.6.0", "/kind", f"a '.' in the class of kind {spec.kind!r}"))
+        out.append(Requirement("0.6.0", "/kind", f"a '.' in the class of kind {shown(spec.kind)}"))
     for i, dev in enumerate(spec.devices):
         if dev.name and dev.name[0] not in ascii_letters:
             out.append(Requirement("0.5.0", f"/devices/{i}/name", "a device name starting with a digit"))
@@ -102,7 +103,7 @@ def check_version(spec: Spec, maximum: str | None = None) -> list[Problem]:
             Problem(
                 "/cdiVersion",
                 "version-unknown",
-                f"unknown cdiVersion {spec.cdi_version!r}",
+                f"unknown cdiVersion {shown(spec.cdi_version)}",
                 f"use one of {', '.join(SUPPORTED_VERSIONS)}",
             )
         ]

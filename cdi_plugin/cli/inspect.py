@@ -171,7 +171,7 @@ def write_into_oci(path: Path, edits: Sequence[tuple[Origin, ContainerEdits]], h
     from cdi_plugin.store.files import read_file
 
     data = read_file(path, MAX_OCI_BYTES, "an OCI runtime spec", follow_links=False)
-    doc, fmt = textparse.parse(data, str(path), "json")
+    doc, fmt = textparse.parse(data, str(path), "json", document="OCI runtime spec")
     try:
         if fmt != "json":
             raise OciSpecError("not JSON")

@@ -15,7 +15,7 @@ from rich.table import Table
 from cdi_plugin.cdi.problems import Problem, Severity
 from cdi_plugin.store.registry import NameConflict, Snapshot, SpecFile
 from cdi_plugin.store.validation import ValidationReport
-from cdi_plugin.wording import defined_in, plural
+from cdi_plugin.wording import defined_in, escape_controls, plural
 
 _out = Console(highlight=False)
 if not _out.is_terminal:  # logs and pipes: no wrapping inside table cells
@@ -27,19 +27,39 @@ def _line(text: str) -> None:
     _out.print(text, soft_wrap=True)
 
 
+def _text(text: str) -> str:
+    """Text from a spec file or its name, for rich: control characters and markup escaped."""
+    return escape(escape_controls(text))
+
+
 def print_json(obj: Any) -> None:
-    sys.stdout.write(json.dumps(obj, indent=2) + "\n")
+    """``obj`` as indented JSON, written as it is encoded (a report can hold many problems)."""
+    json.dump(obj, sys.stdout, indent=2)
+    sys.stdout.write("\n")
+
+
+#: A file's problems shown as text; ``--json`` gives every one.
+MAX_SHOWN_PROBLEMS = 100
+
+
+def _more(problems: Sequence[Problem]) -> str:
+    """``N more problems (--json lists them all)`` past the first :data:`MAX_SHOWN_PROBLEMS`, or ``""``."""
+    more = len(problems) - MAX_SHOWN_PROBLEMS
+    return f"{plural(more, 'more problem')} (--json lists them all)" if more > 0 else ""
 
 
 def _problem_table(problems: list[Problem]) -> Table:
     table = Table(box=None, show_header=True, header_style="bold", pad_edge=False)
     for name in ("where", "severity", "rule", "problem", "hint"):
         table.add_column(name, overflow="fold")
-    for p in problems:
+    if _more(problems):
+        table.caption = _more(problems)
+        table.caption_justify = "left"
+    for p in problems[:MAX_SHOWN_PROBLEMS]:
         style = "red" if p.is_error else "yellow"
         table.add_row(
-            escape(p.pointer or "-"), f"[{style}]{p.severity}[/]", f"[{style}]{p.rule}[/]",
-            escape(p.message), escape(p.hint),
+            _text(p.pointer or "-"), f"[{style}]{p.severity}[/]", f"[{style}]{p.rule}[/]",
+            _text(p.message), _text(p.hint),
         )  # fmt: skip
     return table
 
@@ -47,22 +67,22 @@ def _problem_table(problems: list[Problem]) -> Table:
 def print_validation(report: ValidationReport) -> None:
     if not report.files:
         where = ", ".join(str(p) for p in report.searched)
-        _line(f"no spec files found in {escape(where)}")
+        _line(f"no spec files found in {_text(where)}")
         return
     for f in report.files:
-        path = escape(str(f.path))
+        path = _text(str(f.path))
         mark = "[red]✗[/]" if not f.valid else "[yellow]![/]" if f.problems else "[green]✓[/]"
         if f.valid and f.spec is not None:
             n = len(f.spec.devices)
             warned = f", {plural(len(f.problems), 'warning')}" if f.problems else ""
             _line(
-                f"{mark} {path}  {escape(f.spec.kind)}, {plural(n, 'device')}, "
-                f"cdiVersion {escape(f.spec.cdi_version)}{warned}"
+                f"{mark} {path}  {_text(f.spec.kind)}, {plural(n, 'device')}, "
+                f"cdiVersion {_text(f.spec.cdi_version)}{warned}"
             )
         elif len(f.problems) == 1 and not f.problems[0].pointer:
             problem = f.problems[0]
             what = "" if problem.is_error else f"{problem.severity}: "
-            _line(f"{mark} {path}: {what}{escape(problem.message)}")
+            _line(f"{mark} {path}: {what}{_text(problem.message)}")
             continue
         else:
             _line(f"{mark} {path}")
@@ -134,20 +154,18 @@ def print_listing(snapshot: Snapshot) -> None:
     for c in snapshot.conflicts:
         out.print(f"[red]conflict[/] {escape(_conflict_line(c))}", soft_wrap=True)
     for f in snapshot.broken:
-        out.print(f"[red]broken[/] {escape(str(f.path))}", soft_wrap=True)
+        out.print(f"[red]broken[/] {_text(str(f.path))}", soft_wrap=True)
         out.print(_problem_table(list(f.problems)))
     for f in snapshot.warned:
         warned = f"loads, with {plural(len(f.problems), 'warning')}"
-        out.print(f"[yellow]warning[/] {escape(str(f.path))}: {warned}", soft_wrap=True)
+        out.print(f"[yellow]warning[/] {_text(str(f.path))}: {warned}", soft_wrap=True)
         out.print(_problem_table(list(f.problems)))
 
 
-_FIELD_ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})
-
-
 def _one_field(text: str) -> str:
-    """A file name as one field of one row: a backslash, tab, newline or return is escaped."""
-    return text.translate(_FIELD_ESCAPES)
+    """A file name as one field of one row: a backslash and every control character (tab, newline,
+    escape...) is escaped."""
+    return escape_controls(text.replace("\\", "\\\\"))
 
 
 def _conflict_line(c: NameConflict) -> str:
@@ -161,12 +179,14 @@ def _listing_problems(snapshot: Snapshot) -> list[str]:
     lines += [f"conflict {_conflict_line(c)}" for c in snapshot.conflicts]
     for label, files in (("broken", snapshot.broken), ("warning", snapshot.warned)):
         for f in files:
-            lines += [f"{label} {_one_field(str(f.path))}: {_where(p)}{p.message}" for p in f.problems]
+            path, shown = _one_field(str(f.path)), f.problems[:MAX_SHOWN_PROBLEMS]
+            lines += [f"{label} {path}: {escape_controls(_where(p) + p.message)}" for p in shown]
+            lines += [f"{label} {path}: {_more(f.problems)}"] if _more(f.problems) else []
     return lines
 
 
 def _no_devices(snapshot: Snapshot) -> str:
-    return f"no resolvable devices in {', '.join(str(d) for d in snapshot.dirs)}"
+    return f"no resolvable devices in {', '.join(_one_field(str(d)) for d in snapshot.dirs)}"
 
 
 def _where(p: Problem) -> str:

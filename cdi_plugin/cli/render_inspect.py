@@ -25,6 +25,7 @@ from cdi_plugin.cdi.inject import (
     non_root_access,
 )
 from cdi_plugin.store.registry import Snapshot
+from cdi_plugin.wording import escape_controls
 
 _TYPE_BITS = {"c": stat.S_IFCHR, "u": stat.S_IFCHR, "b": stat.S_IFBLK, "p": stat.S_IFIFO}
 _CAN = {"rw": "reads and writes it", "r": "only reads it", "w": "only writes it"}
@@ -43,6 +44,11 @@ class Report:
     hosts: HostNodes
     errors: Sequence[str]
     oci: Path | None = None  # the OCI runtime spec the edits were written into
+
+
+def _text(text: str) -> str:
+    """Text from a spec or a host, for rich: control characters and markup escaped."""
+    return escape(escape_controls(text))
 
 
 def print_json(report: Report) -> None:
@@ -128,19 +134,19 @@ def print_report(report: Report) -> None:
     for r in report.requested:
         resolved = report.snapshot.resolve(r.qualified_name)
         where = f"priority {resolved.priority}, " if resolved is not None else ""
-        where += f"cdiVersion {escape(r.spec.cdi_version)}"
-        line(f"[bold]{escape(r.qualified_name)}[/]: {escape(r.path)} ({where})")
+        where += f"cdiVersion {_text(r.spec.cdi_version)}"
+        line(f"[bold]{_text(r.qualified_name)}[/]: {_text(r.path)} ({where})")
     c = report.container
     sections: list[tuple[str, list[str]]] = [
         ("device nodes", [t for p in c.devices for t in _node_lines(report, p)]),
-        ("env", [f"{escape(p.value)}{_from(p.origin)}" for p in c.env]),
+        ("env", [f"{_text(p.value)}{_from(p.origin)}" for p in c.env]),
         ("mounts", [_mount_line(p) for p in c.mounts]),
         ("hooks", [_hook_line(stage, p) for stage in HOOK_STAGES for p in c.hooks.get(stage, ())]),
         ("intelRdt", [] if c.intel_rdt is None else [_fields(c.intel_rdt.value) + _from(c.intel_rdt.origin)]),
         ("additional groups", [f"{p.value}{_from(p.origin)}" for p in c.additional_gids]),
         (
             "net devices",
-            [f"{escape(h)} as {escape(p.value['name'])}{_from(p.origin)}" for h, p in c.net_devices.items()],
+            [f"{_text(h)} as {_text(p.value['name'])}{_from(p.origin)}" for h, p in c.net_devices.items()],
         ),
     ]
     for title, lines in sections:
@@ -149,17 +155,17 @@ def print_report(report: Report) -> None:
             for text in lines:
                 line(f"  {text}")
     for error in report.errors:
-        line(f"[red]error[/] {escape(error)}")
+        line(f"[red]error[/] {_text(error)}")
     if report.oci is not None:
-        line(f"written into {escape(str(report.oci))}")
+        line(f"written into {_text(str(report.oci))}")
 
 
 def _from(origin: Origin | None) -> str:
     if origin is None:
         return ""
     if origin.device is not None:
-        return f"  [dim](from {escape(origin.device)})[/]"
-    return f"  [dim](from the spec-level edits of {escape(origin.path)})[/]"
+        return f"  [dim](from {_text(origin.device)})[/]"
+    return f"  [dim](from the spec-level edits of {_text(origin.path)})[/]"
 
 
 def _node_lines(report: Report, p: Placed) -> list[str]:
@@ -172,16 +178,16 @@ def _node_lines(report: Report, p: Placed) -> list[str]:
     cgroup = "" if p.cgroup_access is None else f", cgroup access {p.cgroup_access or 'none'}"
     host = report.hosts.get(p.host_path or "", "not read")
     if isinstance(host, str):
-        seen = f"host {escape(p.host_path or '')} now: {escape(host)}"
+        seen = f"host {_text(p.host_path or '')} now: {_text(host)}"
     else:
         numbers = f" {host.major}:{host.minor}" if host.type in ("c", "b") else ""
         kind = host.type or host.what
         seen = (
-            f"host {escape(p.host_path or '')} now: {kind}{numbers} {stat.filemode(host.mode)} "
+            f"host {_text(p.host_path or '')} now: {kind}{numbers} {stat.filemode(host.mode)} "
             f"uid {host.uid} gid {host.gid}"
         )
     return [
-        f"{escape(v['path'])}: {v['type']} {v['major']}:{v['minor']}, mode {mode}, owner {owner}, "
+        f"{_text(v['path'])}: {v['type']} {v['major']}:{v['minor']}, mode {mode}, owner {owner}, "
         f"group {group}{cgroup}{_from(p.origin)}",
         f"  {seen}",
         f"  a user other than root: {_non_root_text(access)}",
@@ -201,7 +207,7 @@ def _mount_line(p: Placed) -> str:
     extra = [f"type {v['type']}"] if "type" in v else []
     extra += [f"options {','.join(v['options'])}"] if "options" in v else []
     suffix = f" ({'; '.join(extra)})" if extra else ""
-    return f"{escape(v.get('source', ''))} on {escape(v['destination'])}{escape(suffix)}{_from(p.origin)}"
+    return f"{_text(v.get('source', ''))} on {_text(v['destination'])}{_text(suffix)}{_from(p.origin)}"
 
 
 def _hook_line(stage: str, p: Placed) -> str:
@@ -210,8 +216,8 @@ def _hook_line(stage: str, p: Placed) -> str:
     extra += [f"env {' '.join(v['env'])}"] if "env" in v else []
     extra += [f"timeout {v['timeout']} s"] if "timeout" in v else []
     suffix = f" ({'; '.join(extra)})" if extra else ""
-    return f"{stage}: {escape(v['path'])}{escape(suffix)}{_from(p.origin)}"
+    return f"{stage}: {_text(v['path'])}{_text(suffix)}{_from(p.origin)}"
 
 
 def _fields(value: dict[str, Any]) -> str:
-    return escape(", ".join(f"{k} {v}" for k, v in value.items()))
+    return _text(", ".join(f"{k} {v}" for k, v in value.items()))

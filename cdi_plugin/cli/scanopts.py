@@ -17,7 +17,7 @@ import click
 
 from cdi_plugin.cdi.runtimes import NAMES as RUNTIME_NAMES
 from cdi_plugin.cdi.version import SUPPORTED_VERSIONS
-from cdi_plugin.wording import file_type
+from cdi_plugin.wording import escape_controls, file_type
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -39,7 +39,7 @@ def fail(program: str, message: str, code: int = 1, *, json_error: bool = True) 
     to stdout unless not ``json_error``: a JSON report already says it) and exit with ``code``."""
     if json_error:
         print_json_error(message)
-    click.echo(f"{program}: error: {message}", err=True)
+    click.echo(f"{program}: error: {escape_controls(message)}", err=True)
     raise SystemExit(code)
 
 

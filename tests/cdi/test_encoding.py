@@ -125,3 +125,13 @@ def test_yaml_round_trip(spec: model.Spec) -> None:
     assert obj == codec.spec_to_obj(spec)
     assert codec.decode(data, "spec.yaml", "yaml") == spec
     assert codec.encode(codec.decode(data, "spec.yaml", "yaml"), "yaml") == data
+
+
+def test_json_holds_escaped_what_the_yaml_reader_of_runtimes_refuses_or_folds() -> None:
+    """Runtimes read JSON through YAML, which refuses a raw DEL, C1 control, U+FFFE or U+FFFF and
+    reads a raw NEL, LS or PS as a line break."""
+    value = "A=\x7f\x85\x9b\u2028\u2029\ufffe\uffff\x1bé"
+    spec = codec.spec_from_obj(doc(edits={"env": [value]}))
+    data = codec.encode(spec, "json")
+    assert '"A=\\u007f\\u0085\\u009b\\u2028\\u2029\\ufffe\\uffff\\u001bé"' in data.decode()
+    assert codec.decode(data) == spec

@@ -1,10 +1,11 @@
-"""Text that would make the parser allocate without bound: huge numbers and YAML aliases."""
+"""Text that would make the parser allocate without bound (huge numbers and YAML aliases), and huge
+values, which problems show cut."""
 
 from __future__ import annotations
 
 import pytest
 
-from cdi_plugin.cdi import codec, textparse
+from cdi_plugin.cdi import codec, textparse, validate
 from cdi_plugin.errors import SpecLoadError
 
 DIGITS = "7" * 5000
@@ -97,3 +98,72 @@ def test_the_pure_python_loader_refuses_aliases_too(monkeypatch: pytest.MonkeyPa
     finally:
         monkeypatch.undo()
         textparse._yaml_loader.cache_clear()
+
+
+#: An escape character (escaped, as JSON and YAML double quotes write it) and a megabyte of text.
+HUGE = "\\u001b" + "a" * 1_000_000
+
+
+@pytest.mark.parametrize(
+    ("text", "fmt", "rule"),
+    [
+        ('{"cdiVersion": "0.3.0", "kind": "example.com/' + HUGE + '", "devices": []}', "json", "class-name"),
+        ('{"' + HUGE + '": 1, "cdiVersion": "0.3.0"}', "json", "unknown-field"),
+        ('{"' + HUGE + '": 1, "' + HUGE + '": 1}', "json", "duplicate-key"),
+        (f'? "{HUGE}"\n: 1\n? "{HUGE}"\n: 1\n', "yaml", "duplicate-key"),
+        (spec_text("1").replace('"name": "a"', '"name": "' + HUGE + '"'), "json", "device-name"),
+        (spec_text("1").replace('"path": "/dev/a"', '"path": "' + HUGE + '"'), "json", "absolute-path"),
+        (spec_text("1").replace('"major": 1', '"major": "' + HUGE + '"'), "json", "type"),
+        (
+            spec_text("1").replace(
+                '"deviceNodes": [{"path": "/dev/a", "major": 1}]', '"env": ["' + HUGE + '"]'
+            ),
+            "json",
+            "env-format",
+        ),
+    ],
+)
+def test_a_huge_value_is_shown_cut_and_escaped_in_its_problem(
+    text: str, fmt: codec.Format, rule: str
+) -> None:
+    problems = validate.validate_bytes(text.encode(), "huge", fmt).problems
+    assert rule in {p.rule for p in problems}
+    for p in problems:
+        assert len(p.message) < 300, (p.rule, len(p.message))
+        assert "\x1b" not in p.message
+
+
+@pytest.mark.parametrize("char", ["\x7f", "\x80", "\x9b", "\ufffe", "\uffff"])
+@pytest.mark.parametrize("fmt", ["json", "yaml"])
+def test_a_raw_character_the_yaml_reader_of_runtimes_refuses_is_a_one_line_error(
+    char: str, fmt: codec.Format
+) -> None:
+    """go-yaml reads every spec, JSON too, and refuses these anywhere in a file; escaped, they pass."""
+    env = '"A=' + char + '"'
+    text = spec_text("1").replace('"deviceNodes": [{"path": "/dev/a", "major": 1}]', '"env": [' + env + "]")
+    with pytest.raises(SpecLoadError) as caught:
+        codec.decode(text.encode(), "raw", fmt)
+    assert caught.value.rule == "syntax"
+    escape = f"\\u{ord(char):04x}"
+    assert caught.value.message == (
+        f"line 1 column {text.index(char) + 1}: character U+{ord(char):04X}, which the YAML reader of "
+        f'runtimes refuses ("control characters are not allowed"); in a string, write it as {escape}'
+    )
+    escaped = codec.decode(text.replace(char, escape).encode(), "escaped", fmt)
+    assert escaped.devices[0].container_edits.env == (f"A={char}",)
+
+
+def test_a_surrogate_pair_escape_in_json_is_refused_as_the_yaml_reader_of_runtimes_refuses_it() -> None:
+    paired = spec_text("1").replace('"path": "/dev/a"', '"path": "/dev/\\ud83d\\ude00"')
+    with pytest.raises(SpecLoadError) as caught:
+        codec.decode(paired.encode(), "pair.json", "json")
+    assert caught.value.rule == "syntax"
+    column = paired.index("\\ud83d") + 1
+    assert caught.value.message == (
+        f"line 1 column {column}: a UTF-16 surrogate escape (\\ud83d), which the YAML "
+        "reader of runtimes refuses even in a pair; write the character itself"
+    )
+    raw = spec_text("1").replace('"path": "/dev/a"', '"path": "/dev/\U0001f600\\\\ud83d"')
+    assert codec.decode(raw.encode(), "raw.json", "json").devices[0].container_edits.device_nodes[0].path == (
+        "/dev/\U0001f600\\ud83d"
+    )

@@ -108,7 +108,7 @@ ADDED = {
         Problem(
             "/kind",
             "kind-format",
-            f"invalid kind {'v' * 254 + '/gpu'!r}: the vendor has 254 characters, "
+            f"invalid kind '{'v' * 80}'... (258 characters): the vendor has 254 characters, "
             "over the CDI specification's 253",
             "a vendor of at most 253 and a class of at most 63 characters",
         ),

@@ -40,12 +40,21 @@ def test_oci_writes_into_the_file_and_says_so(cli: Invoke, tmp_path: Path, mount
     assert sorted(p.name for p in tmp_path.iterdir()) == ["config.json", "specs"], "no temporary file left"
 
 
+def test_oci_reads_what_go_json_writes_raw_or_escaped(cli: Invoke, tmp_path: Path, mount_spec: Path) -> None:
+    """runc reads config.json with Go's JSON, which takes a raw DEL and a surrogate pair escape."""
+    config = tmp_path / "config.json"
+    config.write_text('{"ociVersion": "1.0.2", "process": {"env": ["A=\x7f\\ud83d\\ude00"]}}')
+    result = cli("inspect", "--json", "--spec-dir", mount_spec, "--oci", config, "acme.example/lib=x")
+    assert result.exit_code == 0, result.output
+    assert json.loads(config.read_text())["process"]["env"] == ["A=\x7f\U0001f600", "LIB=1"]
+
+
 @pytest.mark.parametrize(
     ("content", "message"),
     [
         ('{"process": {"env": "PATH=/bin"}}', "{config}: /process/env: expected a list"),
         ("process: {}\n", "{config}: not JSON"),
-        ("", "{config}: the file is empty (no spec data)"),
+        ("", "{config}: the file is empty (no OCI runtime spec data)"),
         ('{"linux": {"namespaces": [{"type": "user"}]}}',
          "{config}: it has a user namespace, where the CDI library gives the mounts it adds ID mappings, "
          "which cdi-gen does not write"),
