@@ -91,7 +91,7 @@ def version_max_option(f: F) -> F:
         default=None,
         metavar="VERSION",
         help="Treat a spec that declares a higher cdiVersion as invalid "
-        "(0.5.0 for podman 4.3 and containerd 1.7.0-1.7.2, 0.6.0 for iSulad).",
+        "(0.5.0 for podman 4.3 and containerd 1.7.0-1.7.2, 0.6.0 for iSulad) [default: no maximum].",
     )(f)
 
 

@@ -126,6 +126,12 @@ def cdi_spec_dirs_option(f: F) -> F:
     )(f)
 
 
+def _used(default: str | None, used: str) -> str:
+    """``[default: used]`` for the help of an option whose ``default`` is None only so that the
+    command can tell it was not given (``serve`` refuses its scanner options without --scan)."""
+    return f" [default: {used}]" if default is None else ""
+
+
 def format_option(default: str | None = "json") -> Callable[[F], F]:
     def decorate(f: F) -> F:
         return click.option(
@@ -134,7 +140,7 @@ def format_option(default: str | None = "json") -> Callable[[F], F]:
             type=click.Choice(["json", "yaml"]),
             default=default,
             show_default=default is not None,
-            help="Spec file format (<vendor>-<class>.json or .yaml).",
+            help="Spec file format (<vendor>-<class>.json or .yaml)." + _used(default, "json"),
         )(f)
 
     return decorate
@@ -149,7 +155,7 @@ def max_version_option(default: str | None = "0.5.0") -> Callable[[F], F]:
             show_default=default is not None,
             metavar="VERSION",
             help="Refuse a spec that needs a higher cdiVersion (0.5.0: podman 4.3 and containerd "
-            "1.7.0-1.7.2 read it; 0.6.0: iSulad).",
+            "1.7.0-1.7.2 read it; 0.6.0: iSulad)." + _used(default, "0.5.0"),
         )(f)
 
     return decorate
@@ -230,7 +236,7 @@ def source_option(default: str | None = "udev", watch: bool = False) -> Callable
             show_default=default is not None,
             callback=check,
             metavar="udev|fixture:PATH" if watch else "udev|simulated|fixture:PATH",
-            help=what,
+            help=what + _used(default, "udev"),
         )(f)
 
     return decorate

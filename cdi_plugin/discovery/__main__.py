@@ -20,7 +20,11 @@ PROG = "python -m cdi_plugin.discovery"
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.splitlines()[0] if __doc__ else None)
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        description="Print what discovery finds, as a fixture file (for --source fixture:PATH): the JSON "
+        "on stdout, each warning on stderr.",
+    )
     parser.add_argument(
         "-s", "--subsystem", action="append", default=[], help="udev subsystem (repeatable; default: all)"
     )
@@ -32,7 +36,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--no-ancestors", action="store_true", help="leave out parent devices")
     parser.add_argument("--source", default="udev", help="udev (default) or fixture:PATH")
-    parser.add_argument("--dev-root", default="/dev", help="where the host's /dev is visible (udev source)")
+    parser.add_argument(
+        "--dev-root", default="/dev", help="where the host's /dev is visible (udev source; default: /dev)"
+    )
     return parser
 
 

@@ -61,3 +61,16 @@ def test_serve_help_groups_every_option() -> None:
     assert found == SERVE_GROUPS
     options = {o for p in plugin.serve.params for o in getattr(p, "opts", ()) if o.startswith("--")}
     assert {o for group in SERVE_GROUPS.values() for o in group} == options - {"--sysfs-root"} | {"--help"}
+
+
+def _defaults(program: click.Group, command: list[str]) -> dict[str, str]:
+    """Each option's ``[default: ...]`` in the help of ``command``."""
+    options = re.split(r" (?=--[\w-]+ )", " ".join(_help(program, command, 1000).split()))
+    found = (re.match(r"(--[\w-]+) .*?\[default: ([^\]]+)\]", option) for option in options)
+    return {m[1]: m[2] for m in found if m}
+
+
+def test_serve_help_shows_the_scanner_defaults_of_watch() -> None:
+    serve, watch = _defaults(plugin.main, ["serve"]), _defaults(gen.main, ["watch"])
+    for option in ["--format", "--cdi-version-max", "--source", "--uevent-source"]:
+        assert serve.get(option) == watch[option], option

@@ -5,6 +5,7 @@ root without capabilities and able to write /etc/cdi and nothing else."""
 from __future__ import annotations
 
 import asyncio
+import re
 import shlex
 import signal
 import subprocess
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from cdi_plugin.cli import gen
 from cdi_plugin.discovery.fixture import simulated
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -172,3 +174,18 @@ def test_the_docs_install_the_tools_where_the_units_run_them_and_on_path(doc: st
     assert f"{venv}/bin/pip install ." in text
     assert f"ln -sf {INSTALLED_BIN}cdi-gen {INSTALLED_BIN}cdi-plugin /usr/local/bin/" in text
     assert ".venv/bin/cdi-gen" not in text
+
+
+def test_the_options_named_for_both_units_are_those_scan_and_watch_take() -> None:
+    def options(command: str) -> set[str]:
+        return {
+            o for p in gen.main.commands[command].params for o in getattr(p, "opts", ()) if o.startswith("--")
+        }
+
+    # --source: a host's units read udev (fixture:PATH is for tests and demos)
+    both = (options("scan") & options("watch")) - {"--help", "--source"}
+    comment = (UNITS / "cdi-gen-scan.service").read_text().partition("(options both")[2].partition(")")[0]
+    docs = (ROOT / "docs" / "deploy.md").read_text().partition("Only options both commands take")[2]
+    docs = docs.partition(")")[0]
+    for named in (comment, docs):
+        assert set(re.findall(r"--[\w-]+", named)) == both

@@ -54,3 +54,13 @@ def test_errors_are_one_line_with_exit_1(
     captured = capsys.readouterr()
     assert captured.out == ""
     assert captured.err == f"python -m cdi_plugin.discovery: error: {message}\n"
+
+
+def test_help_says_what_it_prints_and_the_defaults(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as done:
+        main(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert done.value.code == 0
+    assert "Print what discovery finds, as a fixture file" in text
+    assert "``" not in text
+    assert "default: /dev" in text
