@@ -80,9 +80,15 @@ def _type_name(value: object) -> str:
     return names.get(type(value), "number")
 
 
+#: The CDI Go library reads a number or boolean where a string belongs as text, as YAML resolved it
+#: (``010`` as "8", ``yes`` as "true"); a spec is refused instead, so that a name is what it shows.
+_SCALAR_HINT = "quote it: runtimes would read it as text, cdi-plugin does not (010 would be '8')"
+
+
 def _str(value: Any, ptr: str) -> str:
     if not isinstance(value, str):
-        raise _Err(ptr, "type", f"expected a string, got {_type_name(value)}")
+        hint = _SCALAR_HINT if isinstance(value, int | float) else ""  # a bool too
+        raise _Err(ptr, "type", f"expected a string, got {_type_name(value)}", hint)
     return value
 
 

@@ -214,6 +214,14 @@ def test_type_errors_name_the_pointer(edits: dict[str, Any], pointer: str) -> No
     assert (err.rule, err.pointer) == ("type", pointer)
 
 
+@pytest.mark.parametrize("value", [0, 10, 1.5, True])
+def test_a_number_or_boolean_where_a_string_belongs_says_to_quote_it(value: Any) -> None:
+    err = load_error(doc(edits={"env": ["A=1", value]}))
+    assert (err.rule, err.pointer) == ("type", f"{DEV}/env/1")
+    assert err.hint.startswith("quote it: runtimes would read it as text")
+    assert load_error(doc(edits={"env": [["A=1"]]})).hint == ""  # an array is no text in Go either
+
+
 @pytest.mark.parametrize(
     ("document", "pointer"),
     [
