@@ -108,9 +108,9 @@ def read_file(path: Path, max_bytes: int, what: str, *, follow_links: bool = Tru
     """Read a file another program may have put in place: every spec, record and config.
 
     It must be a regular file of at most ``max_bytes`` (checked on the open descriptor, so a file
-    swapped in between check and read is seen); opening never blocks (a FIFO does not wait for a
-    writer) and, without ``follow_links``, a symbolic link is refused and nothing but a regular
-    file is opened (opening a device can act on it). Every failure is a one-line
+    swapped in between check and read is seen); nothing but a regular file is opened (opening a
+    device can act on it: a tape rewinds, a modem hangs up), opening never blocks (a FIFO does not
+    wait for a writer), and without ``follow_links`` a symbolic link is refused. Every failure is a one-line
     :class:`SpecLoadError` naming the file and calling it ``what`` (``a device spec``) where needed;
     a file that is not a regular file is named for what it is (a FIFO, a directory, a device...).
     """
@@ -140,13 +140,12 @@ def read_file_stat(
 
 
 def open_regular(path: Path, what: str, *, follow_links: bool = True) -> tuple[int, os.stat_result]:
-    """Open a file for reading as :func:`read_file` does (never blocking; without ``follow_links``,
-    nothing but a regular file opened): its descriptor and status, or :class:`SpecLoadError`."""
+    """Open a file for reading as :func:`read_file` does (never blocking, nothing but a regular
+    file opened): its descriptor and status, or :class:`SpecLoadError`."""
     source = str(path)
     flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow_links else os.O_NOFOLLOW)
-    try:
-        if not follow_links:
-            _check_regular(os.lstat(path).st_mode, source, what)
+    try:  # nothing but a regular file is opened (a swap after this check is seen on the descriptor)
+        _check_regular((os.stat if follow_links else os.lstat)(path).st_mode, source, what)
         fd = os.open(path, flags)
     except OSError as exc:
         if exc.errno == errno.ELOOP and not follow_links:  # swapped for a link after the lstat

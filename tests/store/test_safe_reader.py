@@ -142,9 +142,11 @@ def test_the_reader_refuses_a_file_larger_than_asked_before_reading_it(tmp_path:
     assert files.read_file(path, 100, "spec file") == b"x" * 100
 
 
+@pytest.mark.parametrize("follow", [False, True])
 @pytest.mark.parametrize("how", ["fifo", "dev-zero-node"])
-def test_without_following_links_only_a_regular_file_is_opened(tmp_path: Path, how: str) -> None:
-    """Opening a device can act on it: it is refused from its lstat, which inotify's IN_OPEN shows."""
+def test_only_a_regular_file_is_opened(tmp_path: Path, how: str, follow: bool) -> None:
+    """Opening a device can act on it: it is refused from its status (through a symbolic link when
+    links are followed), which inotify's IN_OPEN shows."""
     from asyncinotify import Inotify, Mask
 
     path = tmp_path / "state"
@@ -157,8 +159,12 @@ def test_without_following_links_only_a_regular_file_is_opened(tmp_path: Path, h
     with Inotify() as inotify:
         inotify.sync_timeout = 30
         inotify.add_watch(tmp_path, Mask.OPEN)
-        with pytest.raises(SpecLoadError, match=r"state: is (a FIFO|a character device), not a state file$"):
-            files.read_file(path, 1024, "a state file", follow_links=False)
+        link = tmp_path / "link"
+        link.symlink_to(path.name)
+        name = "link" if follow else "state"
+        refused = rf"{name}: is (a FIFO|a character device), not a state file$"
+        with pytest.raises(SpecLoadError, match=refused):
+            files.read_file(link if follow else path, 1024, "a state file", follow_links=follow)
         sentinel.read_text()  # its IN_OPEN comes after any the read caused
         opened = []
         while not opened or opened[-1] != "sentinel":
