@@ -154,6 +154,26 @@ async def test_refusal_is_logged(
     assert f"the kubelet refused DRA driver {DRIVER}: none of the versions" in caplog.text
 
 
+async def test_a_refusals_reason_is_logged_on_one_line_of_bounded_length(
+    paths: Paths, plugin: KubeletPlugin, caplog: pytest.LogCaptureFixture
+) -> None:
+    reason = "bad\nERROR forged line\x1b[31m" + "x" * 100_000
+    async with grpc.aio.insecure_channel(f"unix://{paths.registration_socket}") as channel:
+        with caplog.at_level(logging.ERROR):
+            await api.RegistrationStub(channel).NotifyRegistrationStatus(
+                api.RegistrationStatus(plugin_registered=False, error=reason), timeout=10
+            )
+    [record] = [r for r in caplog.records if "refused DRA driver" in r.getMessage()]
+    message = record.getMessage()
+    assert "\n" not in message
+    assert "\x1b" not in message
+    assert "bad\\nERROR forged line\\x1b[31mxx" in message
+    assert len(message) < 600
+    assert message.endswith("characters)")
+    assert plugin.registrar.error.startswith("bad\\n")
+    assert len(plugin.registrar.error) < 450
+
+
 async def test_prepare_answers_with_cdi_names(kubelet: FakeKubelet, claims: Claims) -> None:
     one, two = api.Claim("ns", "one", "uid-1"), api.Claim("ns", "two", "uid-2")
     claims.add(
