@@ -28,6 +28,7 @@ from cdi_plugin.aio.run import run_until
 from cdi_plugin.dra.backoff import Backoff, Failures
 from cdi_plugin.dra.inventory import Inventory, ServedDevice
 from cdi_plugin.dra.kube import KubeApi
+from cdi_plugin.dra.names import DraConfigError
 from cdi_plugin.dra.reflector import READ_TIMEOUT, WATCH_TIMEOUT, SliceCache, SliceWatch
 from cdi_plugin.dra.report import UNREPORTED, Report
 from cdi_plugin.dra.rest import ApiServerError
@@ -64,6 +65,7 @@ class SlicePublisher:
             kube, self.cache, watch_timeout=watch_timeout, read_timeout=read_timeout, sleep=sleep
         )
         self._stale = False  # a write met a conflict: list before the next
+        self._published = False  # once: the node's UID read at start is not read again at once
 
     def _pool(self, devices: Mapping[str, ServedDevice], *, taints: bool) -> Pool:
         pool = build_pool(self.kube.driver, self.kube.node, devices, taints=taints)
@@ -94,6 +96,9 @@ class SlicePublisher:
     async def _apply(self, pool: Pool) -> Plan:
         changes = plan(pool, self.cache.objects())
         try:
+            if changes.create and self.kube.node_uid and self._published:
+                pool = await self._owned_by_current_node(pool)
+                changes = plan(pool, self.cache.objects())
             for obj in changes.delete:
                 await self.kube.delete_slice(obj)
                 self.cache.remove(obj["metadata"]["name"])
@@ -104,12 +109,27 @@ class SlicePublisher:
         except ApiServerError as exc:
             self._stale = self._stale or exc.code == 409
             raise
+        self._published = True
         if not changes.empty:
             log.info(
                 "published pool %s generation %d: %d created, %d updated, %d deleted",
                 pool.node, changes.generation, len(changes.create), len(changes.update), len(changes.delete),
             )  # fmt: skip
         return changes
+
+    async def _owned_by_current_node(self, pool: Pool) -> Pool:
+        """``pool`` owned by the node's UID read again. Slices are created again when someone
+        deleted them: the garbage collector does when the node was deleted and registered again
+        (same name, a new UID), and slices owned by the old UID would be collected as soon as
+        they are created, again and again."""
+        try:
+            uid = await self.kube.read_node_uid()
+        except DraConfigError:
+            node = f"GET /api/v1/nodes/{self.kube.node}"
+            raise ApiServerError(node, "not found (deleted, not registered again yet?)", code=404) from None
+        if uid != pool.node_uid:
+            log.warning("node %s has a new UID, %s: its slices are owned by it from now on", pool.node, uid)
+        return dataclasses.replace(pool, node_uid=uid)
 
     def wake(self) -> None:
         """Compare the pool with the stored slices again now, whether or not anything changed."""

@@ -192,6 +192,27 @@ async def test_slices_deleted_by_someone_else_come_back_through_the_watch(
         assert lists(server) == 1  # seen through the watch, not by listing again
 
 
+async def test_a_node_registered_again_with_a_new_uid_owns_the_slices_published_again(
+    kube: KubeApi, server: FakeApiServer, spec_dir: Path, host_nodes: Path
+) -> None:
+    make_node(host_nodes / "fuse")
+    write_spec(spec_dir, "cdi-plugin.io/fuse", {"fuse": str(host_nodes / "fuse")})
+    await kube.read_node_uid()
+    publisher = SlicePublisher(kube)
+
+    def owner() -> str:
+        stored = ours(server)
+        return str(stored[0]["metadata"]["ownerReferences"][0]["uid"]) if len(stored) == 1 else ""
+
+    async with publishing(publisher, spec_inventory([spec_dir])):
+        await eventually(lambda: _names(server) == {"fuse-fuse"}, "the first publish")
+        # kubectl delete node; its kubelet registers it again: the old UID's slices are collected
+        new_uid = server.recreate_node(NODE)
+        await eventually(lambda: owner() == new_uid, "the slice owned by the node's new UID", 30)
+        assert _names(server) == {"fuse-fuse"}
+        assert kube.node_uid == new_uid
+
+
 async def test_a_steady_state_sends_nothing_but_watch_renewals(
     kube: KubeApi, server: FakeApiServer, spec_dir: Path, host_nodes: Path
 ) -> None:
