@@ -22,6 +22,7 @@ import asyncio
 import dataclasses
 import logging
 from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
 
 from cdi_plugin.aio.pulse import Pulse
 from cdi_plugin.aio.run import run_until
@@ -32,7 +33,8 @@ from cdi_plugin.dra.names import DraConfigError
 from cdi_plugin.dra.reflector import READ_TIMEOUT, WATCH_TIMEOUT, SliceCache, SliceWatch
 from cdi_plugin.dra.report import UNREPORTED, Report
 from cdi_plugin.dra.rest import ApiServerError
-from cdi_plugin.dra.slices import Plan, Pool, build_pool, plan, taints_dropped
+from cdi_plugin.dra.shapes import Obj
+from cdi_plugin.dra.slices import Plan, Pool, build_pool, content, plan, taints_dropped
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +68,9 @@ class SlicePublisher:
         )
         self._stale = False  # a write met a conflict: list before the next
         self._published = False  # once: the node's UID read at start is not read again at once
+        #: Slices the API server stored otherwise than written, by name: (the spec written,
+        #: the content stored). Such a slice counts as written while it is stored so.
+        self._adopted: dict[str, tuple[Obj, Any]] = {}
 
     def _pool(self, devices: Mapping[str, ServedDevice], *, taints: bool) -> Pool:
         pool = build_pool(self.kube.driver, self.kube.node, devices, taints=taints)
@@ -93,19 +98,44 @@ class SlicePublisher:
             self.on_publish(done)
         return done
 
+    def _stored(self) -> list[Obj]:
+        """The stored slices, each one the API server stored otherwise than written as written."""
+        out = []
+        for obj in self.cache.objects():
+            adopted = self._adopted.get(obj["metadata"]["name"])
+            out.append({**obj, "spec": adopted[0]} if adopted and content(obj) == adopted[1] else obj)
+        return out
+
+    def _written(self, sent: Obj, answer: Obj) -> None:
+        """Take the answer to a write into the cache. One the API server stored otherwise (a
+        mutating admission webhook, a field its version drops) is adopted as it is, with one line:
+        writing it again would only bring the same answer, and its watch event another pass."""
+        self.cache.put(answer)
+        name, stored = answer["metadata"]["name"], content(answer)
+        if stored == content(sent):
+            self._adopted.pop(name, None)
+            return
+        if self._adopted.get(name, ({}, None))[1] != stored:
+            log.warning(
+                "the API server stored ResourceSlice %s otherwise than written (a mutating admission "
+                "webhook, or a field it drops?); kept as stored until the pool changes",
+                name,
+            )
+        self._adopted[name] = (sent["spec"], stored)
+
     async def _apply(self, pool: Pool) -> Plan:
-        changes = plan(pool, self.cache.objects())
+        changes = plan(pool, self._stored())
         try:
             if changes.create and self.kube.node_uid and self._published:
                 pool = await self._owned_by_current_node(pool)
-                changes = plan(pool, self.cache.objects())
+                changes = plan(pool, self._stored())
             for obj in changes.delete:
                 await self.kube.delete_slice(obj)
                 self.cache.remove(obj["metadata"]["name"])
             for obj in changes.update:
-                self.cache.put(await self.kube.replace_slice(obj))
+                self._written(obj, await self.kube.replace_slice(obj))
             for obj in changes.create:
-                self.cache.put(await self.kube.create_slice(obj))
+                self._written(obj, await self.kube.create_slice(obj))
         except ApiServerError as exc:
             self._stale = self._stale or exc.code == 409
             raise

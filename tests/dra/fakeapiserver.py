@@ -31,7 +31,7 @@ import json
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -130,6 +130,7 @@ class FakeApiServer:
         self.failures: list[tuple[str, str, int]] = []  # (method, path prefix, code)
         self.faults: list[Fault] = []
         self.drop_taints = False  # as with the DRADeviceTaints gate off: taints silently dropped
+        self.mutate: Callable[[dict[str, Any]], None] | None = None  # a mutating admission webhook
         self.resource_versions: tuple[str, ...] = ("v1",)  # of resource.k8s.io; (): no DRA
         self.before: Any = None  # called (method, path) before each request is handled, under the lock
         self.url = ""
@@ -338,6 +339,8 @@ class FakeApiServer:
                 return
 
     def _store(self, obj: dict[str, Any]) -> dict[str, Any]:
+        if self.mutate is not None:
+            self.mutate(obj)
         for device in obj["spec"].get("devices") or []:
             if self.drop_taints:
                 device.pop("taints", None)

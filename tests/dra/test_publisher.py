@@ -9,6 +9,7 @@ import copy
 import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -434,6 +435,41 @@ async def test_without_device_taints_unhealthy_devices_are_withdrawn(
     assert publisher.taints is False
     assert _names(server) == {"gpu-card0"}
     assert pool_problems(ours(server)) == []
+
+
+async def test_a_slice_stored_otherwise_than_written_is_adopted_not_written_again_and_again(
+    kube: KubeApi, server: FakeApiServer, spec_dir: Path, host_nodes: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    def webhook(obj: dict[str, Any]) -> None:  # a mutating admission webhook that drops an attribute
+        for device in obj["spec"]["devices"]:
+            device["attributes"].pop("vendor", None)
+
+    server.mutate = webhook
+    inv = inventory_of(spec_dir, host_nodes, 2)
+    published: asyncio.Queue[Plan] = asyncio.Queue()
+    publisher = SlicePublisher(kube, on_publish=published.put_nowait)
+    with caplog.at_level(logging.WARNING):
+        async with publishing(publisher, inv):
+            assert len((await change(published)).create) == 1
+            # the answer, then its watch event: each a pass, which finds nothing to write
+            await eventually(lambda: lists(server) == 1 and server.watches >= 1, "the watch")
+            publisher.wake()
+
+            async def quiet() -> None:  # a pass that writes nothing
+                while not (await published.get()).empty:
+                    pass
+
+            await asyncio.wait_for(quiet(), 30)
+            assert [m for m, _ in server.writes()] == ["POST"]
+            # a change of the pool is written, and adopted again as stored
+            (host_nodes / "fuse0").unlink()
+            refresh(inv)
+            assert len((await change(published)).update) == 1
+            [stored] = ours(server)
+            assert "taints" in stored["spec"]["devices"][0]
+            assert "vendor" not in stored["spec"]["devices"][0]["attributes"]
+    assert caplog.text.count("stored ResourceSlice") == 2, caplog.text
+    assert [m for m, _ in server.writes()] == ["POST", "PUT"]
 
 
 async def test_with_device_taints_unhealthy_devices_stay_tainted(
