@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from collections.abc import AsyncIterator, Mapping
@@ -227,6 +228,56 @@ async def test_bad_claims_get_one_line_errors_and_do_not_stop_the_good_one(
 
 def kubelet_dev(kubelet: FakeKubelet) -> Path:
     return kubelet.registry_dir.parent / "dev"
+
+
+class SlowClaims(Claims):
+    """Each read takes ``seconds``; counts the reads in flight."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__()
+        self.seconds = seconds
+        self.in_flight = self.most = 0
+
+    async def read_claim(self, namespace: str, name: str) -> Mapping[str, Any] | None:
+        self.in_flight += 1
+        self.most = max(self.most, self.in_flight)
+        try:
+            await asyncio.sleep(self.seconds)
+            return await super().read_claim(namespace, name)
+        finally:
+            self.in_flight -= 1
+
+
+async def test_claims_not_read_within_the_calls_budget_fail_with_the_reason(
+    paths: Paths, inventory: SpecInventory
+) -> None:
+    claims = SlowClaims(0.05)
+    refs = [api.Claim("ns", f"c{i}", f"uid-{i}") for i in range(3000)]
+    service = DraService(DRIVER, NODE, inventory, claims, PreparedClaims(paths.state_file), call_budget=0.2)
+    answer = await service.prepare(refs)
+    assert len(answer) == 3000
+    assert 16 <= claims.reads < 3000
+    late = "claim ns/c2999: cannot read it: the call's other claims took the time the kubelet gives the call"
+    assert answer["uid-2999"] == late
+
+
+async def test_a_call_naming_thousands_of_claims_reads_16_at_a_time_and_answers_each(
+    paths: Paths, inventory: SpecInventory
+) -> None:
+    claims = SlowClaims(0.001)
+    refs = [api.Claim("ns", f"c{i}", f"uid-{i}") for i in range(3000)]
+    claims.add(claim_obj(refs[-1], ("fuse", NODE, "fuse-fuse")))
+    async with _plugin(paths, inventory, claims):
+        kubelet = FakeKubelet(paths.registry_dir)
+        await kubelet.register(kubelet.sockets()[0], DRIVER)
+        answer = await kubelet.prepare(*refs)
+    assert (claims.reads, claims.most) == (3000, 16)
+    assert answer.pop("uid-2999") == (
+        api.PreparedDevice(("fuse",), NODE, "fuse-fuse", ("cdi-plugin.io/fuse=fuse",)),
+    )
+    assert set(answer.values()) == {
+        f"claim ns/c{i}: not found in the API server (deleted after allocation?)" for i in range(2999)
+    }
 
 
 async def test_api_server_down_is_a_per_claim_error(kubelet: FakeKubelet, claims: Claims) -> None:
