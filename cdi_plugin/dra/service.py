@@ -69,6 +69,19 @@ def _ref_problem(ref: api.Claim) -> Refusal | None:
     return None if problem is None else Refusal(f"{where}: {problem}", "invalid-claim")
 
 
+def _named_twice(refs: list[api.Claim]) -> dict[str, Refusal]:
+    """The UIDs the call names for two different claims (namespace and name), each refused: the
+    answer has one entry per UID, and neither claim can be told to be the one meant."""
+    first: dict[str, api.Claim] = {}
+    out: dict[str, Refusal] = {}
+    for ref in refs:
+        seen = first.setdefault(ref.uid, ref)
+        if seen != ref and ref.uid not in out:
+            twice = f"{_claim(seen)}: its UID {shown(ref.uid)} is named for {_claim(ref)} too in this call"
+            out[ref.uid] = Refusal(twice, "invalid-claim")
+    return out
+
+
 class DraService:
     """NodePrepareResources / NodeUnprepareResources for both API versions.
 
@@ -155,7 +168,7 @@ class DraService:
         started = time.perf_counter()
         until = asyncio.get_running_loop().time() + self.call_budget
         # A claim prepared already is not read again.
-        found: dict[str, Found] = {}
+        found: dict[str, Found] = dict(_named_twice(refs))
         await self._look_up(self._unprepared(refs, found), found, until)
         await self.inventory.settled()
         out: dict[str, Result]

@@ -280,6 +280,21 @@ async def test_a_call_naming_thousands_of_claims_reads_16_at_a_time_and_answers_
     }
 
 
+async def test_a_uid_named_for_two_claims_in_one_call_is_refused_whatever_the_order(
+    kubelet: FakeKubelet, claims: Claims
+) -> None:
+    real, other = api.Claim("ns", "real", "uid-1"), api.Claim("ns", "other", "uid-1")
+    claims.add(claim_obj(real, ("fuse", NODE, "fuse-fuse")))
+    claims.add(claim_obj(api.Claim("ns", "other", "uid-2"), ("gpu", NODE, "gpu-card0")))
+    assert await kubelet.prepare(real, other) == {
+        "uid-1": "claim ns/real: its UID 'uid-1' is named for claim ns/other too in this call"
+    }
+    assert await kubelet.prepare(other, real) == {
+        "uid-1": "claim ns/other: its UID 'uid-1' is named for claim ns/real too in this call"
+    }
+    assert isinstance((await kubelet.prepare(real))["uid-1"], tuple)  # named once: prepared
+
+
 async def test_api_server_down_is_a_per_claim_error(kubelet: FakeKubelet, claims: Claims) -> None:
     claims.down = True
     ref = api.Claim("ns", "c", "uid-1")
