@@ -42,6 +42,12 @@ log = logging.getLogger(__name__)
 RETRY = Backoff(initial=1.0, maximum=30.0)
 
 
+def _untainted(slice_content: Any) -> Any:
+    """A slice's :func:`~cdi_plugin.dra.slices.content` without the devices' taints."""
+    name, (count, devices) = slice_content
+    return name, (count, [{k: v for k, v in d.items() if k != "taints"} for d in devices])
+
+
 class SlicePublisher:
     def __init__(
         self,
@@ -115,7 +121,10 @@ class SlicePublisher:
         if stored == content(sent):
             self._adopted.pop(name, None)
             return
-        if self._adopted.get(name, ({}, None))[1] != stored:
+        # dropped taints have a line of their own (publish), and unhealthy devices are withdrawn
+        if self._adopted.get(name, ({}, None))[1] != stored and _untainted(stored) != _untainted(
+            content(sent)
+        ):
             log.warning(
                 "the API server stored ResourceSlice %s otherwise than written (a mutating admission "
                 "webhook, or a field it drops?); kept as stored until the pool changes",

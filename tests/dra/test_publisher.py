@@ -420,7 +420,7 @@ async def test_garbage_on_the_watch_is_logged_and_the_watch_taken_up_again(
 
 
 async def test_without_device_taints_unhealthy_devices_are_withdrawn(
-    kube: KubeApi, server: FakeApiServer, spec_dir: Path, host_nodes: Path
+    kube: KubeApi, server: FakeApiServer, spec_dir: Path, host_nodes: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     server.drop_taints = True
     make_node(host_nodes / "card0")
@@ -435,6 +435,8 @@ async def test_without_device_taints_unhealthy_devices_are_withdrawn(
     assert publisher.taints is False
     assert _names(server) == {"gpu-card0"}
     assert pool_problems(ours(server)) == []
+    assert "dropped the device taints" in caplog.text
+    assert "otherwise than written" not in caplog.text  # one line for one cause
 
 
 async def test_a_slice_stored_otherwise_than_written_is_adopted_not_written_again_and_again(
