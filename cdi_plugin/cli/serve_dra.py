@@ -5,7 +5,7 @@ device nodes, grace period), so both APIs always see the same devices. Its life 
 
 1. the driver and node names are checked, and the API server's credentials loaded, before
    anything starts (a one-line error otherwise);
-2. the API server is asked for the node (its one GET of the node), again with backoff while it
+2. the API server is asked for the node, again with backoff while it
    cannot be reached or fails (the device plugin side serves meanwhile); a node it says it does
    not know stops the process. Then for its discovery document of ``resource.k8s.io/v1``: an API
    server without it (before 1.34, or DRA turned off) gets one error line naming the cause and

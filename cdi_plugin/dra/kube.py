@@ -4,7 +4,7 @@ ResourceSlices.
 Every answer comes checked through :mod:`cdi_plugin.dra.rest` and :mod:`cdi_plugin.dra.shapes`.
 Names go into paths only after they passed the API's name rules, and as escaped path segments.
 
-* The node: one GET, at start (its UID makes the Node own the slices).
+* The node: one GET at start, and one before slices are created anew (its UID makes the Node own them).
 * ``resource.k8s.io/v1``: its discovery document, one GET at start (see :meth:`KubeApi.dra_api_problem`).
 * A claim: one GET each, when the kubelet asks to prepare it, retried within a deadline well
   inside the kubelet's 45 s, each attempt with its own timeout. No claim is ever listed or watched.

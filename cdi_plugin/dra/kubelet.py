@@ -34,8 +34,12 @@ from cdi_plugin.dra.report import UNREPORTED, Report
 from cdi_plugin.dra.serialize import LOCK_NAME
 from cdi_plugin.dra.service import DraService
 from cdi_plugin.errors import CdiPluginError
+from cdi_plugin.wording import clipped
 
 log = logging.getLogger(__name__)
+
+#: How much of the kubelet's reason for a refusal is kept and logged (one line).
+MAX_REASON = 400
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,8 +112,8 @@ class Registrar:
             if self.on_registered is not None:
                 self.on_registered()
         else:
-            self.error = request.error
-            reason = request.error or "no reason given"
+            # the kubelet's words, on one line of a bounded length
+            self.error = reason = clipped(request.error or "no reason given", MAX_REASON)
             self.unregistered(f"refused: {reason}")
             log.error("the kubelet refused DRA driver %s: %s", self.driver, reason)
         return api.RegistrationStatusResponse()

@@ -22,21 +22,30 @@ import asyncio
 import dataclasses
 import logging
 from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
 
 from cdi_plugin.aio.pulse import Pulse
 from cdi_plugin.aio.run import run_until
 from cdi_plugin.dra.backoff import Backoff, Failures
 from cdi_plugin.dra.inventory import Inventory, ServedDevice
 from cdi_plugin.dra.kube import KubeApi
+from cdi_plugin.dra.names import DraConfigError
 from cdi_plugin.dra.reflector import READ_TIMEOUT, WATCH_TIMEOUT, SliceCache, SliceWatch
 from cdi_plugin.dra.report import UNREPORTED, Report
 from cdi_plugin.dra.rest import ApiServerError
-from cdi_plugin.dra.slices import Plan, Pool, build_pool, plan, taints_dropped
+from cdi_plugin.dra.shapes import Obj
+from cdi_plugin.dra.slices import Plan, Pool, build_pool, content, plan, taints_dropped
 
 log = logging.getLogger(__name__)
 
 #: Between failed publishes.
 RETRY = Backoff(initial=1.0, maximum=30.0)
+
+
+def _untainted(slice_content: Any) -> Any:
+    """A slice's :func:`~cdi_plugin.dra.slices.content` without the devices' taints."""
+    name, (count, devices) = slice_content
+    return name, (count, [{k: v for k, v in d.items() if k != "taints"} for d in devices])
 
 
 class SlicePublisher:
@@ -64,6 +73,10 @@ class SlicePublisher:
             kube, self.cache, watch_timeout=watch_timeout, read_timeout=read_timeout, sleep=sleep
         )
         self._stale = False  # a write met a conflict: list before the next
+        self._published = False  # once: the node's UID read at start is not read again at once
+        #: Slices the API server stored otherwise than written, by name: (the spec written,
+        #: the content stored). Such a slice counts as written while it is stored so.
+        self._adopted: dict[str, tuple[Obj, Any]] = {}
 
     def _pool(self, devices: Mapping[str, ServedDevice], *, taints: bool) -> Pool:
         pool = build_pool(self.kube.driver, self.kube.node, devices, taints=taints)
@@ -91,25 +104,71 @@ class SlicePublisher:
             self.on_publish(done)
         return done
 
+    def _stored(self) -> list[Obj]:
+        """The stored slices, each one the API server stored otherwise than written as written."""
+        out = []
+        for obj in self.cache.objects():
+            adopted = self._adopted.get(obj["metadata"]["name"])
+            out.append({**obj, "spec": adopted[0]} if adopted and content(obj) == adopted[1] else obj)
+        return out
+
+    def _written(self, sent: Obj, answer: Obj) -> None:
+        """Take the answer to a write into the cache. One the API server stored otherwise (a
+        mutating admission webhook, a field its version drops) is adopted as it is, with one line:
+        writing it again would only bring the same answer, and its watch event another pass."""
+        self.cache.put(answer)
+        name, stored = answer["metadata"]["name"], content(answer)
+        if stored == content(sent):
+            self._adopted.pop(name, None)
+            return
+        # dropped taints have a line of their own (publish), and unhealthy devices are withdrawn
+        if self._adopted.get(name, ({}, None))[1] != stored and _untainted(stored) != _untainted(
+            content(sent)
+        ):
+            log.warning(
+                "the API server stored ResourceSlice %s otherwise than written (a mutating admission "
+                "webhook, or a field it drops?); kept as stored until the pool changes",
+                name,
+            )
+        self._adopted[name] = (sent["spec"], stored)
+
     async def _apply(self, pool: Pool) -> Plan:
-        changes = plan(pool, self.cache.objects())
+        changes = plan(pool, self._stored())
         try:
+            if changes.create and self.kube.node_uid and self._published:
+                pool = await self._owned_by_current_node(pool)
+                changes = plan(pool, self._stored())
             for obj in changes.delete:
                 await self.kube.delete_slice(obj)
                 self.cache.remove(obj["metadata"]["name"])
             for obj in changes.update:
-                self.cache.put(await self.kube.replace_slice(obj))
+                self._written(obj, await self.kube.replace_slice(obj))
             for obj in changes.create:
-                self.cache.put(await self.kube.create_slice(obj))
+                self._written(obj, await self.kube.create_slice(obj))
         except ApiServerError as exc:
             self._stale = self._stale or exc.code == 409
             raise
+        self._published = True
         if not changes.empty:
             log.info(
                 "published pool %s generation %d: %d created, %d updated, %d deleted",
                 pool.node, changes.generation, len(changes.create), len(changes.update), len(changes.delete),
             )  # fmt: skip
         return changes
+
+    async def _owned_by_current_node(self, pool: Pool) -> Pool:
+        """``pool`` owned by the node's UID read again. Slices are created again when someone
+        deleted them: the garbage collector does when the node was deleted and registered again
+        (same name, a new UID), and slices owned by the old UID would be collected as soon as
+        they are created, again and again."""
+        try:
+            uid = await self.kube.read_node_uid()
+        except DraConfigError:
+            node = f"GET /api/v1/nodes/{self.kube.node}"
+            raise ApiServerError(node, "not found (deleted, not registered again yet?)", code=404) from None
+        if uid != pool.node_uid:
+            log.warning("node %s has a new UID, %s: its slices are owned by it from now on", pool.node, uid)
+        return dataclasses.replace(pool, node_uid=uid)
 
     def wake(self) -> None:
         """Compare the pool with the stored slices again now, whether or not anything changed."""

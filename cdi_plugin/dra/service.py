@@ -2,7 +2,7 @@
 
 Prepare checks the namespace, name and UID of every claim the kubelet names (a claim that breaks
 the API's name rules is a per-claim error, and nothing is sent), reads each claim through a
-:class:`ClaimReader` (a GET, outside the lock, all at once), then, one call at a time across every instance
+:class:`ClaimReader` (a GET, outside the lock, 16 at once), then, one call at a time across every instance
 of the driver on the node (``serialize.lock``, :mod:`~cdi_plugin.dra.serialize`), reads the
 prepared claims again if another instance changed them and answers each claim with its devices'
 CDI names or a one-line error; a call the kubelet abandons still completes its change. Prepared
@@ -39,6 +39,9 @@ log = logging.getLogger(__name__)
 #: How long a Prepare call may take before it stops waiting for the lock of the node's instances:
 #: its claims' reads and that wait together stay inside the kubelet's 45 s.
 CALL_BUDGET = 40.0
+#: Claims read from the API server at once, by all calls together: a call naming thousands of
+#: claims reads them in turn instead of sending thousands of requests that time out together.
+MAX_READS = 16
 
 
 class ClaimReader(Protocol):
@@ -64,6 +67,19 @@ def _ref_problem(ref: api.Claim) -> Refusal | None:
     problem = claim_ref_problem(ref.namespace, ref.name, ref.uid)
     where = f"claim {shown(f'{ref.namespace}/{ref.name}')}"
     return None if problem is None else Refusal(f"{where}: {problem}", "invalid-claim")
+
+
+def _named_twice(refs: list[api.Claim]) -> dict[str, Refusal]:
+    """The UIDs the call names for two different claims (namespace and name), each refused: the
+    answer has one entry per UID, and neither claim can be told to be the one meant."""
+    first: dict[str, api.Claim] = {}
+    out: dict[str, Refusal] = {}
+    for ref in refs:
+        seen = first.setdefault(ref.uid, ref)
+        if seen != ref and ref.uid not in out:
+            twice = f"{_claim(seen)}: its UID {shown(ref.uid)} is named for {_claim(ref)} too in this call"
+            out[ref.uid] = Refusal(twice, "invalid-claim")
+    return out
 
 
 class DraService:
@@ -95,6 +111,7 @@ class DraService:
         self.call_budget = call_budget
         report.claims_prepared(len(prepared.state.claims))
         self._lock = asyncio.Lock()
+        self._reads = asyncio.Semaphore(MAX_READS)
         self._served: tuple[Mapping[str, ServedDevice], Mapping[str, ServedDevice]] | None = None
 
     def _by_name(self) -> Mapping[str, ServedDevice]:
@@ -104,15 +121,19 @@ class DraService:
             self._served = (devices, by_device_name(devices))
         return self._served[1]
 
-    async def _read(self, ref: api.Claim) -> Mapping[str, Any] | ClaimReadError | None:
-        try:
-            return await self.claims.read_claim(ref.namespace, ref.name)
-        except ClaimReadError as exc:
-            return exc
+    async def _read(self, ref: api.Claim, until: float) -> Mapping[str, Any] | ClaimReadError | None:
+        async with self._reads:
+            if asyncio.get_running_loop().time() >= until:
+                return ClaimReadError("the call's other claims took the time the kubelet gives the call")
+            try:
+                return await self.claims.read_claim(ref.namespace, ref.name)
+            except ClaimReadError as exc:
+                return exc
 
-    async def _look_up(self, refs: list[api.Claim], found: dict[str, Found]) -> None:
-        """Add the claims of ``refs`` to ``found``: each read with a GET, all at once, but one whose
-        names the API would refuse, which is refused without a request."""
+    async def _look_up(self, refs: list[api.Claim], found: dict[str, Found], until: float) -> None:
+        """Add the claims of ``refs`` to ``found``: each read with a GET, :data:`MAX_READS` at once,
+        none started after ``until`` (event loop time), but one whose names the API would refuse,
+        which is refused without a request."""
         unknown = []
         for ref in refs:
             refused = _ref_problem(ref)
@@ -120,7 +141,7 @@ class DraService:
                 unknown.append(ref)
             else:
                 found[ref.uid] = refused
-        read = await asyncio.gather(*(self._read(ref) for ref in unknown))
+        read = await asyncio.gather(*(self._read(ref, until) for ref in unknown))
         found.update((ref.uid, obj) for ref, obj in zip(unknown, read, strict=True))
 
     def _unprepared(self, refs: list[api.Claim], found: Mapping[str, Found]) -> list[api.Claim]:
@@ -147,8 +168,8 @@ class DraService:
         started = time.perf_counter()
         until = asyncio.get_running_loop().time() + self.call_budget
         # A claim prepared already is not read again.
-        found: dict[str, Found] = {}
-        await self._look_up(self._unprepared(refs, found), found)
+        found: dict[str, Found] = dict(_named_twice(refs))
+        await self._look_up(self._unprepared(refs, found), found, until)
         await self.inventory.settled()
         out: dict[str, Result]
         try:
@@ -166,7 +187,7 @@ class DraService:
         out: dict[str, Result] = {}
         async with self._serialized(until):
             # Released by another instance since it was looked at: read it now.
-            await self._look_up(self._unprepared(refs, found), found)
+            await self._look_up(self._unprepared(refs, found), found, until)
             unusable = self.prepared.unusable()
             served = self._by_name()
             state = self.prepared.state

@@ -172,7 +172,8 @@ def _device_content(device: Obj) -> Obj:
     return out
 
 
-def _content(obj: Obj) -> tuple[str, Any]:
+def content(obj: Obj) -> tuple[str, Any]:
+    """What this driver writes in a slice, to compare: its name, slice count and device entries."""
     spec = obj["spec"]
     devices = [_device_content(d) for d in spec.get("devices") or []]
     return obj["metadata"]["name"], (spec["pool"].get("resourceSliceCount"), devices)
@@ -188,7 +189,7 @@ def plan(pool: Pool, existing: Sequence[Obj]) -> Plan:
     generations = {int(o["spec"]["pool"].get("generation", 0)) for o in existing}
     current = max(generations, default=0)
     desired = pool.slices(current)
-    if len(generations) <= 1 and sorted(map(_content, existing)) == sorted(map(_content, desired)):
+    if len(generations) <= 1 and sorted(map(content, existing)) == sorted(map(content, desired)):
         return Plan(current)
     generation = current + 1 if existing else 0
     stored = {o["metadata"]["name"]: o for o in existing}

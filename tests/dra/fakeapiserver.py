@@ -31,7 +31,7 @@ import json
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -130,6 +130,7 @@ class FakeApiServer:
         self.failures: list[tuple[str, str, int]] = []  # (method, path prefix, code)
         self.faults: list[Fault] = []
         self.drop_taints = False  # as with the DRADeviceTaints gate off: taints silently dropped
+        self.mutate: Callable[[dict[str, Any]], None] | None = None  # a mutating admission webhook
         self.resource_versions: tuple[str, ...] = ("v1",)  # of resource.k8s.io; (): no DRA
         self.before: Any = None  # called (method, path) before each request is handled, under the lock
         self.url = ""
@@ -159,6 +160,23 @@ class FakeApiServer:
             }}  # fmt: skip
         self.nodes[name] = node
         return uid
+
+    def recreate_node(self, name: str) -> str:
+        """The node deleted and registered again by its kubelet: same name, a new UID. The garbage
+        collector then deletes the slices it owned (an owner of another UID is an absent owner)."""
+        with self.lock:
+            node = self.nodes[name]
+            node["metadata"] = {**node["metadata"], "uid": str(uuid.uuid4())}
+            for slice_name in [n for n, s in self.slices.items() if self._orphan(s)]:
+                self._delete(slice_name)
+            return str(node["metadata"]["uid"])
+
+    def _orphan(self, obj: dict[str, Any]) -> bool:
+        """Whether the garbage collector deletes ``obj``: it names Node owners and none of them
+        exists with the UID it names."""
+        owners = [o for o in obj["metadata"].get("ownerReferences") or [] if o.get("kind") == "Node"]
+        live = {(n["metadata"]["name"], n["metadata"]["uid"]) for n in self.nodes.values()}
+        return bool(owners) and all((o.get("name"), o.get("uid")) not in live for o in owners)
 
     def add_claim(self, obj: dict[str, Any]) -> None:
         """Create or replace a claim (an ADDED or MODIFIED event)."""
@@ -321,6 +339,8 @@ class FakeApiServer:
                 return
 
     def _store(self, obj: dict[str, Any]) -> dict[str, Any]:
+        if self.mutate is not None:
+            self.mutate(obj)
         for device in obj["spec"].get("devices") or []:
             if self.drop_taints:
                 device.pop("taints", None)
@@ -336,6 +356,8 @@ class FakeApiServer:
         meta.setdefault("creationTimestamp", "2026-01-01T00:00:00Z")
         self._event("slices", "MODIFIED" if meta["name"] in self.slices else "ADDED", obj)
         self.slices[meta["name"]] = obj
+        if self._orphan(obj):  # the garbage collector comes by at once
+            self._delete(meta["name"])
         return obj
 
     def _delete(self, name: str) -> dict[str, Any]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from collections.abc import AsyncIterator, Mapping
@@ -154,6 +155,26 @@ async def test_refusal_is_logged(
     assert f"the kubelet refused DRA driver {DRIVER}: none of the versions" in caplog.text
 
 
+async def test_a_refusals_reason_is_logged_on_one_line_of_bounded_length(
+    paths: Paths, plugin: KubeletPlugin, caplog: pytest.LogCaptureFixture
+) -> None:
+    reason = "bad\nERROR forged line\x1b[31m" + "x" * 100_000
+    async with grpc.aio.insecure_channel(f"unix://{paths.registration_socket}") as channel:
+        with caplog.at_level(logging.ERROR):
+            await api.RegistrationStub(channel).NotifyRegistrationStatus(
+                api.RegistrationStatus(plugin_registered=False, error=reason), timeout=10
+            )
+    [record] = [r for r in caplog.records if "refused DRA driver" in r.getMessage()]
+    message = record.getMessage()
+    assert "\n" not in message
+    assert "\x1b" not in message
+    assert "bad\\nERROR forged line\\x1b[31mxx" in message
+    assert len(message) < 600
+    assert message.endswith("characters)")
+    assert plugin.registrar.error.startswith("bad\\n")
+    assert len(plugin.registrar.error) < 450
+
+
 async def test_prepare_answers_with_cdi_names(kubelet: FakeKubelet, claims: Claims) -> None:
     one, two = api.Claim("ns", "one", "uid-1"), api.Claim("ns", "two", "uid-2")
     claims.add(
@@ -207,6 +228,71 @@ async def test_bad_claims_get_one_line_errors_and_do_not_stop_the_good_one(
 
 def kubelet_dev(kubelet: FakeKubelet) -> Path:
     return kubelet.registry_dir.parent / "dev"
+
+
+class SlowClaims(Claims):
+    """Each read takes ``seconds``; counts the reads in flight."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__()
+        self.seconds = seconds
+        self.in_flight = self.most = 0
+
+    async def read_claim(self, namespace: str, name: str) -> Mapping[str, Any] | None:
+        self.in_flight += 1
+        self.most = max(self.most, self.in_flight)
+        try:
+            await asyncio.sleep(self.seconds)
+            return await super().read_claim(namespace, name)
+        finally:
+            self.in_flight -= 1
+
+
+async def test_claims_not_read_within_the_calls_budget_fail_with_the_reason(
+    paths: Paths, inventory: SpecInventory
+) -> None:
+    claims = SlowClaims(0.05)
+    refs = [api.Claim("ns", f"c{i}", f"uid-{i}") for i in range(3000)]
+    service = DraService(DRIVER, NODE, inventory, claims, PreparedClaims(paths.state_file), call_budget=0.2)
+    answer = await service.prepare(refs)
+    assert len(answer) == 3000
+    assert 16 <= claims.reads < 3000
+    late = "claim ns/c2999: cannot read it: the call's other claims took the time the kubelet gives the call"
+    assert answer["uid-2999"] == late
+
+
+async def test_a_call_naming_thousands_of_claims_reads_16_at_a_time_and_answers_each(
+    paths: Paths, inventory: SpecInventory
+) -> None:
+    claims = SlowClaims(0.001)
+    refs = [api.Claim("ns", f"c{i}", f"uid-{i}") for i in range(3000)]
+    claims.add(claim_obj(refs[-1], ("fuse", NODE, "fuse-fuse")))
+    async with _plugin(paths, inventory, claims):
+        kubelet = FakeKubelet(paths.registry_dir)
+        await kubelet.register(kubelet.sockets()[0], DRIVER)
+        answer = await kubelet.prepare(*refs)
+    assert (claims.reads, claims.most) == (3000, 16)
+    assert answer.pop("uid-2999") == (
+        api.PreparedDevice(("fuse",), NODE, "fuse-fuse", ("cdi-plugin.io/fuse=fuse",)),
+    )
+    assert set(answer.values()) == {
+        f"claim ns/c{i}: not found in the API server (deleted after allocation?)" for i in range(2999)
+    }
+
+
+async def test_a_uid_named_for_two_claims_in_one_call_is_refused_whatever_the_order(
+    kubelet: FakeKubelet, claims: Claims
+) -> None:
+    real, other = api.Claim("ns", "real", "uid-1"), api.Claim("ns", "other", "uid-1")
+    claims.add(claim_obj(real, ("fuse", NODE, "fuse-fuse")))
+    claims.add(claim_obj(api.Claim("ns", "other", "uid-2"), ("gpu", NODE, "gpu-card0")))
+    assert await kubelet.prepare(real, other) == {
+        "uid-1": "claim ns/real: its UID 'uid-1' is named for claim ns/other too in this call"
+    }
+    assert await kubelet.prepare(other, real) == {
+        "uid-1": "claim ns/other: its UID 'uid-1' is named for claim ns/real too in this call"
+    }
+    assert isinstance((await kubelet.prepare(real))["uid-1"], tuple)  # named once: prepared
 
 
 async def test_api_server_down_is_a_per_claim_error(kubelet: FakeKubelet, claims: Claims) -> None:

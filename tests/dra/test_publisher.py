@@ -9,6 +9,7 @@ import copy
 import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -190,6 +191,27 @@ async def test_slices_deleted_by_someone_else_come_back_through_the_watch(
         )
         assert _names(server) == {"fuse-fuse"}
         assert lists(server) == 1  # seen through the watch, not by listing again
+
+
+async def test_a_node_registered_again_with_a_new_uid_owns_the_slices_published_again(
+    kube: KubeApi, server: FakeApiServer, spec_dir: Path, host_nodes: Path
+) -> None:
+    make_node(host_nodes / "fuse")
+    write_spec(spec_dir, "cdi-plugin.io/fuse", {"fuse": str(host_nodes / "fuse")})
+    await kube.read_node_uid()
+    publisher = SlicePublisher(kube)
+
+    def owner() -> str:
+        stored = ours(server)
+        return str(stored[0]["metadata"]["ownerReferences"][0]["uid"]) if len(stored) == 1 else ""
+
+    async with publishing(publisher, spec_inventory([spec_dir])):
+        await eventually(lambda: _names(server) == {"fuse-fuse"}, "the first publish")
+        # kubectl delete node; its kubelet registers it again: the old UID's slices are collected
+        new_uid = server.recreate_node(NODE)
+        await eventually(lambda: owner() == new_uid, "the slice owned by the node's new UID", 30)
+        assert _names(server) == {"fuse-fuse"}
+        assert kube.node_uid == new_uid
 
 
 async def test_a_steady_state_sends_nothing_but_watch_renewals(
@@ -398,7 +420,7 @@ async def test_garbage_on_the_watch_is_logged_and_the_watch_taken_up_again(
 
 
 async def test_without_device_taints_unhealthy_devices_are_withdrawn(
-    kube: KubeApi, server: FakeApiServer, spec_dir: Path, host_nodes: Path
+    kube: KubeApi, server: FakeApiServer, spec_dir: Path, host_nodes: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     server.drop_taints = True
     make_node(host_nodes / "card0")
@@ -413,6 +435,43 @@ async def test_without_device_taints_unhealthy_devices_are_withdrawn(
     assert publisher.taints is False
     assert _names(server) == {"gpu-card0"}
     assert pool_problems(ours(server)) == []
+    assert "dropped the device taints" in caplog.text
+    assert "otherwise than written" not in caplog.text  # one line for one cause
+
+
+async def test_a_slice_stored_otherwise_than_written_is_adopted_not_written_again_and_again(
+    kube: KubeApi, server: FakeApiServer, spec_dir: Path, host_nodes: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    def webhook(obj: dict[str, Any]) -> None:  # a mutating admission webhook that drops an attribute
+        for device in obj["spec"]["devices"]:
+            device["attributes"].pop("vendor", None)
+
+    server.mutate = webhook
+    inv = inventory_of(spec_dir, host_nodes, 2)
+    published: asyncio.Queue[Plan] = asyncio.Queue()
+    publisher = SlicePublisher(kube, on_publish=published.put_nowait)
+    with caplog.at_level(logging.WARNING):
+        async with publishing(publisher, inv):
+            assert len((await change(published)).create) == 1
+            # the answer, then its watch event: each a pass, which finds nothing to write
+            await eventually(lambda: lists(server) == 1 and server.watches >= 1, "the watch")
+            publisher.wake()
+
+            async def quiet() -> None:  # a pass that writes nothing
+                while not (await published.get()).empty:
+                    pass
+
+            await asyncio.wait_for(quiet(), 30)
+            assert [m for m, _ in server.writes()] == ["POST"]
+            # a change of the pool is written, and adopted again as stored
+            (host_nodes / "fuse0").unlink()
+            refresh(inv)
+            assert len((await change(published)).update) == 1
+            [stored] = ours(server)
+            assert "taints" in stored["spec"]["devices"][0]
+            assert "vendor" not in stored["spec"]["devices"][0]["attributes"]
+    assert caplog.text.count("stored ResourceSlice") == 2, caplog.text
+    assert [m for m, _ in server.writes()] == ["POST", "PUT"]
 
 
 async def test_with_device_taints_unhealthy_devices_stay_tainted(
