@@ -18,7 +18,10 @@ The DRA service itself, NodePrepareResources and NodeUnprepareResources, is
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import os
+import stat
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,7 +37,7 @@ from cdi_plugin.dra.report import UNREPORTED, Report
 from cdi_plugin.dra.serialize import LOCK_NAME
 from cdi_plugin.dra.service import DraService
 from cdi_plugin.errors import CdiPluginError
-from cdi_plugin.wording import clipped
+from cdi_plugin.wording import clipped, file_type
 
 log = logging.getLogger(__name__)
 
@@ -129,7 +132,11 @@ async def _listen(path: Path, add: Any) -> grpc.aio.Server:
         raise SocketInUseError(
             f"{path}: another process is serving it (another instance of the driver?); not replacing it"
         )
-    path.unlink(missing_ok=True)  # stale: nothing listens on it
+    with contextlib.suppress(FileNotFoundError):
+        mode = os.lstat(path).st_mode
+        if not stat.S_ISSOCK(mode):  # never a socket of ours: left as it is
+            raise OSError(f"{path} is {file_type(mode)}, not a socket; not replacing it (move it away)")
+        path.unlink()  # stale: nothing listens on it
     server = grpc.aio.server()
     add(server)
     if server.add_insecure_port(f"unix://{path}") == 0:
@@ -141,7 +148,8 @@ async def _listen(path: Path, add: Any) -> grpc.aio.Server:
 class KubeletPlugin:
     """Both sockets, started DRA first and stopped registration first; use ``async with``.
 
-    A socket another process serves is never replaced (SocketInUseError), and on stop a socket is
+    A socket another process serves is never replaced (SocketInUseError), nor anything but a
+    socket at its path (OSError), and on stop a socket is
     removed only while it is the one this plugin bound. When a socket disappears (a kubelet
     restart that wiped its directories), :meth:`recover` starts both again, and the kubelet's
     plugin watcher registers the driver anew; the prepared claims are written again too.

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import socket
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -338,11 +339,24 @@ async def test_prepare_is_idempotent_across_restarts_and_unprepare_releases(
 
 async def test_a_stale_socket_is_replaced(paths: Paths, inventory: SpecInventory, claims: Claims) -> None:
     paths.registry_dir.mkdir(parents=True)
-    paths.registration_socket.write_text("left over")
+    with socket.socket(socket.AF_UNIX) as stale:  # bound, then closed: nothing listens on it
+        stale.bind(str(paths.registration_socket))
     async with _plugin(paths, inventory, claims):
         kubelet = FakeKubelet(paths.registry_dir)
         assert kubelet.sockets() == [paths.registration_socket]
         await kubelet.register(paths.registration_socket, DRIVER)
+
+
+async def test_a_file_at_a_socket_path_is_left_as_it_is(
+    paths: Paths, inventory: SpecInventory, claims: Claims
+) -> None:
+    paths.registry_dir.mkdir(parents=True)
+    paths.registration_socket.write_text("someone's notes")
+    with pytest.raises(OSError, match=r"-reg.sock is a regular file, not a socket; not replacing it"):
+        async with _plugin(paths, inventory, claims):
+            pass
+    assert paths.registration_socket.read_text() == "someone's notes"
+    assert not paths.dra_socket.exists()  # the DRA socket, started first, is gone again
 
 
 async def test_malformed_request_is_invalid_argument(kubelet: FakeKubelet) -> None:
