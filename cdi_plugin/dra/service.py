@@ -125,10 +125,13 @@ class DraService:
         async with self._reads:
             if asyncio.get_running_loop().time() >= until:
                 return ClaimReadError("the call's other claims took the time the kubelet gives the call")
-            try:
-                return await self.claims.read_claim(ref.namespace, ref.name)
+            try:  # a read started late in a call of many claims ends with the call's time too
+                async with asyncio.timeout_at(until):
+                    return await self.claims.read_claim(ref.namespace, ref.name)
             except ClaimReadError as exc:
                 return exc
+            except TimeoutError:
+                return ClaimReadError("no answer within the time the kubelet gives the call")
 
     async def _look_up(self, refs: list[api.Claim], found: dict[str, Found], until: float) -> None:
         """Add the claims of ``refs`` to ``found``: each read with a GET, :data:`MAX_READS` at once,

@@ -252,16 +252,19 @@ class SlowClaims(Claims):
 async def test_claims_not_read_within_the_calls_budget_fail_with_the_reason(
     paths: Paths, inventory: SpecInventory
 ) -> None:
-    """The first 16 reads start at once (2 s to spare on a busy machine) and outlast the budget:
-    every other claim's read would start after it."""
-    claims = SlowClaims(2.5)
-    refs = [api.Claim("ns", f"c{i}", f"uid-{i}") for i in range(3000)]
-    service = DraService(DRIVER, NODE, inventory, claims, PreparedClaims(paths.state_file), call_budget=2.0)
-    answer = await service.prepare(refs)
-    assert len(answer) == 3000
-    assert claims.reads == 16
-    late = "claim ns/c2999: cannot read it: the call's other claims took the time the kubelet gives the call"
-    assert answer["uid-2999"] == late
+    """The first 16 reads start at once (3 s to spare on a busy machine) and are cut short when the
+    budget ends; the other claims' reads would start after it."""
+    claims = SlowClaims(60)  # an API server that answers after the kubelet gave up
+    refs = [api.Claim("ns", f"c{i}", f"uid-{i}") for i in range(20)]
+    service = DraService(DRIVER, NODE, inventory, claims, PreparedClaims(paths.state_file), call_budget=3.0)
+    answer = await asyncio.wait_for(service.prepare(refs), 30)
+    assert (claims.most, claims.in_flight, claims.reads) == (16, 0, 0)  # 16 started, none answered
+    assert answer["uid-0"] == (
+        "claim ns/c0: cannot read it: no answer within the time the kubelet gives the call"
+    )
+    assert answer["uid-19"] == (
+        "claim ns/c19: cannot read it: the call's other claims took the time the kubelet gives the call"
+    )
 
 
 async def test_a_call_naming_thousands_of_claims_reads_16_at_a_time_and_answers_each(
