@@ -2,7 +2,8 @@
 beside another installation (``--compare``, e.g. an older checkout's ``.venv/bin/cdi-plugin``), in
 one run, calls alternating.
 
-1. End to end, over the DRA socket, each call against each driver in turn: the no-op
+1. End to end, over the DRA socket, each call against each driver in turn, with N claims (of a
+   device each) prepared on the node before and kept throughout: the no-op
    (NodePrepareResources of no claim), a new claim of one device, a call of 8 new claims (as a
    pod with 8 claims makes: one write of the file for the call), and NodeUnprepareResources of 1
    and of 8 claims. Each driver has its own fake API server (HTTP, in this process) holding every
@@ -70,7 +71,7 @@ def file_system(path: Path) -> str:
 class Driver:
     """One ``serve --api dra`` on its own stand-in node, with every claim the run prepares."""
 
-    def __init__(self, program: Path, calls: int) -> None:
+    def __init__(self, program: Path, calls: int, held: int) -> None:
         self.program = program
         self.raw = Path(tempfile.mkdtemp(prefix="dra-bench-"))  # short: unix socket paths
         server = FakeApiServer()
@@ -80,9 +81,11 @@ class Driver:
         )
         for d in (self.node.dev, self.node.device_plugins):
             d.mkdir(parents=True)
+        served = DEVICES + held
         write_spec(
-            self.node.specs, KIND, {f"d{i}": str(make_node(self.node.dev / f"d{i}")) for i in range(DEVICES)}
+            self.node.specs, KIND, {f"d{i}": str(make_node(self.node.dev / f"d{i}")) for i in range(served)}
         )
+        self.held = [self._claim(f"held-{i}", DEVICES + i) for i in range(held)]
         self.one = [self._claim(f"one-{i}", i % DEVICES) for i in range(calls)]
         self.eight = [[self._claim(f"eight-{i}-{k}", k) for k in range(DEVICES)] for i in range(calls)]
         self.proc: asyncio.subprocess.Process | None = None
@@ -109,6 +112,8 @@ class Driver:
         self.version = kubelet.version
         self.channel = grpc.aio.insecure_channel(f"unix://{kubelet.endpoint}")
         self.stub = api.dra_stub(kubelet.version, self.channel)
+        for i in range(0, len(self.held), 32):
+            await self.prepare(self.held[i : i + 32])
 
     async def prepare(self, refs: list[api.Claim]) -> None:
         answer = await self.stub.NodePrepareResources(api.prepare_request(self.version, refs), timeout=30)
@@ -138,8 +143,8 @@ STEPS: dict[str, Callable[[Driver, int], Awaitable[None]]] = {
 }
 
 
-async def end_to_end(programs: dict[str, Path], calls: int) -> dict[str, dict[str, list[float]]]:
-    drivers = {label: Driver(program, calls) for label, program in programs.items()}
+async def end_to_end(programs: dict[str, Path], calls: int, held: int) -> dict[str, dict[str, list[float]]]:
+    drivers = {label: Driver(program, calls, held) for label, program in programs.items()}
     out: dict[str, dict[str, list[float]]] = {label: {name: [] for name in STEPS} for label in drivers}
     with contextlib.ExitStack() as stack:
         for driver in drivers.values():
@@ -204,7 +209,7 @@ def main() -> int:
     )
     parser.add_argument("--calls", type=int, default=300, help="calls of each kind per driver")
     parser.add_argument(
-        "--claims", type=int, default=20, help="claims prepared on the node, for the write alone"
+        "--claims", type=int, default=20, help="claims prepared on the node throughout (a device each)"
     )
     parser.add_argument("--compare", type=Path, help="another installation's cdi-plugin program, run beside")
     args = parser.parse_args()
@@ -213,9 +218,10 @@ def main() -> int:
         programs["compared"] = args.compare
     print(f"python {sys.version.split()[0]}; kubelet directory on {file_system(Path(tempfile.gettempdir()))}")
     print(f"load average before: {load()}")
-    results = asyncio.run(end_to_end(programs, args.calls))
+    results = asyncio.run(end_to_end(programs, args.calls, args.claims))
     labels = list(results)
-    print(f"1. end to end, {DEVICES} devices served, calls alternating between the drivers, 1 ms apart (ms)")
+    print(f"1. end to end, {args.claims} claims prepared on the node, {DEVICES + args.claims} devices "
+          "served, calls alternating between the drivers, 1 ms apart (ms)")  # fmt: skip
     print(f"  {'':<36}" + "".join(f" {label + ' p50':>20} {'p99':>7} {'/no-op':>7}" for label in labels)
           + ("   ratio p50" if len(labels) == 2 else ""))  # fmt: skip
     noop = {label: statistics.median(results[label][next(iter(STEPS))]) for label in labels}

@@ -6,6 +6,8 @@ import json
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from cdi_plugin.dra.prepare import PreparedDevice
 from cdi_plugin.dra.preparedstate import PreparedState, PreparedStateError, claim_problem, decode, encode
@@ -50,6 +52,48 @@ def test_changes_make_new_states() -> None:
     assert one.without(["uid-a", "uid-never"]) == empty
     assert one.without(["uid-never"]) is one
     assert one.with_claims({}) is one
+
+
+def reference(state: PreparedState) -> bytes:
+    """The compact document as one dump of the whole state."""
+    claims = {
+        uid: [device(**{f: getattr(d, f) for f in device()}) for d in devices]
+        for uid, devices in sorted(state.claims.items())
+    }
+    return (json.dumps({"version": 1, "claims": claims}, separators=(",", ":")) + "\n").encode()
+
+
+DEVICES = [CARD0, CARD1, SHARED, PreparedDevice(("a", "b"), "node-a/p", "x", ("example.com/xx=y", "ab.io/bc=c"))]
+CHANGES = st.lists(
+    st.tuples(
+        st.booleans(),
+        st.dictionaries(
+            st.sampled_from(["uid-a", "uid-b", "uid-c", "uid-d"]),
+            st.lists(st.sampled_from(DEVICES), max_size=3, unique=True).map(tuple),
+            max_size=3,
+        ),
+    ),
+    max_size=12,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(CHANGES)
+def test_a_state_changed_step_by_step_encodes_and_holds_as_one_made_whole(changes: Any) -> None:
+    """Each claim's entry is encoded once and the holders are carried over: after any sequence of
+    changes the record and the holders are those of the state made from its claims at once."""
+    state = PreparedState()
+    for add, claims in changes:
+        state = state.with_claims(claims) if add else state.without(claims)
+        data = encode(state)
+        assert data == reference(state)
+        assert encode(state) == data  # the entries kept are the same
+        whole = PreparedState(state.claims)
+        assert dict(state.holders) == dict(whole.holders)
+        try:
+            assert decode(data, SOURCE) == state
+        except PreparedStateError as exc:  # a device held twice, which Prepare never records
+            assert "listed twice" in str(exc) or "also prepared for" in str(exc)
 
 
 def test_a_file_of_an_earlier_release_is_read() -> None:
@@ -128,7 +172,8 @@ def test_a_claim_is_checked_by_the_same_rules_before_it_is_kept() -> None:
         "claims[\"uid 1\"]: not a claim UID (at most 128 letters, digits, '-', '_', '.', ':')"
     )
     bad = PreparedDevice(("",), "node-a", "gpu-card0", ("example.com/gpu=card0",))
-    assert (
-        claim_problem("uid-1", (bad,))
-        == 'claims["uid-1"][0].request_names: "" is not a request name (a DNS label)'
-    )
+    for _ in range(2):  # the verdict on a device is kept: the second call names the field too
+        assert (
+            claim_problem("uid-1", (CARD0, bad))
+            == 'claims["uid-1"][1].request_names: "" is not a request name (a DNS label)'
+        )
