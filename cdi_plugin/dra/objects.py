@@ -18,9 +18,17 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from cdi_plugin.cdi.names import parse_kind
-from cdi_plugin.dra.names import DraConfigError, check_driver_name, is_dns_label, is_dns_subdomain
+from cdi_plugin.cdi.names import SHORT_HASH_LEN, parse_kind, short_hash
+from cdi_plugin.dra.names import (
+    LABEL_MAX,
+    SUBDOMAIN_MAX,
+    DraConfigError,
+    check_driver_name,
+    is_dns_label,
+    is_dns_subdomain,
+)
 from cdi_plugin.dra.slices import ATTRIBUTE_VALUE_MAX
+from cdi_plugin.wording import shown
 
 Obj = dict[str, Any]
 
@@ -33,9 +41,14 @@ def device_class_name(kind: str) -> str:
     """``vendor/class`` to the DNS subdomain ``class.vendor`` (lower case, ``_`` to ``-``)."""
     parsed = parse_kind(kind)
     name = f"{parsed.class_}.{parsed.vendor}".lower().replace("_", "-")
+    if len(name) > SUBDOMAIN_MAX:
+        raise DraConfigError(
+            f"kind {shown(kind)}: its DeviceClass name, <class>.<vendor>, would have {len(name)} "
+            f"characters, at most {SUBDOMAIN_MAX}"
+        )
     if not is_dns_subdomain(name):
         raise DraConfigError(
-            f"kind {kind!r}: {name!r} is not a DNS subdomain, so it cannot name a DeviceClass"
+            f"kind {shown(kind)}: {shown(name)} is not a DNS subdomain, so it cannot name a DeviceClass"
         )
     return name
 
@@ -213,10 +226,18 @@ def claim_template(kind: str) -> Obj:
 
 
 def example_pod_name(kind: str, *, qualified: bool = False) -> str:
-    """``<class>-dra-example``; ``qualified`` (for kinds of the same class): ``<class>-<vendor>-example``."""
+    """``<class>-dra-example``; ``qualified`` (for kinds of the same class): ``<class>-<vendor>-example``.
+
+    The name is also the pod's label value, so it is a DNS label: a longer one is cut before its
+    suffix and tagged with a hash of the kind."""
     if qualified:
-        return device_class_name(kind).replace(".", "-") + "-example"
-    return f"{_label(kind)}-dra-example"
+        base, suffix = device_class_name(kind).replace(".", "-"), "-example"
+    else:
+        base, suffix = _label(kind), "-dra-example"
+    if len(base) + len(suffix) <= LABEL_MAX:
+        return base + suffix
+    head = base[: LABEL_MAX - len(suffix) - SHORT_HASH_LEN - 1].rstrip("-")
+    return f"{head}-{short_hash(kind)}{suffix}"
 
 
 def example_pod(kind: str, paths: Sequence[str], *, name: str | None = None) -> Obj:

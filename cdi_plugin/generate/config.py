@@ -19,7 +19,10 @@ from cdi_plugin.cdi.problems import Problem
 from cdi_plugin.errors import CdiPluginError, ConfigError, InvalidNameError
 from cdi_plugin.generate import template
 from cdi_plugin.generate.template import Template, TemplateError
+from cdi_plugin.store.atomic import NAME_MAX
 from cdi_plugin.store.configfile import ConfigFile, config_error, parse_config
+from cdi_plugin.store.files import KIND_CHARS_MAX
+from cdi_plugin.wording import shown
 
 DEFAULT_CONFIG_NAME = "<embedded default config>"
 
@@ -284,6 +287,16 @@ def _device_class(obj: Mapping[str, Any], position: int) -> DeviceClass:
             check(obj[key])
         except InvalidNameError as exc:
             raise _Invalid(f"{at}/{key}", str(exc)) from None
+    vendor, class_ = obj["vendor"], obj["class"]
+    if len(vendor) + len(class_) > KIND_CHARS_MAX:
+        raise _Invalid(
+            f"{at}/class",
+            f"class {shown(class_)} and vendor {shown(vendor)} have {len(vendor) + len(class_)} "
+            f"characters together, at most {KIND_CHARS_MAX}: the spec file, <vendor>-<class>.json, is "
+            f"written as .<vendor>-<class>.json.XXXXXXXX.tmp first, and a file name has at most "
+            f"{NAME_MAX} bytes",
+            "shorten the vendor or the class",
+        )
     node_obj = obj.get("node", {})
     node = NodeSettings(
         attach=bool(node_obj.get("attach", True)),

@@ -45,6 +45,11 @@ def fsync_dir(directory: Path) -> None:
 
 #: ``.<name>.<8 random characters>.tmp``, as :func:`tempfile.mkstemp` names them.
 _TEMP = re.compile(r"\.(?P<name>.+)\.[a-z0-9_]{8}\.tmp")
+#: The longest file name of Linux file systems, in bytes (NAME_MAX of ext4, xfs, btrfs, tmpfs).
+NAME_MAX = 255
+#: The longest name of a file written here, in bytes: its temporary file's name, 14 bytes longer,
+#: must fit in NAME_MAX too.
+MAX_NAME = NAME_MAX - len("..12345678.tmp")
 
 
 def remove_stale(directory: Path, names: Collection[str]) -> list[str]:

@@ -12,6 +12,7 @@ from pathlib import Path
 from cdi_plugin.cdi import codec
 from cdi_plugin.cdi.names import Kind
 from cdi_plugin.errors import SpecLoadError
+from cdi_plugin.store.atomic import MAX_NAME
 from cdi_plugin.wording import file_type
 
 log = logging.getLogger(__name__)
@@ -24,6 +25,9 @@ DEFAULT_SPEC_DIRS = (STATIC_DIR, DYNAMIC_DIR)
 SPEC_DIRS_ENV = "CDI_SPEC_DIRS"
 #: Runtimes read only these suffixes (not ``.yml``), without recursing into subdirectories.
 SPEC_SUFFIXES: dict[str, codec.Format] = {".json": "json", ".yaml": "yaml"}
+#: The most characters a vendor and a class may have together: their spec file,
+#: ``<vendor>-<class>.json`` (or ``.yaml``), must be a name :mod:`.atomic` can write.
+KIND_CHARS_MAX = MAX_NAME - len("-") - max(map(len, SPEC_SUFFIXES))
 #: A spec this large is not a device spec; refusing it keeps a stray file from eating memory.
 MAX_SPEC_BYTES = 4 * 1024 * 1024
 

@@ -9,6 +9,7 @@ from typing import Any
 import kubernetes_validate
 import pytest
 
+from cdi_plugin.cdi.names import short_hash
 from cdi_plugin.dra.inventory import ServedDevice, UdevFacts
 from cdi_plugin.dra.names import DraConfigError
 from cdi_plugin.dra.objects import (
@@ -18,6 +19,7 @@ from cdi_plugin.dra.objects import (
     device_class,
     device_class_name,
     example_pod,
+    example_pod_name,
     rbac,
 )
 from cdi_plugin.dra.slices import build_pool
@@ -103,6 +105,17 @@ def test_examples(kind: str, paths: list[str], shown: list[str]) -> None:
     (container,) = pod["spec"]["containers"]
     assert container["resources"]["claims"] == [{"name": claim["name"]}]
     assert container["command"] == ["ls", "-l", *shown]
+
+
+def test_an_example_pod_name_is_cut_to_a_label_only_when_longer() -> None:
+    """The name is also the pod's label value: at most 63 characters."""
+    assert example_pod_name("a.io/" + "c" * 51) == "c" * 51 + "-dra-example"
+    longer = "a.io/" + "c" * 52
+    assert example_pod_name(longer) == "c" * 42 + f"-{short_hash(longer)}-dra-example"
+    assert len(example_pod_name(longer)) == 63
+    qualified = example_pod_name(longer, qualified=True)
+    assert qualified == "c" * 46 + f"-{short_hash(longer)}-example"
+    assert is_label(qualified)
 
 
 def test_rbac_is_what_the_driver_uses() -> None:

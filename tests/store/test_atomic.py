@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from cdi_plugin.errors import SpecWriteError
-from cdi_plugin.store.atomic import write_atomic
+from cdi_plugin.store.atomic import MAX_NAME, NAME_MAX, write_atomic
 from tests.store.unprivileged import python_as_nobody, world_dir
 
 
@@ -29,6 +29,15 @@ def test_new_file_gets_the_data_and_mode_0644_whatever_the_umask(tmp_path: Path)
     assert path.read_bytes() == b"data\n"
     assert mode(path) == 0o644
     assert os.listdir(tmp_path) == ["a.json"]
+
+
+def test_the_longest_name_written_is_the_one_whose_temporary_file_still_fits(tmp_path: Path) -> None:
+    assert os.pathconf(tmp_path, "PC_NAME_MAX") == NAME_MAX
+    longest = tmp_path / ("a" * MAX_NAME)
+    write_atomic(longest, b"data")
+    with pytest.raises(SpecWriteError, match="File name too long"):
+        write_atomic(tmp_path / ("b" * (MAX_NAME + 1)), b"data")
+    assert os.listdir(tmp_path) == [longest.name]
 
 
 def test_replacing_leaves_no_temporary_file_and_swaps_the_inode(tmp_path: Path) -> None:
