@@ -5,7 +5,8 @@ them as they are). One pool, named after the node, holds every served device. Th
 most 128 devices per slice, 64 when any device of the slice has taints, so the pool is split into
 as many slices as that needs; all slices of the pool carry the same generation and
 ``resourceSliceCount``. When what is published differs from what should be, the generation goes
-up by one and every slice is rewritten, so a reader never mixes two generations' devices.
+up by one and every slice is rewritten, so a reader never mixes two generations' devices. Each
+pair of driver and node names its slices apart from every other pair (:func:`slice_name`).
 
 Health: an unhealthy device keeps its place and gets a ``NoSchedule`` taint ``<driver>/unhealthy``
 when the cluster supports device taints; otherwise it is withdrawn from the pool.
@@ -91,12 +92,18 @@ def split(entries: Sequence[Obj]) -> list[list[Obj]]:
 
 
 def slice_name(driver: str, node: str, index: int) -> str:
-    """A stable object name per (driver, node, index): a DNS subdomain of at most 253 characters."""
-    name = f"{node}-{driver}-{index}"
-    if len(name) <= SUBDOMAIN_MAX:
-        return name
-    tail = f"-{short_hash(name)}-{index}"
-    return name[: SUBDOMAIN_MAX - len(tail)].rstrip("-.") + tail
+    """The object name of slice ``index`` of the pool of ``driver`` on ``node``:
+    ``<node>-<driver>-<hash>-<index>``, where the hash is 8 hex digits of the SHA-256 of
+    ``<driver>/<node>``. A DNS subdomain of at most 253 characters: when longer, node and driver
+    are cut, the hash and index kept.
+
+    The same for the same pair after every restart. Two pairs share names only if both their
+    ``<node>-<driver>`` (up to the cut) and their hashes agree: 1 in 4 billion for two given
+    pairs. Without the hash, driver ``x.io`` on node ``a-b`` and driver ``b-x.io`` on node ``a``
+    both named their first slice ``a-b-x.io-0``.
+    """
+    tail = f"-{short_hash(f'{driver}/{node}')}-{index}"
+    return f"{node}-{driver}"[: SUBDOMAIN_MAX - len(tail)].rstrip("-.") + tail
 
 
 @dataclass(frozen=True, slots=True)

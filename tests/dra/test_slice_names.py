@@ -1,0 +1,133 @@
+"""ResourceSlice names: no pair of driver and node takes another's, and each pair's names stay the
+same across restarts; against the fake API server over real HTTP."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from cdi_plugin.cdi.names import short_hash
+from cdi_plugin.dra.names import SUBDOMAIN_MAX, is_dns_subdomain
+from cdi_plugin.dra.publisher import SlicePublisher
+from cdi_plugin.dra.slices import Plan, slice_name
+from cdi_plugin.inventory import SpecInventory
+from tests.dra.conftest import DRIVER, NODE
+from tests.dra.fakeapiserver import FakeApiServer
+from tests.dra.kubefixtures import connect, inventory_of, ours, server
+from tests.dra.rules import pool_problems
+
+__all__ = ["server"]
+
+FUSES = {"fuse-fuse0", "fuse-fuse1", "fuse-fuse2"}
+
+
+def old_slice_name(driver: str, node: str, index: int) -> str:
+    """The name earlier versions gave slice ``index``: pairs could share it."""
+    name = f"{node}-{driver}-{index}"
+    if len(name) <= SUBDOMAIN_MAX:
+        return name
+    tail = f"-{short_hash(name)}-{index}"
+    return name[: SUBDOMAIN_MAX - len(tail)].rstrip("-.") + tail
+
+
+def long_node(length: int) -> str:
+    """A node name of ``length`` characters: labels of 63 joined by dots."""
+    name = ".".join(["n" * 63] * 5)[:length]
+    assert is_dns_subdomain(name)
+    return name
+
+
+def splits(joined: str) -> list[tuple[str, str]]:
+    """Every (driver, node) whose slices earlier versions named ``<joined>-<index>``."""
+    found = []
+    for i, char in enumerate(joined):
+        node, driver = joined[:i], joined[i + 1 :]
+        if char == "-" and is_dns_subdomain(node) and is_dns_subdomain(driver, 63):
+            found.append((driver, node))
+    return found
+
+
+#: (driver, node): dashes and dots shifted between node and driver; long pairs alike up to the cut
+#: (the node, then the driver's first part); names of exactly 253 characters uncut, and of one more.
+TRICKY = [
+    *splits("a-b-x.io"),
+    *splits("node-1.rack-2.example.com-gpu.vendor-x.io"),
+    *splits(f"{long_node(200)}-a-b-c.io"),
+    *[(f"gpu-{k}.example.com", long_node(240)) for k in range(10)],
+    *[(DRIVER, f"{long_node(240)}.{k}") for k in range(10)],
+    *[(DRIVER, long_node(length)) for length in (227, 228, 229, 230, 253)],
+    ("d" * 63, long_node(253)),
+]
+
+
+def test_names_are_unique_valid_and_readable_for_tricky_pairs() -> None:
+    assert len(set(TRICKY)) == len(TRICKY)
+    assert len({old_slice_name(d, n, 0) for d, n in TRICKY}) < len(TRICKY)  # earlier versions collided
+    seen: dict[str, tuple[str, str, int]] = {}
+    for driver, node in TRICKY:
+        for index in (0, 1, 9, 10, 127):
+            name = slice_name(driver, node, index)
+            assert name == slice_name(driver, node, index)
+            assert is_dns_subdomain(name), name
+            assert seen.setdefault(name, (driver, node, index)) == (driver, node, index), name
+            head, pair_hash, number = name.rsplit("-", 2)
+            assert (pair_hash, number) == (short_hash(f"{driver}/{node}"), str(index))
+            readable = f"{node}-{driver}"
+            if len(readable) + len(pair_hash) + len(number) + 2 <= SUBDOMAIN_MAX:
+                assert head == readable
+            else:  # cut: as much of the node and driver as fits
+                assert readable.startswith(head), name
+                assert len(name) >= SUBDOMAIN_MAX - 2, name
+    assert len(slice_name(DRIVER, long_node(228), 0)) == 253  # the longest that is not cut
+    assert slice_name(DRIVER, NODE, 0) == "node-a-cdi-plugin.io-191eb5de-0"  # the same in every version
+
+
+async def publish_once(
+    tmp_path: Path, server: FakeApiServer, driver: str, node: str, inventory: SpecInventory
+) -> Plan:
+    """A driver's start: list its slices, publish the pool once, exit."""
+    kube = connect(tmp_path, server.url, driver, node)
+    try:
+        await kube.read_node_uid()
+        publisher = SlicePublisher(kube)
+        publisher.cache.replace(*await kube.list_slices())
+        return await publisher.publish(inventory.devices())
+    finally:
+        await kube.close()
+
+
+@pytest.mark.asyncio
+async def test_pairs_whose_slices_were_named_alike_both_publish(
+    tmp_path: Path, server: FakeApiServer, spec_dir: Path, host_nodes: Path
+) -> None:
+    """Driver x.io on node a-b and driver b-x.io on node a both named their first slice
+    a-b-x.io-0: the second met 409 AlreadyExists at every attempt and never published."""
+    inv = inventory_of(spec_dir, host_nodes, 3)
+    pairs = [("x.io", "a-b"), ("b-x.io", "a")]
+    for driver, node in pairs:
+        server.add_node(node)
+        await publish_once(tmp_path, server, driver, node, inv)
+    for driver, node in pairs:
+        stored = ours(server, driver, node)
+        assert pool_problems(stored) == []
+        assert {d["name"] for s in stored for d in s["spec"]["devices"]} == FUSES
+    assert len(server.slices) == 2
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize(("driver", "node"), [("x.io", "a-b"), ("gpu-3.example.com", long_node(240))])
+async def test_a_restarted_driver_finds_its_slices_and_writes_nothing(
+    tmp_path: Path, server: FakeApiServer, host_nodes: Path, driver: str, node: str
+) -> None:
+    server.add_node(node)
+    inv = inventory_of(tmp_path / "cdi", host_nodes, 200)
+    assert len((await publish_once(tmp_path, server, driver, node, inv)).create) == 2
+    before = ours(server, driver, node)
+    assert sorted(s["metadata"]["name"] for s in before) == sorted(
+        slice_name(driver, node, i) for i in (0, 1)
+    )
+    writes = server.writes()
+    assert (await publish_once(tmp_path, server, driver, node, inv)).empty
+    assert server.writes() == writes
+    assert ours(server, driver, node) == before
