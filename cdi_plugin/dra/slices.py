@@ -189,15 +189,22 @@ def content(obj: Obj) -> tuple[str, Any]:
 def plan(pool: Pool, existing: Sequence[Obj]) -> Plan:
     """Compare ``existing`` (this node's and driver's stored slices) with ``pool``.
 
-    Nothing to do when every stored slice already holds what it should, in one generation.
+    When the slices of the highest stored generation already hold what they should, only older
+    slices left over (a write that failed after the new generation was complete) are deleted.
     Otherwise the generation is the highest stored one plus one, every wanted slice is created or
-    updated with it, and stored slices not wanted any more are deleted.
+    updated with it, and stored slices not wanted any more (surplus, or named otherwise by an
+    earlier version) are deleted. Every write carries a generation above every stored slice, so
+    readers, who take the highest generation only, keep a whole pool until the first write and
+    lose nothing to the deletions when they come last (as the publisher sends them).
     """
-    generations = {int(o["spec"]["pool"].get("generation", 0)) for o in existing}
-    current = max(generations, default=0)
-    desired = pool.slices(current)
-    if len(generations) <= 1 and sorted(map(content, existing)) == sorted(map(content, desired)):
-        return Plan(current)
+
+    def generation_of(obj: Obj) -> int:
+        return int(obj["spec"]["pool"].get("generation", 0))
+
+    current = max(map(generation_of, existing), default=0)
+    latest = [o for o in existing if generation_of(o) == current]
+    if sorted(map(content, latest)) == sorted(map(content, pool.slices(current))):
+        return Plan(current, delete=tuple(o for o in existing if generation_of(o) != current))
     generation = current + 1 if existing else 0
     stored = {o["metadata"]["name"]: o for o in existing}
     create: list[Obj] = []

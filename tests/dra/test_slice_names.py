@@ -1,25 +1,30 @@
-"""ResourceSlice names: no pair of driver and node takes another's, and each pair's names stay the
-same across restarts; against the fake API server over real HTTP."""
+"""ResourceSlice names: no pair of driver and node takes another's, each pair's names stay the same
+across restarts, and slices named by earlier versions are replaced with no gap in the pool;
+against the fake API server over real HTTP."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from cdi_plugin.cdi.names import short_hash
+from cdi_plugin.dra.kube import KubeApi
 from cdi_plugin.dra.names import SUBDOMAIN_MAX, is_dns_subdomain
 from cdi_plugin.dra.publisher import SlicePublisher
-from cdi_plugin.dra.slices import Plan, slice_name
+from cdi_plugin.dra.slices import Plan, build_pool, slice_name
 from cdi_plugin.inventory import SpecInventory
 from tests.dra.conftest import DRIVER, NODE
 from tests.dra.fakeapiserver import FakeApiServer
-from tests.dra.kubefixtures import connect, inventory_of, ours, server
+from tests.dra.kubefixtures import connect, foreign, inventory_of, kube, ours, server, sleeps
 from tests.dra.rules import pool_problems
 
-__all__ = ["server"]
+__all__ = ["kube", "server", "sleeps"]
 
 FUSES = {"fuse-fuse0", "fuse-fuse1", "fuse-fuse2"}
+Obj = dict[str, Any]
 
 
 def old_slice_name(driver: str, node: str, index: int) -> str:
@@ -131,3 +136,66 @@ async def test_a_restarted_driver_finds_its_slices_and_writes_nothing(
     assert (await publish_once(tmp_path, server, driver, node, inv)).empty
     assert server.writes() == writes
     assert ours(server, driver, node) == before
+
+
+def reader_views(server: FakeApiServer, after: int) -> list[list[Obj]]:
+    """This node's pool after each change since version ``after``, as a reader takes it (the
+    scheduler): the slices of the highest generation; older ones are ignored."""
+    held: dict[str, Obj] = {}
+    views = []
+    for version, resource, kind, obj in server.events:
+        if resource != "slices" or (obj["spec"]["driver"], obj["spec"]["nodeName"]) != (DRIVER, NODE):
+            continue
+        if kind == "DELETED":
+            del held[obj["metadata"]["name"]]
+        else:
+            held[obj["metadata"]["name"]] = obj
+        if version > after:
+            top = max((s["spec"]["pool"]["generation"] for s in held.values()), default=None)
+            views.append([s for s in held.values() if s["spec"]["pool"]["generation"] == top])
+    return views
+
+
+@pytest.mark.asyncio
+async def test_slices_named_by_an_earlier_version_are_replaced_with_no_gap(
+    kube: KubeApi, server: FakeApiServer, spec_dir: Path, host_nodes: Path
+) -> None:
+    inv = inventory_of(spec_dir, host_nodes, 200)
+    await kube.read_node_uid()
+    pool = dataclasses.replace(build_pool(DRIVER, NODE, inv.devices(), taints=True), node_uid=kube.node_uid)
+    old = []
+    for index, obj in enumerate(pool.slices(3)):
+        obj["metadata"]["name"] = old_slice_name(DRIVER, NODE, index)
+        old.append(server.put_slice(obj))
+    others = []
+    for node, driver in [("node-b", DRIVER), (NODE, "gpu.example.com")]:
+        obj = foreign(node, driver)  # named as earlier versions did: node-b-cdi-plugin.io-0, ...
+        obj["metadata"]["name"] = old_slice_name(driver, node, 0)
+        others.append(server.put_slice(obj))
+    start = server.revision
+
+    publisher = SlicePublisher(kube)
+    publisher.cache.replace(*await kube.list_slices())
+    done = await publisher.publish(inv.devices())
+
+    stored = ours(server)
+    assert [s["metadata"]["name"] for s in stored] == [slice_name(DRIVER, NODE, i) for i in (0, 1)]
+    assert pool_problems(stored) == []
+    assert {s["spec"]["pool"]["generation"] for s in stored} == {done.generation} == {4}
+    assert sorted(d["name"] for s in stored for d in s["spec"]["devices"]) == sorted(
+        d["name"] for s in old for d in s["spec"]["devices"]
+    )
+    assert all(s["metadata"]["name"] not in server.slices for s in old)
+    assert all(server.slices[o["metadata"]["name"]] == o for o in others)  # untouched
+    views = reader_views(server, start)
+    assert len(views) == 4
+    # the old pool stays whole until the new one is being written, which then stays what readers see
+    for view in views:
+        assert view, "a moment with no slice of the pool"
+        generation, count = (
+            view[0]["spec"]["pool"]["generation"],
+            view[0]["spec"]["pool"]["resourceSliceCount"],
+        )
+        assert generation == 4 or len(view) == count
+    assert views[-1] == stored
+    assert [m for m, _ in server.writes()] == ["POST", "POST", "DELETE", "DELETE"]
