@@ -1,24 +1,30 @@
 """ResourceSlice names: no pair of driver and node takes another's, each pair's names stay the same
 across restarts, and slices named by earlier versions are replaced with no gap in the pool;
-against the fake API server over real HTTP."""
+against the fake API server over real HTTP. A name another driver's or node's slice holds is
+reported with its holder."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import logging
+import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from cdi_plugin.cdi.names import short_hash
-from cdi_plugin.dra.kube import KubeApi
+from cdi_plugin.dra.kube import SLICES, KubeApi
 from cdi_plugin.dra.names import SUBDOMAIN_MAX, is_dns_subdomain
 from cdi_plugin.dra.publisher import SlicePublisher
+from cdi_plugin.dra.rest import ApiServerError
 from cdi_plugin.dra.slices import Plan, build_pool, slice_name
 from cdi_plugin.inventory import SpecInventory
+from tests.deviceplugin.helpers import eventually
 from tests.dra.conftest import DRIVER, NODE
 from tests.dra.fakeapiserver import FakeApiServer
-from tests.dra.kubefixtures import connect, foreign, inventory_of, kube, ours, server, sleeps
+from tests.dra.kubefixtures import Sleeps, connect, foreign, inventory_of, kube, ours, server, sleeps
 from tests.dra.rules import pool_problems
 
 __all__ = ["kube", "server", "sleeps"]
@@ -199,3 +205,81 @@ async def test_slices_named_by_an_earlier_version_are_replaced_with_no_gap(
         assert generation == 4 or len(view) == count
     assert views[-1] == stored
     assert [m for m, _ in server.writes()] == ["POST", "POST", "DELETE", "DELETE"]
+
+
+@pytest.mark.asyncio
+async def test_a_name_taken_by_another_drivers_slice_is_named_in_one_line_and_tried_again(
+    kube: KubeApi, server: FakeApiServer, spec_dir: Path, host_nodes: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    taken = foreign(NODE, "gpu.example.com")
+    taken["metadata"]["name"] = name = slice_name(DRIVER, NODE, 0)
+    taken = server.put_slice(taken)
+    sleeps = Sleeps(0.05)
+    publisher = SlicePublisher(kube, sleep=sleeps)
+    task = asyncio.create_task(publisher.run(inventory_of(spec_dir, host_nodes, 1)))
+    try:
+        with caplog.at_level(logging.WARNING, "cdi_plugin"):
+            await eventually(lambda: len(sleeps) >= 3, "three failed publishes")
+            assert server.slices[name] == taken
+            server.delete_slices(driver="gpu.example.com")  # the stale slice deleted by hand
+            await eventually(lambda: len(ours(server)) == 1, "the pool published")
+    finally:
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    failures = [
+        r.getMessage() for r in caplog.records if r.getMessage().startswith("publishing ResourceSlices")
+    ]
+    assert len(failures) == len(sleeps)
+    assert all(
+        re.fullmatch(
+            rf"publishing ResourceSlices: POST {re.escape(SLICES)}: the name '{name}' is "
+            r"taken by a ResourceSlice of driver 'gpu\.example\.com' on node 'node-a' \(409 AlreadyExists\); "
+            r"trying again in \d+ s",
+            message,
+        )
+        for message in failures
+    ), failures
+    assert sleeps == sorted(sleeps)
+
+
+def _holder(driver: str, node: str | None) -> Obj:
+    obj = foreign(node or NODE, driver)
+    if node is None:  # a slice of devices reachable from every node
+        del obj["spec"]["nodeName"]
+        obj["spec"]["allNodes"] = True
+    return obj
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize(
+    ("holder", "problem"),
+    [
+        (
+            _holder("gpu.example.com", NODE),
+            "is taken by a ResourceSlice of driver 'gpu.example.com' on node 'node-a'",
+        ),
+        (_holder(DRIVER, "node-b"), f"is taken by a ResourceSlice of driver '{DRIVER}' on node 'node-b'"),
+        (
+            _holder("net.example.com", None),
+            "is taken by a ResourceSlice of driver 'net.example.com' bound to no",
+        ),
+        # this node's own (the answer to an earlier create was lost, say): the next list brings it
+        (
+            _holder(DRIVER, NODE),
+            'resourceslices.resource.k8s.io "node-a-cdi-plugin.io-191eb5de-0" already exists',
+        ),
+    ],
+    ids=["another driver", "another node", "no node", "its own"],
+)
+async def test_a_taken_name_is_named_with_its_holder(
+    kube: KubeApi, server: FakeApiServer, holder: Obj, problem: str
+) -> None:
+    mine = build_pool(DRIVER, NODE, {}, taints=True).slices(0)[0]
+    holder["metadata"]["name"] = mine["metadata"]["name"]
+    server.put_slice(holder)
+    with pytest.raises(ApiServerError) as failed:
+        await kube.create_slice(mine)
+    assert (failed.value.code, failed.value.reason) == (409, "AlreadyExists")
+    assert problem in str(failed.value)
+    assert str(failed.value).endswith("(409 AlreadyExists)") == ("taken" in problem)
