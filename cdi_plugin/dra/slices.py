@@ -14,7 +14,8 @@ when the cluster supports device taints; otherwise it is withdrawn from the pool
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+import dataclasses
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -106,6 +107,30 @@ def slice_name(driver: str, node: str, index: int) -> str:
     return f"{node}-{driver}"[: SUBDOMAIN_MAX - len(tail)].rstrip("-.") + tail
 
 
+def legacy_slice_name(driver: str, node: str, index: int) -> str:
+    """The name earlier releases gave slice ``index``: ``<node>-<driver>-<index>`` (cut with a
+    hash past 253 characters), which pairs could share."""
+    name = f"{node}-{driver}-{index}"
+    if len(name) <= SUBDOMAIN_MAX:
+        return name
+    tail = f"-{short_hash(name)}-{index}"
+    return name[: SUBDOMAIN_MAX - len(tail)].rstrip("-.") + tail
+
+
+def kept_names(pool: Pool, stored: Collection[str]) -> tuple[str, ...]:
+    """The name of each of the pool's slices: :func:`slice_name`, but where the pair's slice of
+    that index is stored under its :func:`legacy_slice_name` only, that one. So an instance of an
+    earlier release, running beside this one during an update, wants the same slices and the two
+    do not replace each other's; the stored slices of this pair are its own (listed by driver and
+    node), never another pair's that reads alike."""
+    out = []
+    for index in range(len(pool.chunks)):
+        name = slice_name(pool.driver, pool.node, index)
+        legacy = legacy_slice_name(pool.driver, pool.node, index)
+        out.append(legacy if legacy in stored and name not in stored else name)
+    return tuple(out)
+
+
 @dataclass(frozen=True, slots=True)
 class Pool:
     """The slices of one node's pool as they should be."""
@@ -114,9 +139,11 @@ class Pool:
     node: str
     chunks: tuple[tuple[Obj, ...], ...]
     node_uid: str = ""  # when known, the Node owns the slices (deleted with it)
+    names: tuple[str, ...] = ()  # of the slices, when not their slice_name (kept_names)
 
     def _metadata(self, index: int) -> Obj:
-        meta: Obj = {"name": slice_name(self.driver, self.node, index)}
+        name = self.names[index] if index < len(self.names) else slice_name(self.driver, self.node, index)
+        meta: Obj = {"name": name}
         if self.node_uid:
             meta["ownerReferences"] = [
                 {
@@ -192,15 +219,17 @@ def plan(pool: Pool, existing: Sequence[Obj]) -> Plan:
     When the slices of the highest stored generation already hold what they should, only older
     slices left over (a write that failed after the new generation was complete) are deleted.
     Otherwise the generation is the highest stored one plus one, every wanted slice is created or
-    updated with it, and stored slices not wanted any more (surplus, or named otherwise by an
-    earlier version) are deleted. Every write carries a generation above every stored slice, so
-    readers, who take the highest generation only, keep a whole pool until the first write and
-    lose nothing to the deletions when they come last (as the publisher sends them).
+    updated with it, and stored slices not wanted any more (surplus, or an earlier release's
+    name beside this one's: :func:`kept_names`) are deleted. Every write carries a generation
+    above every stored slice, so readers, who take the highest generation only, keep a whole pool
+    until the first write and lose nothing to the deletions when they come last (as the
+    publisher sends them).
     """
 
     def generation_of(obj: Obj) -> int:
         return int(obj["spec"]["pool"].get("generation", 0))
 
+    pool = dataclasses.replace(pool, names=kept_names(pool, {o["metadata"]["name"] for o in existing}))
     current = max(map(generation_of, existing), default=0)
     latest = [o for o in existing if generation_of(o) == current]
     if sorted(map(content, latest)) == sorted(map(content, pool.slices(current))):

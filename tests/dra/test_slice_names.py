@@ -1,5 +1,6 @@
 """ResourceSlice names: no pair of driver and node takes another's, each pair's names stay the same
-across restarts, and slices named by earlier versions are replaced with no gap in the pool;
+across restarts, and slices named by an earlier release keep their names (an instance of it may
+run beside this one);
 against the fake API server over real HTTP. A name another driver's or node's slice holds is
 reported with its holder."""
 
@@ -19,7 +20,7 @@ from cdi_plugin.dra.kube import SLICES, KubeApi
 from cdi_plugin.dra.names import SUBDOMAIN_MAX, is_dns_subdomain
 from cdi_plugin.dra.publisher import SlicePublisher
 from cdi_plugin.dra.rest import ApiServerError
-from cdi_plugin.dra.slices import Plan, build_pool, slice_name
+from cdi_plugin.dra.slices import Plan, Pool, build_pool, slice_name
 from cdi_plugin.inventory import SpecInventory
 from tests.deviceplugin.helpers import eventually
 from tests.dra.conftest import DRIVER, NODE
@@ -162,49 +163,84 @@ def reader_views(server: FakeApiServer, after: int) -> list[list[Obj]]:
     return views
 
 
+def legacy_write(server: FakeApiServer, pool: Pool, generation: int) -> None:
+    """What an earlier release's publisher does with ``pool``: its slices under the earlier names,
+    every other slice of the pair deleted (first, as it did)."""
+    wanted = pool.slices(generation)
+    for i, obj in enumerate(wanted):
+        obj["metadata"]["name"] = old_slice_name(pool.driver, pool.node, i)
+    for obj in ours(server, pool.driver, pool.node):
+        if obj["metadata"]["name"] not in {o["metadata"]["name"] for o in wanted}:
+            server.delete_slices(name=obj["metadata"]["name"])
+    for obj in wanted:
+        server.put_slice(obj)
+
+
 @pytest.mark.asyncio
-async def test_slices_named_by_an_earlier_version_are_replaced_with_no_gap(
+async def test_slices_named_by_an_earlier_release_are_kept_and_rewritten_in_place(
     kube: KubeApi, server: FakeApiServer, spec_dir: Path, host_nodes: Path
 ) -> None:
+    """An update runs an instance of the earlier release beside this one: both want the same
+    names, so neither replaces the other's slices (with new names they rewrote the pool at each
+    other's every write for as long as both ran, the pool at times gone for readers)."""
     inv = inventory_of(spec_dir, host_nodes, 200)
     await kube.read_node_uid()
     pool = dataclasses.replace(build_pool(DRIVER, NODE, inv.devices(), taints=True), node_uid=kube.node_uid)
-    old = []
-    for index, obj in enumerate(pool.slices(3)):
-        obj["metadata"]["name"] = old_slice_name(DRIVER, NODE, index)
-        old.append(server.put_slice(obj))
+    legacy_write(server, pool, 3)
     others = []
     for node, driver in [("node-b", DRIVER), (NODE, "gpu.example.com")]:
-        obj = foreign(node, driver)  # named as earlier versions did: node-b-cdi-plugin.io-0, ...
+        obj = foreign(node, driver)
         obj["metadata"]["name"] = old_slice_name(driver, node, 0)
         others.append(server.put_slice(obj))
-    start = server.revision
+    legacy = [old_slice_name(DRIVER, NODE, i) for i in (0, 1)]
 
     publisher = SlicePublisher(kube)
     publisher.cache.replace(*await kube.list_slices())
-    done = await publisher.publish(inv.devices())
+    assert (await publisher.publish(inv.devices())).empty  # the earlier release's slices are right
+    assert server.writes() == []
 
-    stored = ours(server)
-    assert [s["metadata"]["name"] for s in stored] == [slice_name(DRIVER, NODE, i) for i in (0, 1)]
-    assert pool_problems(stored) == []
-    assert {s["spec"]["pool"]["generation"] for s in stored} == {done.generation} == {4}
-    assert sorted(d["name"] for s in stored for d in s["spec"]["devices"]) == sorted(
-        d["name"] for s in old for d in s["spec"]["devices"]
-    )
-    assert all(s["metadata"]["name"] not in server.slices for s in old)
+    fewer = dict(list(inv.devices().items())[1:])  # a device gone: both slices rewritten in place
+    start = server.revision
+    done = await publisher.publish(fewer)
+    assert [s["metadata"]["name"] for s in ours(server)] == legacy
+    assert [m for m, _ in server.writes()] == ["PUT", "PUT"]
+    assert all(view for view in reader_views(server, start)), "a moment with no slice of the pool"
     assert all(server.slices[o["metadata"]["name"]] == o for o in others)  # untouched
-    views = reader_views(server, start)
-    assert len(views) == 4
-    # the old pool stays whole until the new one is being written, which then stays what readers see
-    for view in views:
-        assert view, "a moment with no slice of the pool"
-        generation, count = (
-            view[0]["spec"]["pool"]["generation"],
-            view[0]["spec"]["pool"]["resourceSliceCount"],
-        )
-        assert generation == 4 or len(view) == count
-    assert views[-1] == stored
-    assert [m for m, _ in server.writes()] == ["POST", "POST", "DELETE", "DELETE"]
+
+    # the earlier release's instance, beside it, sees the same devices: its rewrite is adopted
+    again = dataclasses.replace(build_pool(DRIVER, NODE, fewer, taints=True), node_uid=kube.node_uid)
+    legacy_write(server, again, done.generation + 1)
+    publisher.cache.replace(*await kube.list_slices())  # as the watch brings it
+    assert (await publisher.publish(fewer)).empty
+
+
+@pytest.mark.asyncio
+async def test_a_slice_an_earlier_release_did_not_write_gets_this_releases_name(
+    kube: KubeApi, server: FakeApiServer, spec_dir: Path, host_nodes: Path
+) -> None:
+    """A pool that grows past the earlier release's slices: the new slice gets this release's
+    name; where both names of an index are stored (such a slice written by each release), this
+    release's stays and the earlier one goes, last, readers keeping a whole pool."""
+    inv = inventory_of(spec_dir, host_nodes, 300)
+    await kube.read_node_uid()
+    devices = inv.devices()
+    first = dict(list(devices.items())[:200])
+    pool = dataclasses.replace(build_pool(DRIVER, NODE, first, taints=True), node_uid=kube.node_uid)
+    legacy_write(server, pool, 0)
+    publisher = SlicePublisher(kube)
+    publisher.cache.replace(*await kube.list_slices())
+    await publisher.publish(devices)
+    names = [old_slice_name(DRIVER, NODE, 0), old_slice_name(DRIVER, NODE, 1), slice_name(DRIVER, NODE, 2)]
+    assert sorted(s["metadata"]["name"] for s in ours(server)) == sorted(names)
+    assert pool_problems(ours(server)) == []
+
+    server.put_slice(dict(ours(server)[0], metadata={"name": old_slice_name(DRIVER, NODE, 2)}))
+    publisher.cache.replace(*await kube.list_slices())
+    start, before = server.revision, len(server.writes())
+    await publisher.publish(devices)
+    assert sorted(s["metadata"]["name"] for s in ours(server)) == sorted(names)
+    assert server.writes()[before:][-1] == ("DELETE", f"{SLICES}/{old_slice_name(DRIVER, NODE, 2)}")
+    assert all(view for view in reader_views(server, start)), "a moment with no slice of the pool"
 
 
 @pytest.mark.asyncio
