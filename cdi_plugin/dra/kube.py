@@ -10,7 +10,8 @@ Names go into paths only after they passed the API's name rules, and as escaped 
   inside the kubelet's 45 s, each attempt with its own timeout. No claim is ever listed or watched.
 * The slices: listed and watched with the field selectors ``spec.driver`` and ``spec.nodeName``
   (only this node's slices of this driver; what comes back is checked again), created, replaced
-  with their stored ``resourceVersion`` and deleted, one at a time by name.
+  with their stored ``resourceVersion`` and deleted, one at a time by name. A create refused as
+  the name exists reads the slice of that name once, to say whose it is.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from cdi_plugin.dra.shapes import (
     node_uid,
     resource_names,
     resource_version,
+    slice_holder,
     slice_problem,
 )
 from cdi_plugin.wording import joined, shown
@@ -210,7 +212,32 @@ class KubeApi:
         return out
 
     async def create_slice(self, obj: Obj) -> Obj:
-        return await self._write("POST", SLICES, obj)
+        """The slice as stored. A name that another driver's or node's slice holds (409
+        AlreadyExists) fails with that slice's driver and node."""
+        try:
+            return await self._write("POST", SLICES, obj)
+        except ApiServerError as exc:
+            if exc.code != 409 or exc.reason != "AlreadyExists":
+                raise
+            raise await self._name_taken(obj["metadata"]["name"], exc) from None
+
+    async def _name_taken(self, name: str, exc: ApiServerError) -> ApiServerError:
+        """``exc`` saying whose slice holds ``name``, from one GET of it; ``exc`` as it is when the
+        holder cannot be read or is this node's slice of this driver (the next list brings it)."""
+        try:
+            holder = await self.rest.request("GET", f"{SLICES}/{_segment(name)}")
+            driver, node = slice_holder(holder)
+        except (ApiServerError, BadAnswer):
+            return exc
+        if (driver, node) == (self.driver, self.node):
+            return exc
+        where = f"on node {shown(node, 253)}" if node else "bound to no single node"
+        return ApiServerError(
+            f"POST {SLICES}",
+            f"the name {shown(name, 253)} is taken by a ResourceSlice of driver {shown(driver)} {where} "
+            f"({exc.code} {exc.reason})",
+            code=exc.code, reason=exc.reason, retryable=exc.retryable,
+        )  # fmt: skip
 
     async def replace_slice(self, obj: Obj) -> Obj:
         return await self._write("PUT", f"{SLICES}/{_segment(obj['metadata']['name'])}", obj)

@@ -6,7 +6,8 @@ again whenever the inventory changes, the watch shows a change (someone edited o
 slice: a starting kubelet deletes its node's slices), or the kubelet registers the driver
 (:meth:`SlicePublisher.wake`), and written only when it differs: in a steady state nothing is
 sent but the watch's renewals. The answers to the writes go into the cache at once, so the next
-comparison sees them before the watch brings them.
+comparison sees them before the watch brings them. Slices no longer wanted are deleted after the
+others are written, so readers always find a pool (:func:`~cdi_plugin.dra.slices.plan`).
 
 Each pass, and each failure, goes to the driver's :class:`~cdi_plugin.dra.report.Report`.
 A failed write is logged in one line and tried again, with the inventory's latest state, after a
@@ -138,13 +139,15 @@ class SlicePublisher:
             if changes.create and self.kube.node_uid and self._published:
                 pool = await self._owned_by_current_node(pool)
                 changes = plan(pool, self._stored())
-            for obj in changes.delete:
-                await self.kube.delete_slice(obj)
-                self.cache.remove(obj["metadata"]["name"])
             for obj in changes.update:
                 self._written(obj, await self.kube.replace_slice(obj))
             for obj in changes.create:
                 self._written(obj, await self.kube.create_slice(obj))
+            # last: readers ignore them from the first write of the new generation on, and until
+            # then they still hold the pool (slices renamed by an upgrade, surplus slices)
+            for obj in changes.delete:
+                await self.kube.delete_slice(obj)
+                self.cache.remove(obj["metadata"]["name"])
         except ApiServerError as exc:
             self._stale = self._stale or exc.code == 409
             raise

@@ -183,6 +183,11 @@ def slice_problem(obj: Mapping[str, Any]) -> str | None:
     return None
 
 
+def slice_holder(obj: Mapping[str, Any]) -> tuple[str, str]:
+    """A ResourceSlice's driver and node ("" when it is not bound to one node)."""
+    return _at(obj, "spec.driver", str), _at(obj, "spec.nodeName", str, required=False) or ""
+
+
 @dataclass(frozen=True, slots=True)
 class Allocated:
     """One allocation result of a claim for the driver."""

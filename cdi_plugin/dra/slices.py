@@ -5,7 +5,8 @@ them as they are). One pool, named after the node, holds every served device. Th
 most 128 devices per slice, 64 when any device of the slice has taints, so the pool is split into
 as many slices as that needs; all slices of the pool carry the same generation and
 ``resourceSliceCount``. When what is published differs from what should be, the generation goes
-up by one and every slice is rewritten, so a reader never mixes two generations' devices.
+up by one and every slice is rewritten, so a reader never mixes two generations' devices. Each
+pair of driver and node names its slices apart from every other pair (:func:`slice_name`).
 
 Health: an unhealthy device keeps its place and gets a ``NoSchedule`` taint ``<driver>/unhealthy``
 when the cluster supports device taints; otherwise it is withdrawn from the pool.
@@ -13,7 +14,8 @@ when the cluster supports device taints; otherwise it is withdrawn from the pool
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+import dataclasses
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -91,12 +93,42 @@ def split(entries: Sequence[Obj]) -> list[list[Obj]]:
 
 
 def slice_name(driver: str, node: str, index: int) -> str:
-    """A stable object name per (driver, node, index): a DNS subdomain of at most 253 characters."""
+    """The object name of slice ``index`` of the pool of ``driver`` on ``node``:
+    ``<node>-<driver>-<hash>-<index>``, where the hash is 8 hex digits of the SHA-256 of
+    ``<driver>/<node>``. A DNS subdomain of at most 253 characters: when longer, node and driver
+    are cut, the hash and index kept.
+
+    The same for the same pair after every restart. Two pairs share names only if both their
+    ``<node>-<driver>`` (up to the cut) and their hashes agree: 1 in 4 billion for two given
+    pairs. Without the hash, driver ``x.io`` on node ``a-b`` and driver ``b-x.io`` on node ``a``
+    both named their first slice ``a-b-x.io-0``.
+    """
+    tail = f"-{short_hash(f'{driver}/{node}')}-{index}"
+    return f"{node}-{driver}"[: SUBDOMAIN_MAX - len(tail)].rstrip("-.") + tail
+
+
+def legacy_slice_name(driver: str, node: str, index: int) -> str:
+    """The name earlier releases gave slice ``index``: ``<node>-<driver>-<index>`` (cut with a
+    hash past 253 characters), which pairs could share."""
     name = f"{node}-{driver}-{index}"
     if len(name) <= SUBDOMAIN_MAX:
         return name
     tail = f"-{short_hash(name)}-{index}"
     return name[: SUBDOMAIN_MAX - len(tail)].rstrip("-.") + tail
+
+
+def kept_names(pool: Pool, stored: Collection[str]) -> tuple[str, ...]:
+    """The name of each of the pool's slices: :func:`slice_name`, but where the pair's slice of
+    that index is stored under its :func:`legacy_slice_name` only, that one. So an instance of an
+    earlier release, running beside this one during an update, wants the same slices and the two
+    do not replace each other's; the stored slices of this pair are its own (listed by driver and
+    node), never another pair's that reads alike."""
+    out = []
+    for index in range(len(pool.chunks)):
+        name = slice_name(pool.driver, pool.node, index)
+        legacy = legacy_slice_name(pool.driver, pool.node, index)
+        out.append(legacy if legacy in stored and name not in stored else name)
+    return tuple(out)
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,9 +139,11 @@ class Pool:
     node: str
     chunks: tuple[tuple[Obj, ...], ...]
     node_uid: str = ""  # when known, the Node owns the slices (deleted with it)
+    names: tuple[str, ...] = ()  # of the slices, when not their slice_name (kept_names)
 
     def _metadata(self, index: int) -> Obj:
-        meta: Obj = {"name": slice_name(self.driver, self.node, index)}
+        name = self.names[index] if index < len(self.names) else slice_name(self.driver, self.node, index)
+        meta: Obj = {"name": name}
         if self.node_uid:
             meta["ownerReferences"] = [
                 {
@@ -182,15 +216,24 @@ def content(obj: Obj) -> tuple[str, Any]:
 def plan(pool: Pool, existing: Sequence[Obj]) -> Plan:
     """Compare ``existing`` (this node's and driver's stored slices) with ``pool``.
 
-    Nothing to do when every stored slice already holds what it should, in one generation.
+    When the slices of the highest stored generation already hold what they should, only older
+    slices left over (a write that failed after the new generation was complete) are deleted.
     Otherwise the generation is the highest stored one plus one, every wanted slice is created or
-    updated with it, and stored slices not wanted any more are deleted.
+    updated with it, and stored slices not wanted any more (surplus, or an earlier release's
+    name beside this one's: :func:`kept_names`) are deleted. Every write carries a generation
+    above every stored slice, so readers, who take the highest generation only, keep a whole pool
+    until the first write and lose nothing to the deletions when they come last (as the
+    publisher sends them).
     """
-    generations = {int(o["spec"]["pool"].get("generation", 0)) for o in existing}
-    current = max(generations, default=0)
-    desired = pool.slices(current)
-    if len(generations) <= 1 and sorted(map(content, existing)) == sorted(map(content, desired)):
-        return Plan(current)
+
+    def generation_of(obj: Obj) -> int:
+        return int(obj["spec"]["pool"].get("generation", 0))
+
+    pool = dataclasses.replace(pool, names=kept_names(pool, {o["metadata"]["name"] for o in existing}))
+    current = max(map(generation_of, existing), default=0)
+    latest = [o for o in existing if generation_of(o) == current]
+    if sorted(map(content, latest)) == sorted(map(content, pool.slices(current))):
+        return Plan(current, delete=tuple(o for o in existing if generation_of(o) != current))
     generation = current + 1 if existing else 0
     stored = {o["metadata"]["name"]: o for o in existing}
     create: list[Obj] = []

@@ -49,10 +49,10 @@ def sleeps() -> Sleeps:
     return Sleeps()
 
 
-def connect(tmp_path: Path, url: str, **kwargs: Any) -> KubeApi:
+def connect(tmp_path: Path, url: str, driver: str = DRIVER, node: str = NODE, **kwargs: Any) -> KubeApi:
     """A KubeApi on ``url``; each request given 2 s (not 10) for its whole answer."""
     kwargs.setdefault("backoff", Backoff(0.1, 1.0, 4))
-    kube = KubeApi.connect(DRIVER, NODE, kubeconfig(tmp_path / "kubeconfig", url), **kwargs)
+    kube = KubeApi.connect(driver, node, kubeconfig(tmp_path / "kubeconfig", url), **kwargs)
     kube.rest.timeout = 2.0
     return kube
 
@@ -74,10 +74,10 @@ def inventory_of(spec_dir: Path, host_nodes: Path, count: int) -> SpecInventory:
     return spec_inventory([spec_dir])
 
 
-def ours(server: FakeApiServer) -> list[dict[str, Any]]:
+def ours(server: FakeApiServer, driver: str = DRIVER, node: str = NODE) -> list[dict[str, Any]]:
     """The slices of this node and driver the server holds, by name."""
     found = [
-        s for s in server.slices.values() if (s["spec"]["nodeName"], s["spec"]["driver"]) == (NODE, DRIVER)
+        s for s in server.slices.values() if (s["spec"]["nodeName"], s["spec"]["driver"]) == (node, driver)
     ]
     return sorted(found, key=lambda s: str(s["metadata"]["name"]))
 
