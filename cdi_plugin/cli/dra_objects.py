@@ -202,8 +202,10 @@ def dra_objects(
     policy: a ValidatingAdmissionPolicy and its binding (Kubernetes >= 1.30) that let the
     ServiceAccount write only ResourceSlices of this driver on the node named in its token.
 
-    classes: a DeviceClass per kind served, named <class>.<vendor>, whose CEL selector picks this
-    driver's devices of that kind.
+    classes: a DeviceClass per kind served, named <class>.<vendor> (lower case, '_' turned into
+    '-'; where that is no DNS subdomain, as with '..' or '-.' in the kind, each run of '.' and '-'
+    around a dot becomes one dot and the name ends in a hash of the kind), whose CEL selector picks
+    this driver's devices of that kind.
 
     examples (--examples): per kind a ResourceClaimTemplate for one device and a pod using it.
 
@@ -266,9 +268,10 @@ def _kind_objects(
     if "classes" in chosen:
         out += [objects.device_class(driver, k, extended_resource=extended_resource) for k in served]
     if "examples" in chosen:
-        plain = [objects.example_pod_name(k) for k in served]
-        for kind, name in zip(served, plain, strict=True):
-            shared = plain.count(name) > 1  # kinds of the same class from different vendors
-            pod_name = objects.example_pod_name(kind, qualified=shared)
-            out += [objects.claim_template(kind), objects.example_pod(kind, paths[kind], name=pod_name)]
+        pod_names = objects.example_pod_names(served)
+        for kind in served:
+            out += [
+                objects.claim_template(kind),
+                objects.example_pod(kind, paths[kind], name=pod_names[kind]),
+            ]
     return out
