@@ -42,22 +42,47 @@ EXAMPLE_IMAGE = "docker.io/library/busybox:1.36.1"
 _AROUND_DOT = re.compile(r"[-.]*\.[-.]*")
 
 
+def _class_name(kind: str) -> str:
+    parsed = parse_kind(kind)
+    name = f"{parsed.class_}.{parsed.vendor}".lower().replace("_", "-")
+    mapped = _AROUND_DOT.sub(".", name)
+    return name if mapped == name else f"{mapped}-{short_hash(kind)}"
+
+
+def _name_problem(name: str) -> str | None:
+    if len(name) > SUBDOMAIN_MAX:
+        return f"its DeviceClass name would have {len(name)} characters, at most {SUBDOMAIN_MAX}"
+    return None
+
+
+def _selector_problem(kind: str) -> str | None:
+    parsed = parse_kind(kind)
+    for what, value in (("vendor", parsed.vendor), ("class", parsed.class_)):
+        if len(value) > ATTRIBUTE_VALUE_MAX:
+            return (
+                f"its {what} has {len(value)} characters, more than a ResourceSlice attribute value "
+                f"may have ({ATTRIBUTE_VALUE_MAX}): the driver publishes its devices without it, so no "
+                "DeviceClass selector can match them"
+            )
+    return None
+
+
+def kind_problem(kind: str) -> str | None:
+    """Why ``kind`` can have no DeviceClass (its name would be too long, or no selector can match
+    its devices), or None."""
+    return _name_problem(_class_name(kind)) or _selector_problem(kind)
+
+
 def device_class_name(kind: str) -> str:
     """``vendor/class`` to the DNS subdomain ``class.vendor`` (lower case, ``_`` to ``-``).
 
     Where that is no DNS subdomain (``..``, ``-.``, ``_.`` in the kind), each run of ``.`` and ``-``
     around a dot is made one dot and the name ends in ``-`` and a hash of the kind, so that kinds
     differing there still get names of their own."""
-    parsed = parse_kind(kind)
-    name = f"{parsed.class_}.{parsed.vendor}".lower().replace("_", "-")
-    mapped = _AROUND_DOT.sub(".", name)
-    if mapped != name:
-        name = f"{mapped}-{short_hash(kind)}"
-    if len(name) > SUBDOMAIN_MAX:
-        raise DraConfigError(
-            f"kind {shown(kind)}: its DeviceClass name would have {len(name)} characters, "
-            f"at most {SUBDOMAIN_MAX}"
-        )
+    name = _class_name(kind)
+    problem = _name_problem(name)
+    if problem is not None:
+        raise DraConfigError(f"kind {shown(kind)}: {problem}")
     return name
 
 
@@ -71,18 +96,16 @@ def selector(driver: str, kind: str) -> str:
     """The CEL expression selecting this driver's devices of ``kind`` by their attributes
     (:func:`cdi_plugin.dra.slices.attributes`). Slices leave out a string longer than an attribute
     value may be, so such a kind is selected by its vendor and class."""
+    problem = _selector_problem(kind)
+    if problem is not None:
+        raise DraConfigError(f"kind {shown(kind)}: {problem}")
     parsed = parse_kind(kind)
     attrs = f"device.attributes[{json.dumps(driver)}]"  # JSON strings are CEL string literals here
     if len(kind) <= ATTRIBUTE_VALUE_MAX:
         match = f"{attrs}.kind == {json.dumps(kind)}"
-    elif max(len(parsed.vendor), len(parsed.class_)) <= ATTRIBUTE_VALUE_MAX:
+    else:
         vendor, class_ = json.dumps(parsed.vendor), json.dumps(parsed.class_)
         match = f'{attrs}.vendor == {vendor} && {attrs}["class"] == {class_}'
-    else:
-        raise DraConfigError(
-            f"kind {kind!r}: its vendor or class is longer than the {ATTRIBUTE_VALUE_MAX} characters "
-            "of an attribute value, so no selector can match it"
-        )
     return f"device.driver == {json.dumps(driver)} && {match}"
 
 

@@ -21,6 +21,7 @@ from cdi_plugin.dra.objects import (
     example_pod,
     example_pod_name,
     example_pod_names,
+    kind_problem,
     rbac,
 )
 from cdi_plugin.dra.slices import build_pool
@@ -84,6 +85,24 @@ def test_a_kind_that_is_no_subdomain_gets_its_own_name_ending_in_its_hash() -> N
         assert pod["spec"]["resourceClaims"][0]["resourceClaimTemplateName"] == names[kind]
 
 
+def test_what_keeps_a_kind_from_a_device_class() -> None:
+    assert kind_problem("acme.com/net..dev") is None
+    assert kind_problem("acme.com/" + "c" * 64) is None
+    assert kind_problem("acme.com/" + "c" * 65) == (
+        "its class has 65 characters, more than a ResourceSlice attribute value may have (64): "
+        "the driver publishes its devices without it, so no DeviceClass selector can match them"
+    )
+    assert kind_problem("v" * 65 + "/gpu") == (
+        "its vendor has 65 characters, more than a ResourceSlice attribute value may have (64): "
+        "the driver publishes its devices without it, so no DeviceClass selector can match them"
+    )
+    assert kind_problem("v" * 64 + ".w" * 63 + "/" + "c" * 63) == (
+        "its DeviceClass name would have 254 characters, at most 253"
+    )
+    hashed = "v" * 63 + ".w" * 60 + "/a..b" + "c" * 59  # 246 characters before the hash
+    assert kind_problem(hashed) == "its DeviceClass name would have 255 characters, at most 253"
+
+
 def test_example_pods_get_names_of_their_own() -> None:
     """Plain for a class of its own, qualified for kinds of one class, hashed where those meet
     (acme.io/gpu and acme-io/gpu are both gpu-acme-io-example qualified)."""
@@ -117,7 +136,7 @@ def test_bad_input_is_refused() -> None:
         device_class("Bad_Driver", "cdi-plugin.io/fuse")
     with pytest.raises(InvalidNameError):
         device_class(DRIVER, "no-slash")
-    with pytest.raises(DraConfigError, match="no selector can match it"):
+    with pytest.raises(DraConfigError, match=r"^kind 'acme\.com/c+': its class has 65 characters"):
         device_class(DRIVER, "acme.com/" + "c" * 65)
     with pytest.raises(DraConfigError, match="its DeviceClass name would have 254 characters, at most 253"):
         claim_template("v" * 64 + ".w" * 63 + "/" + "c" * 63)
