@@ -179,7 +179,12 @@ def _served_kinds(
     help="Print only these parts; repeatable [default: rbac, policy and classes, with examples if "
     "--examples].",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON List instead of YAML documents.")
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help='Print one JSON List instead of YAML documents (on an error: {"error": MESSAGE}).',
+)
 def dra_objects(
     *,
     spec_dirs: tuple[Path, ...] | None,

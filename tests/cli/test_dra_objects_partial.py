@@ -1,5 +1,6 @@
 """``cdi-plugin dra-objects`` on a node where some kinds can have no objects: each is left out with
-one warning naming it and why, every other kind's objects are printed, and the exit status is 1."""
+one warning naming it and why, every other kind's objects are printed, and the exit status is 1;
+with ``--json``, an error is ``{"error": MESSAGE}`` on stdout as for cdi-gen."""
 
 from __future__ import annotations
 
@@ -78,3 +79,34 @@ def test_without_a_kind_left_out_the_status_is_0(tmp_path: Path) -> None:
     assert names_of(_objects(result.stdout, as_json=False)) == {
         "DeviceClass": ["gpu.acme.com", "fuse.cdi-plugin.io"]
     }
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "message"),
+    [
+        (["--spec-dir", "{empty}"], 1,
+         "no kind found in {empty}: run cdi-gen scan first, or name the directory with --spec-dir"),
+        (["--spec-dir", "{empty}", "--kind", "acme.com/*"], 1,
+         "--kind acme.com/*: no kind in {empty} matches it (no spec there)"),
+        (["--driver-name", "Bad_Driver", "--only", "rbac"], 1,
+         "driver name 'Bad_Driver': not a DNS subdomain"),
+        (["--config", "{empty}/missing.yaml"], 1, "{empty}/missing.yaml: no such file or directory"),
+        (["--only", "bogus"], 2, "Invalid value for '--only': 'bogus' is not one of"),
+        (["--kind", "no-slash"], 2, "Invalid value for '--kind': 'no-slash' is not a kind"),
+    ],
+)  # fmt: skip
+def test_json_errors_are_one_object_on_stdout(
+    tmp_path: Path, args: list[str], code: int, message: str
+) -> None:
+    """The status and the line on stderr are those without --json."""
+    given = [a.format(empty=tmp_path) for a in args]
+    plain, as_json = dra_objects(*given), dra_objects("--json", *given)
+    assert plain.returncode == as_json.returncode == code
+    assert plain.stdout == ""
+    assert as_json.stderr == plain.stderr
+    assert "Traceback" not in as_json.stderr
+    [line] = as_json.stdout.splitlines()
+    error = json.loads(line)
+    assert list(error) == ["error"]
+    assert error["error"].startswith(message.format(empty=tmp_path))
+    assert error["error"] in as_json.stderr
