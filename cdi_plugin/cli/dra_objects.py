@@ -179,7 +179,12 @@ def _served_kinds(
     help="Print only these parts; repeatable [default: rbac, policy and classes, with examples if "
     "--examples].",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON List instead of YAML documents.")
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help='Print one JSON List instead of YAML documents (on an error: {"error": MESSAGE}).',
+)
 def dra_objects(
     *,
     spec_dirs: tuple[Path, ...] | None,
@@ -202,8 +207,10 @@ def dra_objects(
     policy: a ValidatingAdmissionPolicy and its binding (Kubernetes >= 1.30) that let the
     ServiceAccount write only ResourceSlices of this driver on the node named in its token.
 
-    classes: a DeviceClass per kind served, named <class>.<vendor>, whose CEL selector picks this
-    driver's devices of that kind.
+    classes: a DeviceClass per kind served, named <class>.<vendor> (lower case, '_' turned into
+    '-'; where that is no DNS subdomain, as with '..' or '-.' in the kind, each run of '.' and '-'
+    around a dot becomes one dot and the name ends in a hash of the kind), whose CEL selector picks
+    this driver's devices of that kind.
 
     examples (--examples): per kind a ResourceClaimTemplate for one device and a pod using it.
 
@@ -214,18 +221,28 @@ def dra_objects(
     \b
         cdi-plugin dra-objects | kubectl apply -f -
 
-    See docs/dra.md.
+    A kind that can have no objects is left out with a warning on stderr, and the objects of the
+    others are printed: its vendor or class is longer than a ResourceSlice attribute value (64
+    characters, so no selector can match its devices), its DeviceClass name would be longer than 253
+    characters, another kind's objects would have the same names, or with --extended-resource it is
+    not an extended resource name.
+
+    Exit status: 0 when no kind is left out with a warning (a kind the configuration leaves out
+    gets a note), 1 when one is (the objects of the others are still printed, --json too) or on an
+    error (no object is printed), 2 on usage errors. See docs/dra.md.
     """
     import json
 
     from cdi_plugin.dra import objects
     from cdi_plugin.dra.names import check_driver_name
     from cdi_plugin.errors import CdiPluginError
+    from cdi_plugin.wording import escape_controls, shown
 
     chosen = set(parts) if parts else {"rbac", "policy", "classes"}
     if examples:
         chosen.add("examples")
     out: list[dict[str, Any]] = []
+    left_out: dict[str, str] = {}
     try:
         check_driver_name(driver_name)
         if "rbac" in chosen:
@@ -234,41 +251,69 @@ def dra_objects(
             out += objects.admission_policy(driver_name, namespace, service_account)
         if chosen & {"classes", "examples"}:
             served, paths = _served_kinds(spec_dirs, kinds, config_file, api)
-            out += _kind_objects(served, paths, driver_name, chosen, extended_resource=extended_resource)
+            kind_objects, left_out = _kind_objects(
+                served, paths, driver_name, chosen, extended_resource=extended_resource
+            )
+            out += kind_objects
     except CdiPluginError as exc:
         fail(PROGRAM, str(exc))
+    for kind, problem in left_out.items():
+        click.echo(f"{PROGRAM}: warning: left out kind {shown(kind)}: {escape_controls(problem)}", err=True)
     if as_json:
         click.echo(json.dumps({"apiVersion": "v1", "kind": "List", "items": out}, indent=2))
     else:
         import yaml
 
         click.echo(yaml.safe_dump_all(out, sort_keys=False, explicit_start=True, width=4096), nl=False)
+    if left_out:
+        raise SystemExit(1)
 
 
 def _kind_objects(
     served: list[str], paths: dict[str, list[str]], driver: str, chosen: set[str], *, extended_resource: bool
-) -> list[dict[str, Any]]:
+) -> tuple[list[dict[str, Any]], dict[str, str]]:
+    """The objects of the kinds that can have them, and why each other kind cannot."""
     from cdi_plugin.deviceplugin.resources import resource_name_problem
     from cdi_plugin.dra import objects
 
-    names: dict[str, str] = {}
+    problems: dict[str, str] = {}
     for kind in served:
-        name = objects.device_class_name(kind)
-        if name in names:
-            fail(PROGRAM, f"kinds {names[name]} and {kind} would both be DeviceClass {name}")
-        names[name] = kind
-        problem = resource_name_problem(kind) if extended_resource else None
+        problem = objects.kind_problem(kind)
+        if problem is None and extended_resource:
+            problem = resource_name_problem(kind)
+            if problem is not None:
+                problem = f"not an extended resource name, so no extendedResourceName: {problem}"
         if problem is not None:
-            fail(
-                PROGRAM, f"kind {kind}: not an extended resource name, so no extendedResourceName: {problem}"
-            )
+            problems[kind] = problem
+    kinds = [kind for kind in served if kind not in problems]
+    problems |= _shared({kind: objects.device_class_name(kind) for kind in kinds}, "DeviceClass")
+    kinds = [kind for kind in kinds if kind not in problems]
+    pod_names = objects.example_pod_names(kinds) if "examples" in chosen else {}
+    problems |= _shared(pod_names, "example pod")
+    kinds = [kind for kind in kinds if kind not in problems]
     out = []
     if "classes" in chosen:
-        out += [objects.device_class(driver, k, extended_resource=extended_resource) for k in served]
+        out += [objects.device_class(driver, k, extended_resource=extended_resource) for k in kinds]
     if "examples" in chosen:
-        plain = [objects.example_pod_name(k) for k in served]
-        for kind, name in zip(served, plain, strict=True):
-            shared = plain.count(name) > 1  # kinds of the same class from different vendors
-            pod_name = objects.example_pod_name(kind, qualified=shared)
-            out += [objects.claim_template(kind), objects.example_pod(kind, paths[kind], name=pod_name)]
-    return out
+        for kind in kinds:
+            out += [
+                objects.claim_template(kind),
+                objects.example_pod(kind, paths[kind], name=pod_names[kind]),
+            ]
+    return out, {kind: problems[kind] for kind in served if kind in problems}
+
+
+def _shared(names: dict[str, str], what: str) -> dict[str, str]:
+    """Why each kind whose name (of ``what``) another kind has too gets no objects."""
+    from cdi_plugin.wording import joined, shown
+
+    holders: dict[str, list[str]] = {}
+    for kind, name in names.items():
+        holders.setdefault(name, []).append(kind)
+    return {
+        kind: f"{'kind' if len(kinds) == 2 else 'kinds'} {joined([shown(k) for k in kinds if k != kind])} "
+        f"would have the same {what} name, {name}"
+        for name, kinds in holders.items()
+        if len(kinds) > 1
+        for kind in kinds
+    }

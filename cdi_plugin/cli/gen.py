@@ -17,8 +17,8 @@ from cdi_plugin import __version__
 from cdi_plugin.cdi.version import SUPPORTED_VERSIONS
 from cdi_plugin.cli.inspect import inspect
 from cdi_plugin.cli.scanopts import (
-    JSON_ERRORS,
     OUTPUT_DIR_HELP,
+    JsonErrorsGroup,
     PathOf,
     cdi_spec_dirs_option,
     config_option,
@@ -30,7 +30,6 @@ from cdi_plugin.cli.scanopts import (
     max_version_option,
     metrics_address_option,
     output_dir_option,
-    print_json_error,
     runtime_option,
     source_option,
     spec_dir_option,
@@ -43,28 +42,16 @@ F = TypeVar("F", bound=Callable[..., Any])
 PROGRAM = "cdi-gen"
 
 
-class _Group(click.Group):
+class _Group(JsonErrorsGroup):
     """Turns every error into one line on stderr and exit 1 (with ``--json``, also one JSON object
     on stdout); ``--debug`` shows the traceback."""
-
-    def resolve_command(
-        self, ctx: click.Context, args: list[str]
-    ) -> tuple[str | None, click.Command | None, list[str]]:
-        name, cmd, rest = super().resolve_command(ctx, args)
-        options = rest[: rest.index("--")] if "--" in rest else rest
-        if cmd is not None and "--json" in options and any(p.name == "as_json" for p in cmd.params):
-            ctx.meta[JSON_ERRORS] = True
-        return name, cmd, rest
 
     def invoke(self, ctx: click.Context) -> Any:
         from cdi_plugin.errors import CdiPluginError
 
         try:
             return super().invoke(ctx)
-        except click.ClickException as exc:  # a usage error: click prints it, exit 2
-            print_json_error(exc.format_message())
-            raise
-        except (click.exceptions.Exit, click.Abort):
+        except (click.ClickException, click.exceptions.Exit, click.Abort):
             raise
         except Exception as exc:
             debug = bool(ctx.meta.get("cdi_gen.debug"))

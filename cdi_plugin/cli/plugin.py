@@ -14,6 +14,7 @@ import click
 from cdi_plugin import __version__
 from cdi_plugin.cli.helpsections import SectionedCommand
 from cdi_plugin.cli.scanopts import (
+    JsonErrorsGroup,
     PathOf,
     fail,
     format_option,
@@ -70,7 +71,7 @@ def _absolute(ctx: click.Context, param: click.Parameter, value: Path | None) ->
     return None if value is None else value.absolute()
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=JsonErrorsGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, "--version", prog_name="cdi-plugin")
 def main() -> None:
     """Kubernetes device plugin for CDI devices.

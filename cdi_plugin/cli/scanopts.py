@@ -1,5 +1,5 @@
 """Command-line options shared by ``cdi-gen scan``, ``cdi-gen watch`` and ``cdi-plugin serve``, and
-the one-line error exit of both programs.
+the one-line error exit of both programs (with ``--json``, also an ``{"error": MESSAGE}`` object).
 
 Imports only click, the pure CDI core and the device-source names, so that ``--help`` stays fast.
 """
@@ -32,6 +32,27 @@ def print_json_error(message: str) -> None:
     ctx = click.get_current_context(silent=True)
     if ctx is not None and ctx.meta.get(JSON_ERRORS):
         click.echo(json.dumps({"error": message}))
+
+
+class JsonErrorsGroup(click.Group):
+    """A group whose commands, given ``--json``, also print each error as ``{"error": MESSAGE}``
+    on stdout: their own (:func:`fail`) and usage errors, which click prints to stderr."""
+
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        name, cmd, rest = super().resolve_command(ctx, args)
+        options = rest[: rest.index("--")] if "--" in rest else rest
+        if cmd is not None and "--json" in options and any(p.name == "as_json" for p in cmd.params):
+            ctx.meta[JSON_ERRORS] = True
+        return name, cmd, rest
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except click.ClickException as exc:  # a usage error: click prints it, exit 2
+            print_json_error(exc.format_message())
+            raise
 
 
 def fail(program: str, message: str, code: int = 1, *, json_error: bool = True) -> NoReturn:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import posixpath
 import re
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
@@ -37,19 +38,51 @@ PART_OF = {"app.kubernetes.io/part-of": "cdi-plugin"}
 EXAMPLE_IMAGE = "docker.io/library/busybox:1.36.1"
 
 
-def device_class_name(kind: str) -> str:
-    """``vendor/class`` to the DNS subdomain ``class.vendor`` (lower case, ``_`` to ``-``)."""
+#: A run of ``.`` and ``-`` holding a dot: made one dot where a kind's name is not a DNS subdomain.
+_AROUND_DOT = re.compile(r"[-.]*\.[-.]*")
+
+
+def _class_name(kind: str) -> str:
     parsed = parse_kind(kind)
     name = f"{parsed.class_}.{parsed.vendor}".lower().replace("_", "-")
+    mapped = _AROUND_DOT.sub(".", name)
+    return name if mapped == name else f"{mapped}-{short_hash(kind)}"
+
+
+def _name_problem(name: str) -> str | None:
     if len(name) > SUBDOMAIN_MAX:
-        raise DraConfigError(
-            f"kind {shown(kind)}: its DeviceClass name, <class>.<vendor>, would have {len(name)} "
-            f"characters, at most {SUBDOMAIN_MAX}"
-        )
-    if not is_dns_subdomain(name):
-        raise DraConfigError(
-            f"kind {shown(kind)}: {shown(name)} is not a DNS subdomain, so it cannot name a DeviceClass"
-        )
+        return f"its DeviceClass name would have {len(name)} characters, at most {SUBDOMAIN_MAX}"
+    return None
+
+
+def _selector_problem(kind: str) -> str | None:
+    parsed = parse_kind(kind)
+    for what, value in (("vendor", parsed.vendor), ("class", parsed.class_)):
+        if len(value) > ATTRIBUTE_VALUE_MAX:
+            return (
+                f"its {what} has {len(value)} characters, more than a ResourceSlice attribute value "
+                f"may have ({ATTRIBUTE_VALUE_MAX}): the driver publishes its devices without it, so no "
+                "DeviceClass selector can match them"
+            )
+    return None
+
+
+def kind_problem(kind: str) -> str | None:
+    """Why ``kind`` can have no DeviceClass (its name would be too long, or no selector can match
+    its devices), or None."""
+    return _name_problem(_class_name(kind)) or _selector_problem(kind)
+
+
+def device_class_name(kind: str) -> str:
+    """``vendor/class`` to the DNS subdomain ``class.vendor`` (lower case, ``_`` to ``-``).
+
+    Where that is no DNS subdomain (``..``, ``-.``, ``_.`` in the kind), each run of ``.`` and ``-``
+    around a dot is made one dot and the name ends in ``-`` and a hash of the kind, so that kinds
+    differing there still get names of their own."""
+    name = _class_name(kind)
+    problem = _name_problem(name)
+    if problem is not None:
+        raise DraConfigError(f"kind {shown(kind)}: {problem}")
     return name
 
 
@@ -63,18 +96,16 @@ def selector(driver: str, kind: str) -> str:
     """The CEL expression selecting this driver's devices of ``kind`` by their attributes
     (:func:`cdi_plugin.dra.slices.attributes`). Slices leave out a string longer than an attribute
     value may be, so such a kind is selected by its vendor and class."""
+    problem = _selector_problem(kind)
+    if problem is not None:
+        raise DraConfigError(f"kind {shown(kind)}: {problem}")
     parsed = parse_kind(kind)
     attrs = f"device.attributes[{json.dumps(driver)}]"  # JSON strings are CEL string literals here
     if len(kind) <= ATTRIBUTE_VALUE_MAX:
         match = f"{attrs}.kind == {json.dumps(kind)}"
-    elif max(len(parsed.vendor), len(parsed.class_)) <= ATTRIBUTE_VALUE_MAX:
+    else:
         vendor, class_ = json.dumps(parsed.vendor), json.dumps(parsed.class_)
         match = f'{attrs}.vendor == {vendor} && {attrs}["class"] == {class_}'
-    else:
-        raise DraConfigError(
-            f"kind {kind!r}: its vendor or class is longer than the {ATTRIBUTE_VALUE_MAX} characters "
-            "of an attribute value, so no selector can match it"
-        )
     return f"device.driver == {json.dumps(driver)} && {match}"
 
 
@@ -225,19 +256,32 @@ def claim_template(kind: str) -> Obj:
     }
 
 
-def example_pod_name(kind: str, *, qualified: bool = False) -> str:
+def example_pod_name(kind: str, *, qualified: bool = False, hashed: bool = False) -> str:
     """``<class>-dra-example``; ``qualified`` (for kinds of the same class): ``<class>-<vendor>-example``.
 
-    The name is also the pod's label value, so it is a DNS label: a longer one is cut before its
-    suffix and tagged with a hash of the kind."""
+    The name is also the pod's label value, so it is a DNS label: a longer one (or any, if
+    ``hashed``) is cut before its suffix and tagged with a hash of the kind."""
     if qualified:
         base, suffix = device_class_name(kind).replace(".", "-"), "-example"
     else:
         base, suffix = _label(kind), "-dra-example"
-    if len(base) + len(suffix) <= LABEL_MAX:
+    if not hashed and len(base) + len(suffix) <= LABEL_MAX:
         return base + suffix
     head = base[: LABEL_MAX - len(suffix) - SHORT_HASH_LEN - 1].rstrip("-")
     return f"{head}-{short_hash(kind)}{suffix}"
+
+
+def example_pod_names(kinds: Sequence[str]) -> dict[str, str]:
+    """Each kind's :func:`example_pod_name`, qualified where another kind's is the same, and
+    tagged with the hash where even qualified names meet (``a.io/gpu``, ``a-io/gpu``)."""
+    names = {kind: example_pod_name(kind) for kind in kinds}
+    for hashed in (False, True):
+        taken = Counter(names.values())
+        names = {
+            kind: example_pod_name(kind, qualified=True, hashed=hashed) if taken[name] > 1 else name
+            for kind, name in names.items()
+        }
+    return names
 
 
 def example_pod(kind: str, paths: Sequence[str], *, name: str | None = None) -> Obj:

@@ -20,6 +20,8 @@ from cdi_plugin.dra.objects import (
     device_class_name,
     example_pod,
     example_pod_name,
+    example_pod_names,
+    kind_problem,
     rbac,
 )
 from cdi_plugin.dra.slices import build_pool
@@ -53,6 +55,70 @@ def test_device_class_names_are_subdomains() -> None:
     assert is_subdomain(device_class_name("Acme.com/Net_Dev"))
 
 
+#: Kinds CDI allows whose <class>.<vendor> is no DNS subdomain, and what their names start with.
+UNPLAIN = {
+    "acme.com/net..dev": "net.dev.acme.com",
+    "acme.com/Net..Dev": "net.dev.acme.com",
+    "acme.com/net-.dev": "net.dev.acme.com",
+    "acme.com/net.-dev": "net.dev.acme.com",
+    "acme.com/net_.dev": "net.dev.acme.com",
+    "acme.com/net._-.dev": "net.dev.acme.com",
+    "acme..com/net.dev": "net.dev.acme.com",
+    "acme_.com/net": "net.acme.com",
+}
+
+
+def test_a_kind_that_is_no_subdomain_gets_its_own_name_ending_in_its_hash() -> None:
+    """Each run of '.' and '-' around a dot becomes a dot; the hash keeps the kinds apart."""
+    names = {kind: device_class_name(kind) for kind in UNPLAIN}
+    assert len(set(names.values())) == len(UNPLAIN)
+    for kind, name in names.items():
+        assert is_subdomain(name), name
+        assert name == f"{UNPLAIN[kind]}-{short_hash(kind)}"
+    assert device_class_name("acme.com/Net-_-X") == "net---x.acme.com", "'_' and '-' away from a dot: no hash"
+    for kind in ["acme.com/net..dev", "acme.com/Net..Dev"]:
+        template, pod = claim_template(kind), example_pod(kind, ["/dev/net"])
+        _valid(device_class(DRIVER, kind))
+        _valid(template)
+        _valid(pod)
+        assert template["metadata"]["name"] == names[kind]
+        assert pod["spec"]["resourceClaims"][0]["resourceClaimTemplateName"] == names[kind]
+
+
+def test_what_keeps_a_kind_from_a_device_class() -> None:
+    assert kind_problem("acme.com/net..dev") is None
+    assert kind_problem("acme.com/" + "c" * 64) is None
+    assert kind_problem("acme.com/" + "c" * 65) == (
+        "its class has 65 characters, more than a ResourceSlice attribute value may have (64): "
+        "the driver publishes its devices without it, so no DeviceClass selector can match them"
+    )
+    assert kind_problem("v" * 65 + "/gpu") == (
+        "its vendor has 65 characters, more than a ResourceSlice attribute value may have (64): "
+        "the driver publishes its devices without it, so no DeviceClass selector can match them"
+    )
+    assert kind_problem("v" * 64 + ".w" * 63 + "/" + "c" * 63) == (
+        "its DeviceClass name would have 254 characters, at most 253"
+    )
+    hashed = "v" * 63 + ".w" * 60 + "/a..b" + "c" * 59  # 246 characters before the hash
+    assert kind_problem(hashed) == "its DeviceClass name would have 255 characters, at most 253"
+
+
+def test_example_pods_get_names_of_their_own() -> None:
+    """Plain for a class of its own, qualified for kinds of one class, hashed where those meet
+    (acme.io/gpu and acme-io/gpu are both gpu-acme-io-example qualified)."""
+    kinds = ["acme.io/gpu", "acme-io/gpu", "other.io/gpu", "acme.io/fuse", "acme.io/net..dev", "b.io/net-dev"]
+    names = example_pod_names(kinds)
+    assert names == {
+        "acme.io/gpu": f"gpu-acme-io-{short_hash('acme.io/gpu')}-example",
+        "acme-io/gpu": f"gpu-acme-io-{short_hash('acme-io/gpu')}-example",
+        "other.io/gpu": "gpu-other-io-example",
+        "acme.io/fuse": "fuse-dra-example",
+        "acme.io/net..dev": f"net-dev-acme-io-{short_hash('acme.io/net..dev')}-example",
+        "b.io/net-dev": "net-dev-b-io-example",
+    }
+    assert all(is_label(name) for name in names.values())
+
+
 def test_a_kind_longer_than_an_attribute_value_is_selected_by_vendor_and_class() -> None:
     """Slices leave out a string attribute longer than 64 characters (the kind's here), never cut it."""
     kind = "devices.a-very-long-vendor-domain.example.com/" + "c" * 30
@@ -70,10 +136,10 @@ def test_bad_input_is_refused() -> None:
         device_class("Bad_Driver", "cdi-plugin.io/fuse")
     with pytest.raises(InvalidNameError):
         device_class(DRIVER, "no-slash")
-    with pytest.raises(DraConfigError, match="cannot name a DeviceClass"):
-        device_class_name("acme.com/net..dev")
-    with pytest.raises(DraConfigError, match="no selector can match it"):
+    with pytest.raises(DraConfigError, match=r"^kind 'acme\.com/c+': its class has 65 characters"):
         device_class(DRIVER, "acme.com/" + "c" * 65)
+    with pytest.raises(DraConfigError, match="its DeviceClass name would have 254 characters, at most 253"):
+        claim_template("v" * 64 + ".w" * 63 + "/" + "c" * 63)
     with pytest.raises(DraConfigError, match="namespace 'Kube_System': not a DNS label"):
         rbac(DRIVER, "Kube_System", "cdi-plugin")
     with pytest.raises(DraConfigError, match="service account 'a/b': not a DNS subdomain"):
