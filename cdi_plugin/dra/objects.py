@@ -291,9 +291,9 @@ def example_pod(kind: str, paths: Sequence[str], *, name: str | None = None) -> 
     holding them all is listed."""
     label = _label(kind)
     name = name or example_pod_name(kind)
-    shown = sorted(set(paths))
-    if len(shown) > 1:
-        shown = [posixpath.commonpath(shown)]
+    listed = sorted(set(paths))
+    if len(listed) > 1:
+        listed = [posixpath.commonpath(listed)]
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -312,7 +312,7 @@ def example_pod(kind: str, paths: Sequence[str], *, name: str | None = None) -> 
                 {
                     "name": "shell",
                     "image": EXAMPLE_IMAGE,
-                    "command": ["ls", "-l", *(shown or ["/dev"])],
+                    "command": ["ls", "-l", *(listed or ["/dev"])],
                     "resources": {"claims": [{"name": label}]},
                     "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
                 }
