@@ -45,6 +45,7 @@ def _served_kinds(
     from cdi_plugin.inventory.selection import KindSelection
     from cdi_plugin.inventory.source import SpecSource
     from cdi_plugin.store.configfile import load_config
+    from cdi_plugin.wording import joined, shown
 
     section = None if config_file is None else load_config(config_file).get("plugin")
     config = settings.build(section, str(config_file), spec_dirs=spec_dirs, kinds=kinds, api=api)
@@ -59,11 +60,11 @@ def _served_kinds(
     present = sorted({str(d.kind) for d in devices})
     for glob in kinds or ():
         if not any(glob_match(glob, kind) for kind in present):
-            found = f"kinds there: {', '.join(present)}" if present else "no spec there"
-            fail(PROGRAM, f"--kind {glob}: no kind in {dirs} matches it ({found})")
+            found = f"kinds there: {joined([shown(k) for k in present])}" if present else "no spec there"
+            fail(PROGRAM, f"--kind {shown(glob)}: no kind in {dirs} matches it ({found})")
     served = sorted(KindSelection(config.matching_glob).select(set(present), source.reading))
     if not served and present:
-        listed = ", ".join(present)
+        listed = joined([shown(k) for k in present])
         fail(PROGRAM, f"no kind to serve in {dirs}: cdi-gen wrote none of {listed} (name them with --kind)")
     if not served:
         fail(
@@ -77,13 +78,13 @@ def _served_kinds(
                 else "is not cdi-gen's"
             )
             click.echo(
-                f"{PROGRAM}: note: left out kind {kind}: its spec {why} (name it with --kind {kind})",
+                f"{PROGRAM}: note: left out kind {shown(kind)}: its spec {why} (name it with --kind {kind})",
                 err=True,
             )
     for kind in served:
         elsewhere = config.left_out("dra", kind)
         if elsewhere is not None:
-            click.echo(f"{PROGRAM}: note: left out kind {kind}: {elsewhere}", err=True)
+            click.echo(f"{PROGRAM}: note: left out kind {shown(kind)}: {elsewhere}", err=True)
     through_dra = [kind for kind in served if config.serves("dra", kind)]
     if not through_dra:
         fail(

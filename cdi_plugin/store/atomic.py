@@ -49,7 +49,7 @@ _TEMP = re.compile(r"\.(?P<name>.+)\.[a-z0-9_]{8}\.tmp")
 NAME_MAX = 255
 #: The longest name of a file written here, in bytes: its temporary file's name, 14 bytes longer,
 #: must fit in NAME_MAX too.
-MAX_NAME = NAME_MAX - len("..12345678.tmp")
+WRITTEN_NAME_MAX = NAME_MAX - len("..12345678.tmp")
 
 
 def remove_stale(directory: Path, names: Collection[str]) -> list[str]:

@@ -12,7 +12,7 @@ from pathlib import Path
 from cdi_plugin.cdi import codec
 from cdi_plugin.cdi.names import Kind
 from cdi_plugin.errors import SpecLoadError
-from cdi_plugin.store.atomic import MAX_NAME
+from cdi_plugin.store.atomic import WRITTEN_NAME_MAX
 from cdi_plugin.wording import file_type
 
 log = logging.getLogger(__name__)
@@ -27,7 +27,7 @@ SPEC_DIRS_ENV = "CDI_SPEC_DIRS"
 SPEC_SUFFIXES: dict[str, codec.Format] = {".json": "json", ".yaml": "yaml"}
 #: The most characters a vendor and a class may have together: their spec file,
 #: ``<vendor>-<class>.json`` (or ``.yaml``), must be a name :mod:`.atomic` can write.
-KIND_CHARS_MAX = MAX_NAME - len("-") - max(map(len, SPEC_SUFFIXES))
+KIND_CHARS_MAX = WRITTEN_NAME_MAX - len("-") - max(map(len, SPEC_SUFFIXES))
 #: A spec this large is not a device spec; refusing it keeps a stray file from eating memory.
 MAX_SPEC_BYTES = 4 * 1024 * 1024
 

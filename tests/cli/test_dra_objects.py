@@ -154,7 +154,7 @@ def test_kinds_are_chosen_as_serve_chooses_them(fuse_dir: Path, tmp_path: Path) 
     assert result.exit_code == 0
     assert [d["metadata"]["name"] for d in yaml.safe_load_all(result.stdout)] == ["fuse.cdi-plugin.io"]
     assert result.stderr == (
-        "cdi-plugin: note: left out kind vendor.example/gpu: its spec is not cdi-gen's "
+        "cdi-plugin: note: left out kind 'vendor.example/gpu': its spec is not cdi-gen's "
         "(name it with --kind vendor.example/gpu)\n"
     )
     config = tmp_path / "config.yaml"
@@ -187,13 +187,13 @@ def test_only_the_kinds_served_through_dra_get_a_device_class(fuse_dir: Path, tm
     result = _run("--config", config, "--only", "classes")
     assert [d["metadata"]["name"] for d in yaml.safe_load_all(result.stdout)] == ["gpu.vendor.example"]
     assert result.stderr == (
-        f"cdi-plugin: note: left out kind {FUSE}: plugin.resources.{FUSE}.api is device-plugin, "
+        f"cdi-plugin: note: left out kind '{FUSE}': plugin.resources.{FUSE}.api is device-plugin, "
         "and the device plugin does not run (--api dra)\n"
     )
     # with both sides, the kinds without an api of their own stay with the device plugin
     result = _run("--config", config, "--only", "classes", "--api", "both")
     assert result.exit_code == 1
-    assert result.stderr.startswith("cdi-plugin: note: left out kind cdi-plugin.io/fuse: plugin.resources")
+    assert result.stderr.startswith("cdi-plugin: note: left out kind 'cdi-plugin.io/fuse': plugin.resources")
     assert result.stderr.endswith(
         f"cdi-plugin: error: no kind of {fuse_dir}, {vendor} is served through DRA with --api both: "
         "name some with plugin.resources.<kind>.api: dra in the configuration\n"
@@ -203,7 +203,7 @@ def test_only_the_kinds_served_through_dra_get_a_device_class(fuse_dir: Path, tm
     result = _run("--config", config, "--only", "classes")
     assert [d["metadata"]["name"] for d in yaml.safe_load_all(result.stdout)] == ["gpu.vendor.example"]
     assert result.stderr == (
-        f"cdi-plugin: note: left out kind {FUSE}: no plugin.resources entry names its api, "
+        f"cdi-plugin: note: left out kind '{FUSE}': no plugin.resources entry names its api, "
         "so with --api both the device plugin serves it\n"
     )
 
@@ -218,7 +218,7 @@ def test_a_spec_changed_since_cdi_gen_wrote_it_is_left_out(fuse_dir: Path, tmp_p
     result = _run(*dirs, "--kind", "vendor.example/*", "--only", "classes")
     assert result.exit_code == 0
     assert result.stderr == (
-        "cdi-plugin: note: left out kind cdi-plugin.io/fuse: its spec was changed since cdi-gen wrote it "
+        "cdi-plugin: note: left out kind 'cdi-plugin.io/fuse': its spec was changed since cdi-gen wrote it "
         "(name it with --kind cdi-plugin.io/fuse)\n"
     )
     (named,) = _objects("--spec-dir", changed, "--only", "classes", "--kind", FUSE)
@@ -231,8 +231,8 @@ def test_a_spec_changed_since_cdi_gen_wrote_it_is_left_out(fuse_dir: Path, tmp_p
         ([], "no kind found in {empty}: run cdi-gen scan first, or name the directory with --spec-dir"),
         (["--driver-name", "Bad_Driver"], "driver name 'Bad_Driver': not a DNS subdomain"),
         (["--spec-dir", "{fuse}", "--kind", "vendor.example/gpu"],
-         "--kind vendor.example/gpu: no kind in {fuse} matches it (kinds there: cdi-plugin.io/fuse)"),
-        (["--spec-dir", "{vendor}"], "no kind to serve in {vendor}: cdi-gen wrote none of Vendor.example/gpu "
+         "--kind 'vendor.example/gpu': no kind in {fuse} matches it (kinds there: 'cdi-plugin.io/fuse')"),
+        (["--spec-dir", "{vendor}"], "no kind to serve in {vendor}: cdi-gen wrote none of 'Vendor.example/gpu' "
                                     "(name them with --kind)"),
         (["--namespace", "Kube_System", "--only", "rbac"], "namespace 'Kube_System': not a DNS label"),
     ],

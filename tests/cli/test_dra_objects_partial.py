@@ -87,7 +87,7 @@ def test_without_a_kind_left_out_the_status_is_0(tmp_path: Path) -> None:
         (["--spec-dir", "{empty}"], 1,
          "no kind found in {empty}: run cdi-gen scan first, or name the directory with --spec-dir"),
         (["--spec-dir", "{empty}", "--kind", "acme.com/*"], 1,
-         "--kind acme.com/*: no kind in {empty} matches it (no spec there)"),
+         "--kind 'acme.com/*': no kind in {empty} matches it (no spec there)"),
         (["--driver-name", "Bad_Driver", "--only", "rbac"], 1,
          "driver name 'Bad_Driver': not a DNS subdomain"),
         (["--config", "{empty}/missing.yaml"], 1, "{empty}/missing.yaml: no such file or directory"),

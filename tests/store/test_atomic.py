@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from cdi_plugin.errors import SpecWriteError
-from cdi_plugin.store.atomic import MAX_NAME, NAME_MAX, write_atomic
+from cdi_plugin.store.atomic import NAME_MAX, WRITTEN_NAME_MAX, write_atomic
 from tests.store.unprivileged import python_as_nobody, world_dir
 
 
@@ -33,10 +33,10 @@ def test_new_file_gets_the_data_and_mode_0644_whatever_the_umask(tmp_path: Path)
 
 def test_the_longest_name_written_is_the_one_whose_temporary_file_still_fits(tmp_path: Path) -> None:
     assert os.pathconf(tmp_path, "PC_NAME_MAX") == NAME_MAX
-    longest = tmp_path / ("a" * MAX_NAME)
+    longest = tmp_path / ("a" * WRITTEN_NAME_MAX)
     write_atomic(longest, b"data")
     with pytest.raises(SpecWriteError, match="File name too long"):
-        write_atomic(tmp_path / ("b" * (MAX_NAME + 1)), b"data")
+        write_atomic(tmp_path / ("b" * (WRITTEN_NAME_MAX + 1)), b"data")
     assert os.listdir(tmp_path) == [longest.name]
 
 
