@@ -99,7 +99,8 @@ def _holders_of(claims: Iterable[tuple[str, Devices]]) -> dict[tuple[str, str], 
 
 def encode(state: PreparedState, *, indent: int | None = None) -> bytes:
     """The document; compact unless ``indent`` is given. The compact one, written at every
-    change, is the claims' entries joined: each claim is encoded once, when it is added."""
+    change, is the claims' entries joined: a claim's entry is encoded the first time it is
+    written, and the states made from this one keep it."""
     if indent is None:
         entries = b",".join(state.entry(uid) for uid in sorted(state.claims))
         return b'{"version":%d,"claims":{%b}}\n' % (FORMAT_VERSION, entries)

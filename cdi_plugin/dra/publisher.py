@@ -7,7 +7,7 @@ slice: a starting kubelet deletes its node's slices), or the kubelet registers t
 (:meth:`SlicePublisher.wake`), and written only when it differs: in a steady state nothing is
 sent but the watch's renewals. The answers to the writes go into the cache at once, so the next
 comparison sees them before the watch brings them. Slices no longer wanted are deleted after the
-others are written, so readers always find a pool (:func:`~cdi_plugin.dra.slices.plan`).
+others are written, so no deletion takes the pool from readers (:func:`~cdi_plugin.dra.slices.plan`).
 
 Each pass, and each failure, goes to the driver's :class:`~cdi_plugin.dra.report.Report`.
 A failed write is logged in one line and tried again, with the inventory's latest state, after a
@@ -144,7 +144,7 @@ class SlicePublisher:
             for obj in changes.create:
                 self._written(obj, await self.kube.create_slice(obj))
             # last: readers ignore them from the first write of the new generation on, and until
-            # then they still hold the pool (slices renamed by an upgrade, surplus slices)
+            # then they still hold the pool (surplus slices, a slice's second name, leftovers)
             for obj in changes.delete:
                 await self.kube.delete_slice(obj)
                 self.cache.remove(obj["metadata"]["name"])

@@ -119,15 +119,14 @@ def legacy_slice_name(driver: str, node: str, index: int) -> str:
 
 def kept_names(pool: Pool, stored: Collection[str]) -> tuple[str, ...]:
     """The name of each of the pool's slices: :func:`slice_name`, but where the pair's slice of
-    that index is stored under its :func:`legacy_slice_name` only, that one. So an instance of an
-    earlier release, running beside this one during an update, wants the same slices and the two
-    do not replace each other's; the stored slices of this pair are its own (listed by driver and
-    node), never another pair's that reads alike."""
+    that index is stored under its :func:`legacy_slice_name`, that one, also when the slice is
+    stored under both names. So an instance of an earlier release, running beside this one during
+    an update, wants the same slices and the two do not delete each other's; the stored slices of
+    this pair are its own (listed by driver and node), never another pair's that reads alike."""
     out = []
     for index in range(len(pool.chunks)):
-        name = slice_name(pool.driver, pool.node, index)
         legacy = legacy_slice_name(pool.driver, pool.node, index)
-        out.append(legacy if legacy in stored and name not in stored else name)
+        out.append(legacy if legacy in stored else slice_name(pool.driver, pool.node, index))
     return tuple(out)
 
 
@@ -219,11 +218,11 @@ def plan(pool: Pool, existing: Sequence[Obj]) -> Plan:
     When the slices of the highest stored generation already hold what they should, only older
     slices left over (a write that failed after the new generation was complete) are deleted.
     Otherwise the generation is the highest stored one plus one, every wanted slice is created or
-    updated with it, and stored slices not wanted any more (surplus, or an earlier release's
-    name beside this one's: :func:`kept_names`) are deleted. Every write carries a generation
-    above every stored slice, so readers, who take the highest generation only, keep a whole pool
-    until the first write and lose nothing to the deletions when they come last (as the
-    publisher sends them).
+    updated with it, and stored slices not wanted any more (surplus, or this release's name of a
+    slice also stored under an earlier release's: :func:`kept_names`) are deleted. Every write
+    carries a generation above every stored slice, so readers, who take the highest generation
+    only, keep a whole pool until the first write and lose nothing to the deletions when they
+    come last (as the publisher sends them).
     """
 
     def generation_of(obj: Obj) -> int:

@@ -20,7 +20,7 @@ from cdi_plugin.dra.kube import SLICES, KubeApi
 from cdi_plugin.dra.names import SUBDOMAIN_MAX, is_dns_subdomain
 from cdi_plugin.dra.publisher import SlicePublisher
 from cdi_plugin.dra.rest import ApiServerError
-from cdi_plugin.dra.slices import Plan, Pool, build_pool, slice_name
+from cdi_plugin.dra.slices import Plan, Pool, build_pool, content, slice_name
 from cdi_plugin.inventory import SpecInventory
 from tests.deviceplugin.helpers import eventually
 from tests.dra.conftest import DRIVER, NODE
@@ -176,6 +176,19 @@ def legacy_write(server: FakeApiServer, pool: Pool, generation: int) -> None:
         server.put_slice(obj)
 
 
+def earlier_release_content(server: FakeApiServer, pool: Pool) -> bool:
+    """Whether an earlier release's publisher finds nothing to write: the stored slices are its
+    names for ``pool``, in one generation, holding what they should."""
+    stored = ours(server, pool.driver, pool.node)
+    generations = {s["spec"]["pool"]["generation"] for s in stored}
+    if len(generations) != 1:
+        return False
+    wanted = pool.slices(generations.pop())
+    for i, obj in enumerate(wanted):
+        obj["metadata"]["name"] = old_slice_name(pool.driver, pool.node, i)
+    return sorted(map(content, stored)) == sorted(map(content, wanted))
+
+
 @pytest.mark.asyncio
 async def test_slices_named_by_an_earlier_release_are_kept_and_rewritten_in_place(
     kube: KubeApi, server: FakeApiServer, spec_dir: Path, host_nodes: Path
@@ -219,8 +232,11 @@ async def test_a_slice_an_earlier_release_did_not_write_gets_this_releases_name(
     kube: KubeApi, server: FakeApiServer, spec_dir: Path, host_nodes: Path
 ) -> None:
     """A pool that grows past the earlier release's slices: the new slice gets this release's
-    name; where both names of an index are stored (such a slice written by each release), this
-    release's stays and the earlier one goes, last, readers keeping a whole pool."""
+    name; where both names of an index are stored (such a slice written by each release, both
+    running), the earlier one stays and this release's goes, last, readers keeping a whole pool:
+    the earlier release then finds its slices right (were its slice deleted, it would delete
+    this release's first and create its own again, the pool incomplete meanwhile, and this
+    release, seeing that, would create its own again)."""
     inv = inventory_of(spec_dir, host_nodes, 300)
     await kube.read_node_uid()
     devices = inv.devices()
@@ -238,9 +254,12 @@ async def test_a_slice_an_earlier_release_did_not_write_gets_this_releases_name(
     publisher.cache.replace(*await kube.list_slices())
     start, before = server.revision, len(server.writes())
     await publisher.publish(devices)
-    assert sorted(s["metadata"]["name"] for s in ours(server)) == sorted(names)
-    assert server.writes()[before:][-1] == ("DELETE", f"{SLICES}/{old_slice_name(DRIVER, NODE, 2)}")
+    legacy = [old_slice_name(DRIVER, NODE, i) for i in range(3)]
+    assert [s["metadata"]["name"] for s in ours(server)] == legacy
+    assert server.writes()[before:][-1] == ("DELETE", f"{SLICES}/{slice_name(DRIVER, NODE, 2)}")
     assert all(view for view in reader_views(server, start)), "a moment with no slice of the pool"
+    whole = dataclasses.replace(build_pool(DRIVER, NODE, devices, taints=True), node_uid=kube.node_uid)
+    assert earlier_release_content(server, whole)
 
 
 @pytest.mark.asyncio

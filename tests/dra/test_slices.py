@@ -7,9 +7,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from cdi_plugin.dra.inventory import ServedDevice, UdevFacts
-from cdi_plugin.dra.slices import PCI_BUS_ID, Plan, build_pool, plan, slice_name, taint_key
+from cdi_plugin.dra.slices import (
+    PCI_BUS_ID,
+    Plan,
+    Pool,
+    build_pool,
+    legacy_slice_name,
+    plan,
+    slice_name,
+    taint_key,
+)
 from cdi_plugin.inventory import SpecInventory
 from cdi_plugin.inventory.health import Rdev
 from tests.deviceplugin.helpers import make_node
@@ -170,3 +181,50 @@ def test_a_latest_generation_that_is_not_the_pool_is_rewritten() -> None:
     assert result.generation == 6
     assert [o["metadata"]["name"] for o in result.update] == [slice_name(DRIVER, NODE, 0)]
     assert result.delete == (newer,)
+
+
+#: Pools of 0, 5, 130 and 300 devices (1, 1, 2 and 3 slices), built once.
+POOLS = {
+    n: build_pool(
+        DRIVER, NODE, {f"a.io/bb=d{i}": ServedDevice(cdi_name=f"a.io/bb=d{i}") for i in range(n)}, taints=True
+    )
+    for n in (0, 5, 130, 300)
+}
+#: Each index's name in this release and the earlier one, and a name of neither.
+NAMES = [f(DRIVER, NODE, i) for i in range(4) for f in (slice_name, legacy_slice_name)] + ["other"]
+STORED = st.dictionaries(
+    st.sampled_from(NAMES),
+    st.tuples(st.sampled_from(sorted(POOLS)), st.integers(0, 2), st.integers(0, 3)),
+    max_size=len(NAMES),
+)
+
+
+def _apply(stored: list[dict[str, Any]], changes: Plan, rv: int) -> list[dict[str, Any]]:
+    by_name = {o["metadata"]["name"]: o for o in stored}
+    for obj in _stored([*changes.update, *changes.create], rv):
+        by_name[obj["metadata"]["name"]] = obj
+    for obj in changes.delete:
+        del by_name[obj["metadata"]["name"]]
+    return list(by_name.values())
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.sampled_from(sorted(POOLS)), STORED)
+def test_one_pass_leaves_the_pool_whole_in_one_generation_and_nothing_to_do(
+    size: int, stored: dict[str, tuple[int, int, int]]
+) -> None:
+    """Whatever is stored (either name of a slice, both, slices of other contents, counts and
+    generations, a name of neither), the slices one plan leaves are the pool in one generation,
+    and the next plan sends nothing: no pass follows another."""
+    pool: Pool = POOLS[size]
+    existing = []
+    for name, (other, index, generation) in stored.items():
+        slices = POOLS[other].slices(generation)
+        obj = slices[min(index, len(slices) - 1)]
+        existing += _stored([{**obj, "metadata": {"name": name}}])
+    after = _apply(existing, plan(pool, existing), 2)
+    assert plan(pool, after).empty
+    assert len({o["spec"]["pool"]["generation"] for o in after}) == 1
+    assert _valid(sorted(after, key=lambda o: str(o["metadata"]["name"])))
+    devices = [d["name"] for o in after for d in o["spec"]["devices"]]
+    assert sorted(devices) == sorted(e["name"] for chunk in pool.chunks for e in chunk)
