@@ -232,8 +232,8 @@ def test_a_spec_changed_since_cdi_gen_wrote_it_is_left_out(fuse_dir: Path, tmp_p
         (["--driver-name", "Bad_Driver"], "driver name 'Bad_Driver': not a DNS subdomain"),
         (["--spec-dir", "{fuse}", "--kind", "vendor.example/gpu"],
          "--kind 'vendor.example/gpu': no kind in {fuse} matches it (kinds there: 'cdi-plugin.io/fuse')"),
-        (["--spec-dir", "{vendor}"], "no kind to serve in {vendor}: cdi-gen wrote none of 'Vendor.example/gpu' "
-                                    "(name them with --kind)"),
+        (["--spec-dir", "{vendor}"],
+         "no kind to serve in {vendor}: cdi-gen wrote none of 'Vendor.example/gpu' (name them with --kind)"),
         (["--namespace", "Kube_System", "--only", "rbac"], "namespace 'Kube_System': not a DNS label"),
     ],
 )  # fmt: skip
