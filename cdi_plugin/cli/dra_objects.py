@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from cdi_plugin.cli.scanopts import PathOf, fail
+from cdi_plugin.cli.scanopts import PathOf, fail, require_dirs
 from cdi_plugin.dra.names import DEFAULT_DRIVER
 
 PROGRAM = "cdi-plugin"
@@ -47,6 +47,7 @@ def _served_kinds(
     from cdi_plugin.store.configfile import load_config
     from cdi_plugin.wording import joined, shown
 
+    require_dirs(PROGRAM, spec_dirs or ())
     section = None if config_file is None else load_config(config_file).get("plugin")
     config = settings.build(section, str(config_file), spec_dirs=spec_dirs, kinds=kinds, api=api)
     if config.api == "device-plugin":

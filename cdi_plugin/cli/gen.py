@@ -30,6 +30,7 @@ from cdi_plugin.cli.scanopts import (
     max_version_option,
     metrics_address_option,
     output_dir_option,
+    require_dirs,
     runtime_option,
     source_option,
     spec_dir_option,
@@ -175,9 +176,7 @@ def list_(spec_dirs: tuple[Path, ...], as_json: bool, runtimes: tuple[str, ...])
     from cdi_plugin.store.files import spec_dirs as default_spec_dirs
     from cdi_plugin.store.registry import load_registry
 
-    for d in spec_dirs:
-        if not d.is_dir():
-            fail(PROGRAM, f"--spec-dir {d}: no such directory")
+    require_dirs(PROGRAM, spec_dirs)
     snapshot = load_registry(list(spec_dirs or default_spec_dirs()))
     views = runtime_views(snapshot, runtimes)
     if as_json:

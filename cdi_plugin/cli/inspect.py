@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from cdi_plugin.cli.scanopts import fail
+from cdi_plugin.cli.scanopts import fail, require_dirs
 
 if TYPE_CHECKING:
     from cdi_plugin.cdi.inject import HostNode, HostNodes, Origin, Requested
@@ -82,9 +82,7 @@ def inspect(
             parse_qualified_name(name)
         except InvalidNameError as exc:
             fail(PROGRAM, str(exc) if repr(name) in str(exc) else f"{name}: {exc}", 2)
-    for d in spec_dirs:
-        if not d.is_dir():
-            fail(PROGRAM, f"--spec-dir {d}: no such directory")
+    require_dirs(PROGRAM, spec_dirs)
     snapshot = load_registry(list(spec_dirs or default_spec_dirs()))
     requested = _resolve(snapshot, list(dict.fromkeys(names)))
     edits = edits_in_order(requested)

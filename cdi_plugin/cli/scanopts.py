@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import os
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, Literal, NoReturn, TypeVar
 
@@ -62,6 +62,13 @@ def fail(program: str, message: str, code: int = 1, *, json_error: bool = True) 
         print_json_error(message)
     click.echo(f"{program}: error: {escape_controls(message)}", err=True)
     raise SystemExit(code)
+
+
+def require_dirs(program: str, spec_dirs: Iterable[Path]) -> None:
+    """Fail with one line naming the first of the ``--spec-dir`` directories given that is none."""
+    for d in spec_dirs:
+        if not d.is_dir():
+            fail(program, f"--spec-dir {d}: no such directory")
 
 
 _KINDS = {

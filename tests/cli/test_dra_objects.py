@@ -235,13 +235,14 @@ def test_a_spec_changed_since_cdi_gen_wrote_it_is_left_out(fuse_dir: Path, tmp_p
         (["--spec-dir", "{vendor}"],
          "no kind to serve in {vendor}: cdi-gen wrote none of 'Vendor.example/gpu' (name them with --kind)"),
         (["--namespace", "Kube_System", "--only", "rbac"], "namespace 'Kube_System': not a DNS label"),
+        (["--spec-dir", "{fuse}", "--spec-dir", "{missing}"], "--spec-dir {missing}: no such directory"),
     ],
 )  # fmt: skip
 def test_bad_input_is_one_line(fuse_dir: Path, tmp_path: Path, args: list[str], message: str) -> None:
     empty, vendor = tmp_path / "empty", tmp_path / "vendor"
     empty.mkdir()
     write_spec(vendor, "Vendor.example/gpu", {"card0": "/dev/dri/card0"})
-    paths = {"empty": empty, "fuse": fuse_dir, "vendor": vendor}
+    paths = {"empty": empty, "fuse": fuse_dir, "vendor": vendor, "missing": tmp_path / "missing"}
     given = [a.format(**paths) for a in args]
     result = _run(*([] if "--spec-dir" in given else ["--spec-dir", empty]), *given)
     assert result.exit_code == 1
