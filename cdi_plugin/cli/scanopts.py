@@ -42,8 +42,7 @@ class JsonErrorsGroup(click.Group):
         self, ctx: click.Context, args: list[str]
     ) -> tuple[str | None, click.Command | None, list[str]]:
         name, cmd, rest = super().resolve_command(ctx, args)
-        options = rest[: rest.index("--")] if "--" in rest else rest
-        if cmd is not None and "--json" in options and any(p.name == "as_json" for p in cmd.params):
+        if cmd is not None and any(p.name == "as_json" for p in cmd.params) and _asks_json(cmd, rest):
             ctx.meta[JSON_ERRORS] = True
         return name, cmd, rest
 
@@ -53,6 +52,21 @@ class JsonErrorsGroup(click.Group):
         except click.ClickException as exc:  # a usage error: click prints it, exit 2
             print_json_error(exc.format_message())
             raise
+
+
+def _asks_json(cmd: click.Command, args: list[str]) -> bool:
+    """Whether ``--json`` is among the command's options in ``args`` (before ``--``), not the
+    value of another option (``--namespace --json``)."""
+    options = [p for p in cmd.params if isinstance(p, click.Option) and not (p.is_flag or p.count)]
+    takes_value = {opt for p in options for opt in p.opts}
+    value_next = False
+    for arg in args:
+        if arg == "--" and not value_next:
+            return False
+        if arg == "--json" and not value_next:
+            return True
+        value_next = not value_next and arg in takes_value
+    return False
 
 
 def fail(program: str, message: str, code: int = 1, *, json_error: bool = True) -> NoReturn:

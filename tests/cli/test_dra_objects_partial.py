@@ -110,3 +110,19 @@ def test_json_errors_are_one_object_on_stdout(
     assert list(error) == ["error"]
     assert error["error"].startswith(message.format(empty=tmp_path))
     assert error["error"] in as_json.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--namespace", "--json", "--only", "rbac"], "namespace '--json': not a DNS label"),
+        (["--only", "rbac", "--", "--json"], "Got unexpected extra argument (--json)"),
+    ],
+)
+def test_json_as_a_value_or_an_argument_asks_for_no_json(args: list[str], message: str) -> None:
+    """``--json`` given as another option's value, or after ``--``, is not the option: the error
+    is only the line on stderr."""
+    result = dra_objects(*args)
+    assert result.returncode in (1, 2)
+    assert result.stdout == ""
+    assert message in result.stderr
