@@ -26,6 +26,9 @@ from cdi_plugin.dra.names import SUBDOMAIN_MAX, device_names
 API_VERSION = "resource.k8s.io/v1"
 MAX_DEVICES = 128
 MAX_DEVICES_WITH_TAINTS = 64
+#: The API server keeps a pool's generation as an int64: past it, the count starts again at 0 (the
+#: slices of the highest generation, as readers take them, are all rewritten or deleted).
+GENERATION_MAX = 2**63 - 1
 ATTRIBUTE_VALUE_MAX = 64
 PCI_BUS_ID = "resource.kubernetes.io/pciBusID"
 TAINT_EFFECT = "NoSchedule"
@@ -233,7 +236,7 @@ def plan(pool: Pool, existing: Sequence[Obj]) -> Plan:
     latest = [o for o in existing if generation_of(o) == current]
     if sorted(map(content, latest)) == sorted(map(content, pool.slices(current))):
         return Plan(current, delete=tuple(o for o in existing if generation_of(o) != current))
-    generation = current + 1 if existing else 0
+    generation = current + 1 if existing and current < GENERATION_MAX else 0
     stored = {o["metadata"]["name"]: o for o in existing}
     create: list[Obj] = []
     update: list[Obj] = []

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from cdi_plugin.dra.inventory import ServedDevice, UdevFacts
 from cdi_plugin.dra.slices import (
+    GENERATION_MAX,
     PCI_BUS_ID,
     Plan,
     Pool,
@@ -181,6 +182,19 @@ def test_a_latest_generation_that_is_not_the_pool_is_rewritten() -> None:
     assert result.generation == 6
     assert [o["metadata"]["name"] for o in result.update] == [slice_name(DRIVER, NODE, 0)]
     assert result.delete == (newer,)
+
+
+def test_a_generation_at_the_apis_largest_starts_again_at_zero() -> None:
+    """A stored slice at the largest int64 generation: one more is a number the API server refuses,
+    and the pool would never be written again."""
+    pool = build_pool(DRIVER, NODE, {"a.io/bb=c": ServedDevice(cdi_name="a.io/bb=c")}, taints=True)
+    stored = _stored(build_pool(DRIVER, NODE, {}, taints=True).slices(GENERATION_MAX))
+    stored[0]["metadata"]["name"] = legacy_slice_name(DRIVER, NODE, 1)  # not a name the pool keeps
+    first = plan(pool, stored)
+    assert first.generation == 0
+    assert [o["spec"]["pool"]["generation"] for o in first.create] == [0]
+    assert first.delete == tuple(stored)
+    assert plan(pool, _apply(stored, first, 10)).empty
 
 
 #: Pools of 0, 5, 130 and 300 devices (1, 1, 2 and 3 slices), built once.
