@@ -55,7 +55,7 @@ from cdi_plugin.dra.publisher import RETRY, SlicePublisher
 from cdi_plugin.dra.report import UNREPORTED, Report
 from cdi_plugin.dra.rest import ApiServerError
 from cdi_plugin.dra.rolling import check_pod_uid, fixed_names_reason
-from cdi_plugin.dra.serialize import Serializer
+from cdi_plugin.dra.serialize import SerializeError, Serializer
 from cdi_plugin.dra.service import DraService
 
 log = logging.getLogger(__name__)
@@ -268,11 +268,11 @@ async def _keep_bound(plugin: KubeletPlugin, watch: DirWatch) -> None:
     while True:
         try:
             await plugin.recover()
-        except (OSError, SocketInUseError, StateWriteError) as exc:
+        except (OSError, SocketInUseError, StateWriteError, SerializeError) as exc:
             waited = isinstance(exc, SocketInUseError)
             if waited:
                 now = f"DRA driver {plugin.paths.driver}: {exc}; serving once it is gone"
-            elif isinstance(exc, StateWriteError):
+            elif isinstance(exc, (StateWriteError, SerializeError)):
                 now = f"cannot write the prepared claims again: {exc}; trying again"
             else:
                 now = f"cannot serve the DRA sockets: {exc}; trying again"

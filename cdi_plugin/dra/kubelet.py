@@ -200,7 +200,7 @@ class KubeletPlugin:
     async def recover(self) -> bool:
         """Start when not serving (the first time, or a socket is gone or replaced, or a start
         failed); True when it did. Then write the prepared claims again if their file is gone
-        (StateWriteError if it fails)."""
+        (StateWriteError if it fails, SerializeError if the node's lock cannot be taken)."""
         intact = len(self._servers) == 2 and all(identity(p) == inode for p, _, inode in self._servers)
         if not intact:
             if self._servers:
