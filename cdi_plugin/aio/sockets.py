@@ -10,6 +10,9 @@ import stat
 from pathlib import Path
 
 PROBE_TIMEOUT = 0.5
+#: The longest socket path gRPC binds: sun_path holds 108 bytes with the terminating NUL, but
+#: gRPC 1.85 refuses paths over 105 bytes.
+MAX_SOCKET_PATH = 105
 
 #: (device, inode) of a socket file.
 Identity = tuple[int, int]

@@ -139,7 +139,11 @@ async def _listen(path: Path, add: Any) -> grpc.aio.Server:
         path.unlink()  # stale: nothing listens on it
     server = grpc.aio.server()
     add(server)
-    if server.add_insecure_port(f"unix://{path}") == 0:
+    try:
+        bound = server.add_insecure_port(f"unix://{path}")
+    except RuntimeError:  # gRPC's own error for a path it refuses or a bind that failed
+        bound = 0
+    if bound == 0:
         raise OSError(f"{path}: cannot listen")
     await server.start()
     return server

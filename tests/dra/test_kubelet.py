@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import socket
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
@@ -14,8 +15,11 @@ import grpc
 import pytest
 import pytest_asyncio
 
+from cdi_plugin.aio.sockets import MAX_SOCKET_PATH
+from cdi_plugin.cli.serve_dra import dra_options
 from cdi_plugin.dra import api
 from cdi_plugin.dra.kubelet import KubeletPlugin, Paths, SocketInUseError
+from cdi_plugin.dra.names import DraConfigError
 from cdi_plugin.dra.prepare import ClaimReadError
 from cdi_plugin.dra.prepared import MAX_STATE_BYTES, PreparedClaims
 from cdi_plugin.dra.service import DraService
@@ -362,6 +366,40 @@ async def test_a_file_at_a_socket_path_is_left_as_it_is(
             pass
     assert paths.registration_socket.read_text() == "someone's notes"
     assert not paths.dra_socket.exists()  # the DRA socket, started first, is gone again
+
+
+def _socket_dir(root: Path, socket_bytes: int) -> Path:
+    """A directory under ``root`` in which the DRA socket's path takes ``socket_bytes`` bytes."""
+    plugins = root / "p"
+    fill = socket_bytes - len(os.fsencode(plugins / DRIVER / "dra.sock")) - 1
+    return plugins / ("d" * fill) if fill > 0 else plugins
+
+
+async def test_a_socket_path_grpc_cannot_bind_is_an_oserror_naming_it(
+    tmp_path: Path, inventory: SpecInventory, claims: Claims
+) -> None:
+    """gRPC refuses to bind a path of 106 bytes (a RuntimeError of its own), which a unix socket
+    allows: the caller, which retries on OSError, gets one naming the socket."""
+    paths = Paths(DRIVER, registry_dir=tmp_path / "r", plugins_dir=_socket_dir(tmp_path, 106))
+    assert len(os.fsencode(paths.dra_socket)) == 106
+    with pytest.raises(OSError, match=r"dra\.sock: cannot listen"):
+        async with _plugin(paths, inventory, claims):
+            pass
+    assert not paths.dra_socket.exists()
+
+
+@pytest.mark.parametrize("socket_bytes", [105, 106])
+async def test_dra_options_refuse_a_socket_path_grpc_cannot_bind(tmp_path: Path, socket_bytes: int) -> None:
+    plugins = _socket_dir(tmp_path, socket_bytes)
+    if socket_bytes > MAX_SOCKET_PATH:
+        with pytest.raises(
+            DraConfigError, match=rf"--kubelet-plugins-dir: the socket .* \({MAX_SOCKET_PATH} bytes\)"
+        ):
+            dra_options(DRIVER, NODE, None, plugins, tmp_path / "r")
+    else:
+        assert (
+            len(os.fsencode(dra_options(DRIVER, NODE, None, plugins, tmp_path / "r").paths.dra_socket)) == 105
+        )
 
 
 async def test_malformed_request_is_invalid_argument(kubelet: FakeKubelet) -> None:
