@@ -23,7 +23,14 @@ from pathlib import Path
 import grpc
 
 from cdi_plugin.aio.dirwatch import DirWatch
-from cdi_plugin.aio.sockets import MAX_SOCKET_PATH, Identity, identity, remove_if_ours, someone_listens
+from cdi_plugin.aio.sockets import (
+    MAX_SOCKET_PATH,
+    Identity,
+    identity,
+    remove_if_ours,
+    someone_listens,
+    stop_server,
+)
 from cdi_plugin.cdi.names import short_hash
 from cdi_plugin.deviceplugin import api
 from cdi_plugin.deviceplugin.registration import RegistrationError, register
@@ -177,7 +184,7 @@ class Endpoint:
             self._servicer.shutdown()
             self._servicer = None
         if server is not None:
-            await server.stop(STOP_GRACE)
+            await stop_server(server, self.path, self._bound, STOP_GRACE)
         self._bound = None
 
     async def close(self) -> bool:

@@ -29,7 +29,7 @@ from typing import Any
 
 import grpc
 
-from cdi_plugin.aio.sockets import identity, remove_if_ours, someone_listens
+from cdi_plugin.aio.sockets import identity, remove_if_ours, someone_listens, stop_server
 from cdi_plugin.dra import api
 from cdi_plugin.dra.health_service import HealthService
 from cdi_plugin.dra.names import DEFAULT_PLUGINS_DIR, DEFAULT_REGISTRY_DIR
@@ -153,10 +153,10 @@ class KubeletPlugin:
     """Both sockets, started DRA first and stopped registration first; use ``async with``.
 
     A socket another process serves is never replaced (SocketInUseError), nor anything but a
-    socket at its path (OSError), and on stop a socket is
-    removed only while it is the one this plugin bound. When a socket disappears (a kubelet
-    restart that wiped its directories), :meth:`recover` starts both again, and the kubelet's
-    plugin watcher registers the driver anew; the prepared claims are written again too.
+    socket at its path (OSError); on stop a socket is removed only while it is the one this plugin
+    bound, and another process's bound at its path since stays. When a socket disappears (a
+    kubelet restart that wiped its directories), :meth:`recover` starts both again, and the
+    kubelet's plugin watcher registers the driver anew; the prepared claims are written again too.
     """
 
     def __init__(
@@ -198,7 +198,7 @@ class KubeletPlugin:
         self.registrar.unregistered()
         while self._servers:
             path, server, bound = self._servers.pop()
-            await server.stop(grace)
+            await stop_server(server, path, bound, grace)
             remove_if_ours(path, bound)
 
     async def recover(self) -> bool:

@@ -15,7 +15,7 @@ import grpc
 import pytest
 import pytest_asyncio
 
-from cdi_plugin.aio.sockets import MAX_SOCKET_PATH
+from cdi_plugin.aio.sockets import MAX_SOCKET_PATH, identity
 from cdi_plugin.cli.serve_dra import dra_options
 from cdi_plugin.dra import api
 from cdi_plugin.dra.kubelet import KubeletPlugin, Paths, SocketInUseError
@@ -441,6 +441,29 @@ async def test_a_socket_another_instance_serves_is_not_replaced(
         assert await kubelet.prepare() == {}  # the first instance still answers
     assert FakeKubelet(paths.registry_dir).sockets() == []
     assert not paths.dra_socket.exists()
+
+
+async def test_a_socket_another_process_bound_after_ours_was_removed_is_left_to_it(
+    paths: Paths, plugin: KubeletPlugin
+) -> None:
+    """The kubelet removed the sockets, and another instance (the same names: a kubelet before
+    1.33) bound them before this one noticed: stopping the servers of the removed sockets must not
+    take the other instance's away (gRPC removes whatever socket is at a server's path as it
+    stops), nor must this one serve again over it."""
+    others = []
+    for path in (paths.dra_socket, paths.registration_socket):
+        path.unlink()
+        other = socket.socket(socket.AF_UNIX)
+        other.bind(str(path))
+        other.listen()
+        others.append((path, other, identity(path)))
+    try:
+        with pytest.raises(SocketInUseError, match=r"dra\.sock: another process is serving it"):
+            await plugin.recover()
+        assert [identity(path) for path, _, _ in others] == [bound for _, _, bound in others]
+    finally:
+        for _, other, _ in others:
+            other.close()
 
 
 async def test_a_device_prepared_for_one_claim_is_refused_to_another_unless_admin_access(
