@@ -1,4 +1,5 @@
-"""Unix sockets: is a process listening on this one, or is it a stale file left behind?"""
+"""Unix sockets: is a process listening on this one, or is it a stale file left behind? And
+stopping a server without taking another process's socket at its path with it."""
 
 from __future__ import annotations
 
@@ -8,8 +9,12 @@ import os
 import socket
 import stat
 from pathlib import Path
+from typing import Protocol
 
 PROBE_TIMEOUT = 0.5
+#: The longest socket path gRPC binds: sun_path holds 108 bytes with the terminating NUL, but
+#: gRPC 1.85 refuses paths over 105 bytes.
+MAX_SOCKET_PATH = 105
 
 #: (device, inode) of a socket file.
 Identity = tuple[int, int]
@@ -54,3 +59,35 @@ def someone_listens(path: Path) -> bool:
                 return False
             raise
         return True
+
+
+class Server(Protocol):
+    async def stop(self, grace: float | None) -> None: ...
+
+
+async def stop_server(server: Server, path: Path, bound: Identity | None, grace: float | None) -> None:
+    """Stop ``server``, which bound ``path`` as ``bound``, leaving a socket that another process
+    has at ``path`` by then (this one's was removed, and the other bound the path again) where it is.
+
+    gRPC removes whatever socket is at a server's path as the server stops, so the other socket
+    is linked under a dot-name beside it first and linked back, the same file, if it was removed.
+    """
+    found = identity(path)
+    keep = None
+    if found is not None and found != bound:
+        keep = path.with_name(f".{path.name}.{os.getpid()}.kept")
+        try:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(keep)
+            os.link(path, keep, follow_symlinks=False)
+        except OSError:
+            keep = None  # cannot keep it: stopping comes first
+    try:
+        await server.stop(grace)
+    finally:
+        if keep is not None:
+            with contextlib.suppress(OSError):
+                if identity(keep) == found:
+                    os.link(keep, path, follow_symlinks=False)  # never over a socket bound since
+            with contextlib.suppress(OSError):
+                os.unlink(keep)

@@ -45,6 +45,7 @@ from pathlib import Path
 
 from cdi_plugin.aio.dirwatch import DirWatch
 from cdi_plugin.aio.run import run_until
+from cdi_plugin.aio.sockets import MAX_SOCKET_PATH
 from cdi_plugin.dra.backoff import Failures
 from cdi_plugin.dra.inventory import Inventory
 from cdi_plugin.dra.kube import KubeApi
@@ -55,13 +56,11 @@ from cdi_plugin.dra.publisher import RETRY, SlicePublisher
 from cdi_plugin.dra.report import UNREPORTED, Report
 from cdi_plugin.dra.rest import ApiServerError
 from cdi_plugin.dra.rolling import check_pod_uid, fixed_names_reason
-from cdi_plugin.dra.serialize import Serializer
+from cdi_plugin.dra.serialize import SerializeError, Serializer
 from cdi_plugin.dra.service import DraService
 
 log = logging.getLogger(__name__)
 
-#: gRPC refuses longer unix socket paths.
-MAX_SOCKET_BYTES = 107
 #: A burst of events in the kubelet's directories is handled once it has been quiet this long.
 QUIET, LONGEST = 0.05, 0.5
 #: How soon sockets that could not be bound again are tried again, without a new event.
@@ -113,9 +112,9 @@ def dra_options(
         ("--kubelet-plugins-dir", paths.dra_socket),
         ("--kubelet-registry-dir", paths.registration_socket),
     ):
-        if len(os.fsencode(path)) > MAX_SOCKET_BYTES:
+        if len(os.fsencode(path)) > MAX_SOCKET_PATH:
             raise DraConfigError(
-                f"{option}: the socket {path} is longer than a unix socket allows ({MAX_SOCKET_BYTES} bytes)"
+                f"{option}: the socket {path} is longer than a unix socket allows ({MAX_SOCKET_PATH} bytes)"
             )
     return DraOptions(driver, node, paths, kubeconfig, dra_only)
 
@@ -268,11 +267,11 @@ async def _keep_bound(plugin: KubeletPlugin, watch: DirWatch) -> None:
     while True:
         try:
             await plugin.recover()
-        except (OSError, SocketInUseError, StateWriteError) as exc:
+        except (OSError, SocketInUseError, StateWriteError, SerializeError) as exc:
             waited = isinstance(exc, SocketInUseError)
             if waited:
                 now = f"DRA driver {plugin.paths.driver}: {exc}; serving once it is gone"
-            elif isinstance(exc, StateWriteError):
+            elif isinstance(exc, (StateWriteError, SerializeError)):
                 now = f"cannot write the prepared claims again: {exc}; trying again"
             else:
                 now = f"cannot serve the DRA sockets: {exc}; trying again"

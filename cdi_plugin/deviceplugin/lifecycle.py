@@ -23,7 +23,14 @@ from pathlib import Path
 import grpc
 
 from cdi_plugin.aio.dirwatch import DirWatch
-from cdi_plugin.aio.sockets import Identity, identity, remove_if_ours, someone_listens
+from cdi_plugin.aio.sockets import (
+    MAX_SOCKET_PATH,
+    Identity,
+    identity,
+    remove_if_ours,
+    someone_listens,
+    stop_server,
+)
 from cdi_plugin.cdi.names import short_hash
 from cdi_plugin.deviceplugin import api
 from cdi_plugin.deviceplugin.registration import RegistrationError, register
@@ -36,8 +43,6 @@ from cdi_plugin.wording import file_type
 log = logging.getLogger(__name__)
 
 SOCKET_PREFIX = "cdi-plugin-"
-#: sun_path holds 108 bytes with the terminating NUL, but gRPC 1.85 refuses paths over 105 bytes.
-_MAX_SOCKET_PATH = 105
 BACKOFF_FIRST = 0.1
 BACKOFF_MAX = 10.0
 STOP_GRACE = 0.5
@@ -48,7 +53,7 @@ WAIT_REMINDER = 60.0
 def socket_name(resource: str, plugin_dir: Path) -> str:
     """``cdi-plugin-<vendor>_<class>.sock``, hashed when the path would be too long for a socket."""
     name = f"{SOCKET_PREFIX}{resource.replace('/', '_')}.sock"
-    if len(os.fsencode(plugin_dir / name)) > _MAX_SOCKET_PATH:
+    if len(os.fsencode(plugin_dir / name)) > MAX_SOCKET_PATH:
         name = f"{SOCKET_PREFIX}{short_hash(resource, 16)}.sock"
     return name
 
@@ -179,7 +184,7 @@ class Endpoint:
             self._servicer.shutdown()
             self._servicer = None
         if server is not None:
-            await server.stop(STOP_GRACE)
+            await stop_server(server, self.path, self._bound, STOP_GRACE)
         self._bound = None
 
     async def close(self) -> bool:

@@ -29,7 +29,7 @@ from typing import Any
 
 import grpc
 
-from cdi_plugin.aio.sockets import identity, remove_if_ours, someone_listens
+from cdi_plugin.aio.sockets import identity, remove_if_ours, someone_listens, stop_server
 from cdi_plugin.dra import api
 from cdi_plugin.dra.health_service import HealthService
 from cdi_plugin.dra.names import DEFAULT_PLUGINS_DIR, DEFAULT_REGISTRY_DIR
@@ -139,7 +139,11 @@ async def _listen(path: Path, add: Any) -> grpc.aio.Server:
         path.unlink()  # stale: nothing listens on it
     server = grpc.aio.server()
     add(server)
-    if server.add_insecure_port(f"unix://{path}") == 0:
+    try:
+        bound = server.add_insecure_port(f"unix://{path}")
+    except RuntimeError:  # gRPC's own error for a path it refuses or a bind that failed
+        bound = 0
+    if bound == 0:
         raise OSError(f"{path}: cannot listen")
     await server.start()
     return server
@@ -149,10 +153,10 @@ class KubeletPlugin:
     """Both sockets, started DRA first and stopped registration first; use ``async with``.
 
     A socket another process serves is never replaced (SocketInUseError), nor anything but a
-    socket at its path (OSError), and on stop a socket is
-    removed only while it is the one this plugin bound. When a socket disappears (a kubelet
-    restart that wiped its directories), :meth:`recover` starts both again, and the kubelet's
-    plugin watcher registers the driver anew; the prepared claims are written again too.
+    socket at its path (OSError); on stop a socket is removed only while it is the one this plugin
+    bound, and another process's bound at its path since stays. When a socket disappears (a
+    kubelet restart that wiped its directories), :meth:`recover` starts both again, and the
+    kubelet's plugin watcher registers the driver anew; the prepared claims are written again too.
     """
 
     def __init__(
@@ -194,13 +198,13 @@ class KubeletPlugin:
         self.registrar.unregistered()
         while self._servers:
             path, server, bound = self._servers.pop()
-            await server.stop(grace)
+            await stop_server(server, path, bound, grace)
             remove_if_ours(path, bound)
 
     async def recover(self) -> bool:
         """Start when not serving (the first time, or a socket is gone or replaced, or a start
         failed); True when it did. Then write the prepared claims again if their file is gone
-        (StateWriteError if it fails)."""
+        (StateWriteError if it fails, SerializeError if the node's lock cannot be taken)."""
         intact = len(self._servers) == 2 and all(identity(p) == inode for p, _, inode in self._servers)
         if not intact:
             if self._servers:

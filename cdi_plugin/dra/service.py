@@ -273,7 +273,8 @@ class DraService:
         return {ref.uid: "" for ref in refs}
 
     async def restore(self) -> bool:
-        """Write the prepared claims again if their file is gone (StateWriteError if it fails)."""
+        """Write the prepared claims again if their file is gone (StateWriteError if it fails,
+        SerializeError if the node's lock cannot be taken)."""
         if os.path.lexists(self.prepared.path):
             return False
         async with self._serialized():  # another instance may have written it again already

@@ -255,6 +255,37 @@ def test_stale_socket_is_replaced_but_a_live_one_or_a_file_is_not(
     run(scenario())
 
 
+def test_a_socket_another_process_bound_after_ours_was_removed_stays(
+    layout: Layout, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Ours removed, and another process (the pod that replaces this one) bound the path before
+    this one noticed: stopping the server of the removed socket leaves the other one, and this
+    plugin waits for it to go instead of serving over it (gRPC removes whatever socket is at a
+    server's path as it stops)."""
+    caplog.set_level(logging.INFO, "cdi_plugin")
+    write_spec(layout.etc, spec_of(KIND, {"a": [make_node(layout.dev / "n1")]}))
+    path = layout.plugin_dir / sock(layout, KIND)
+
+    async def scenario() -> None:
+        async with FakeKubelet(layout.plugin_dir) as kubelet, running_plugin(layout.settings()):
+            await kubelet.wait_registered(KIND)
+            with socket.socket(socket.AF_UNIX) as other:
+                tmp = path.with_name("other.sock")
+                other.bind(str(tmp))
+                other.listen()
+                os.replace(tmp, path)  # ours removed and the other bound, in one step
+                theirs = os.lstat(path).st_ino
+                await eventually(
+                    lambda: any("another process is serving" in r.getMessage() for r in caplog.records),
+                    "the other process's socket seen",
+                )
+                assert os.lstat(path).st_ino == theirs
+                assert kubelet.registrations == 1
+                assert layout.sockets() == {"kubelet.sock", sock(layout, KIND)}
+
+    run(scenario())
+
+
 def test_fake_kubelet_refuses_like_the_kubelet(layout: Layout) -> None:
     """The fake kubelet's own checks, which the other scenarios rely on."""
 

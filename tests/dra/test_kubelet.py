@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import socket
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
@@ -14,8 +15,11 @@ import grpc
 import pytest
 import pytest_asyncio
 
+from cdi_plugin.aio.sockets import MAX_SOCKET_PATH, identity
+from cdi_plugin.cli.serve_dra import dra_options
 from cdi_plugin.dra import api
 from cdi_plugin.dra.kubelet import KubeletPlugin, Paths, SocketInUseError
+from cdi_plugin.dra.names import DraConfigError
 from cdi_plugin.dra.prepare import ClaimReadError
 from cdi_plugin.dra.prepared import MAX_STATE_BYTES, PreparedClaims
 from cdi_plugin.dra.service import DraService
@@ -364,6 +368,40 @@ async def test_a_file_at_a_socket_path_is_left_as_it_is(
     assert not paths.dra_socket.exists()  # the DRA socket, started first, is gone again
 
 
+def _socket_dir(root: Path, socket_bytes: int) -> Path:
+    """A directory under ``root`` in which the DRA socket's path takes ``socket_bytes`` bytes."""
+    plugins = root / "p"
+    fill = socket_bytes - len(os.fsencode(plugins / DRIVER / "dra.sock")) - 1
+    return plugins / ("d" * fill) if fill > 0 else plugins
+
+
+async def test_a_socket_path_grpc_cannot_bind_is_an_oserror_naming_it(
+    tmp_path: Path, inventory: SpecInventory, claims: Claims
+) -> None:
+    """gRPC refuses to bind a path of 106 bytes (a RuntimeError of its own), which a unix socket
+    allows: the caller, which retries on OSError, gets one naming the socket."""
+    paths = Paths(DRIVER, registry_dir=tmp_path / "r", plugins_dir=_socket_dir(tmp_path, 106))
+    assert len(os.fsencode(paths.dra_socket)) == 106
+    with pytest.raises(OSError, match=r"dra\.sock: cannot listen"):
+        async with _plugin(paths, inventory, claims):
+            pass
+    assert not paths.dra_socket.exists()
+
+
+@pytest.mark.parametrize("socket_bytes", [105, 106])
+async def test_dra_options_refuse_a_socket_path_grpc_cannot_bind(tmp_path: Path, socket_bytes: int) -> None:
+    plugins = _socket_dir(tmp_path, socket_bytes)
+    if socket_bytes > MAX_SOCKET_PATH:
+        with pytest.raises(
+            DraConfigError, match=rf"--kubelet-plugins-dir: the socket .* \({MAX_SOCKET_PATH} bytes\)"
+        ):
+            dra_options(DRIVER, NODE, None, plugins, tmp_path / "r")
+    else:
+        assert (
+            len(os.fsencode(dra_options(DRIVER, NODE, None, plugins, tmp_path / "r").paths.dra_socket)) == 105
+        )
+
+
 async def test_malformed_request_is_invalid_argument(kubelet: FakeKubelet) -> None:
     async with grpc.aio.insecure_channel(f"unix://{kubelet.endpoint}") as channel:
         call = channel.unary_unary(
@@ -403,6 +441,29 @@ async def test_a_socket_another_instance_serves_is_not_replaced(
         assert await kubelet.prepare() == {}  # the first instance still answers
     assert FakeKubelet(paths.registry_dir).sockets() == []
     assert not paths.dra_socket.exists()
+
+
+async def test_a_socket_another_process_bound_after_ours_was_removed_is_left_to_it(
+    paths: Paths, plugin: KubeletPlugin
+) -> None:
+    """The kubelet removed the sockets, and another instance (the same names: a kubelet before
+    1.33) bound them before this one noticed: stopping the servers of the removed sockets must not
+    take the other instance's away (gRPC removes whatever socket is at a server's path as it
+    stops), nor must this one serve again over it."""
+    others = []
+    for path in (paths.dra_socket, paths.registration_socket):
+        path.unlink()
+        other = socket.socket(socket.AF_UNIX)
+        other.bind(str(path))
+        other.listen()
+        others.append((path, other, identity(path)))
+    try:
+        with pytest.raises(SocketInUseError, match=r"dra\.sock: another process is serving it"):
+            await plugin.recover()
+        assert [identity(path) for path, _, _ in others] == [bound for _, _, bound in others]
+    finally:
+        for _, other, _ in others:
+            other.close()
 
 
 async def test_a_device_prepared_for_one_claim_is_refused_to_another_unless_admin_access(
