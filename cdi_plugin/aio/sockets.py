@@ -54,3 +54,17 @@ def someone_listens(path: Path) -> bool:
                 return False
             raise
         return True
+
+
+def bind_refusal(path: Path) -> str:
+    """Why a unix socket cannot be bound at ``path``, in the system's words, for a server that
+    failed to bind it (gRPC says only that it failed): a probe binds the path itself; a probe
+    that succeeds is removed, and the reason is then unknown."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        try:
+            probe.bind(str(path))
+        except OSError as exc:
+            return exc.strerror or str(exc)
+        bound = identity(path)
+    remove_if_ours(path, bound)
+    return "gRPC could not bind it (GRPC_VERBOSITY=debug shows its reason)"

@@ -23,7 +23,7 @@ from pathlib import Path
 import grpc
 
 from cdi_plugin.aio.dirwatch import DirWatch
-from cdi_plugin.aio.sockets import Identity, identity, remove_if_ours, someone_listens
+from cdi_plugin.aio.sockets import Identity, bind_refusal, identity, remove_if_ours, someone_listens
 from cdi_plugin.cdi.names import short_hash
 from cdi_plugin.deviceplugin import api
 from cdi_plugin.deviceplugin.registration import RegistrationError, register
@@ -158,10 +158,12 @@ class Endpoint:
             old_umask = os.umask(0o177)
             try:
                 bound = server.add_insecure_port(f"unix://{self.path}")
+            except RuntimeError:  # gRPC's "Failed to bind", without the reason
+                bound = 0
             finally:
                 os.umask(old_umask)
             if not bound:
-                raise EndpointError(f"cannot listen on {self.path}")
+                raise EndpointError(f"cannot listen on {self.path}: {bind_refusal(self.path)}")
             os.chmod(self.path, 0o600)
             await server.start()
         except (RuntimeError, OSError, EndpointError) as exc:

@@ -364,6 +364,17 @@ async def test_a_file_at_a_socket_path_is_left_as_it_is(
     assert not paths.dra_socket.exists()  # the DRA socket, started first, is gone again
 
 
+async def test_a_socket_path_that_cannot_be_bound_is_refused_with_the_reason(
+    tmp_path: Path, inventory: SpecInventory, claims: Claims
+) -> None:
+    deep = tmp_path / ("d" * 120)  # the DRA socket's path is longer than a unix socket address holds
+    paths = Paths(DRIVER, registry_dir=tmp_path / "plugins_registry", plugins_dir=deep)
+    with pytest.raises(OSError, match=r"/dra.sock: cannot listen: AF_UNIX path too long$"):
+        async with _plugin(paths, inventory, claims):
+            pass
+    assert list(paths.dra_socket.parent.iterdir()) == []
+
+
 async def test_malformed_request_is_invalid_argument(kubelet: FakeKubelet) -> None:
     async with grpc.aio.insecure_channel(f"unix://{kubelet.endpoint}") as channel:
         call = channel.unary_unary(
