@@ -98,8 +98,10 @@ class DirWatch:
 
     def _plan(self) -> None:
         """Put the watches where they must be now: on each existing target, else on its nearest
-        existing ancestor; repeated while directories appear or vanish under it."""
+        existing ancestor; repeated while directories appear or vanish under it. A directory that
+        exists but cannot be watched (permission denied) is reported once and left unwatched."""
         assert self._inotify is not None
+        refused: set[Path] = set()
         for _ in range(32):
             wanted: dict[Path, Mask] = {}
             for target in self._targets:
@@ -114,16 +116,18 @@ class DirWatch:
                 with contextlib.suppress(OSError):
                     self._inotify.rm_watch(watch)
             for path, mask in wanted.items():
-                if self._masks.get(path) == mask:
+                if self._masks.get(path) == mask or path in refused:
                     continue
                 try:
                     self._watches[path] = self._inotify.add_watch(path, mask)
                     self._masks[path] = mask
                 except OSError as exc:
                     vanished = exc.errno in (errno.ENOENT, errno.ENOTDIR)
+                    if not vanished:
+                        refused.add(path)
                     log.log(logging.DEBUG if vanished else logging.WARNING, "%s: cannot watch %s: %s",
                             self.name, path, exc.strerror or exc)  # fmt: skip
-            if all(t.is_dir() == (t in self._watches) for t in self._targets):
+            if all(t.is_dir() == (t in self._watches) or t in refused for t in self._targets):
                 return
         log.warning("%s: directories keep changing while being watched; watching what exists", self.name)
 

@@ -91,3 +91,19 @@ async def stop_server(server: Server, path: Path, bound: Identity | None, grace:
                     os.link(keep, path, follow_symlinks=False)  # never over a socket bound since
             with contextlib.suppress(OSError):
                 os.unlink(keep)
+
+
+def bind_refusal(path: Path) -> str:
+    """Why a unix socket cannot be bound at ``path``, in the system's words, for a server that
+    failed to bind it (gRPC says only that it failed): a probe binds the path itself; a probe
+    that succeeds is removed, and the reason is then gRPC's length limit, or unknown."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        try:
+            probe.bind(str(path))
+        except OSError as exc:
+            return exc.strerror or str(exc)
+        bound = identity(path)
+    remove_if_ours(path, bound)
+    if len(os.fsencode(path)) > MAX_SOCKET_PATH:
+        return f"longer than gRPC binds ({MAX_SOCKET_PATH} bytes)"
+    return "gRPC could not bind it (GRPC_VERBOSITY=debug shows its reason)"

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from cdi_plugin.cli.scanopts import fail, require_dirs
+from cdi_plugin.cli.scanopts import PathOf, fail, require_dirs
 
 if TYPE_CHECKING:
     from cdi_plugin.cdi.inject import HostNode, HostNodes, Origin, Requested
@@ -29,7 +29,7 @@ PROGRAM = "cdi-gen"
     "--spec-dir",
     "spec_dirs",
     multiple=True,
-    type=click.Path(path_type=Path, file_okay=False),
+    type=PathOf("directory"),
     help="A spec directory, lowest priority first (repeatable) [default: $CDI_SPEC_DIRS, else "
     "/etc/cdi /var/run/cdi].",
 )
@@ -42,7 +42,7 @@ PROGRAM = "cdi-gen"
 @click.option(
     "--oci",
     "oci_path",
-    type=click.Path(path_type=Path, dir_okay=False),
+    type=PathOf("file"),
     help="Also write the edits into this OCI runtime spec (a bundle's config.json), in place and "
     "atomically, as a runtime does before it creates the container (like 'cdi inject'). Nothing is "
     "written when a name does not resolve, a node cannot be created or the file is not an OCI "

@@ -74,10 +74,11 @@ def _absolute(ctx: click.Context, param: click.Parameter, value: Path | None) ->
 @click.group(cls=JsonErrorsGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, "--version", prog_name="cdi-plugin")
 def main() -> None:
-    """Kubernetes device plugin for CDI devices.
+    """Kubernetes device plugin and DRA driver for CDI devices.
 
-    Serves the devices described by CDI spec files (/etc/cdi, /var/run/cdi) to the kubelet, one
-    extended resource per CDI kind, and answers Allocate with nothing but CDI device names.
+    Serves the devices described by CDI spec files (/etc/cdi, /var/run/cdi) to the kubelet: as a
+    device plugin, one extended resource per CDI kind, and (serve --api dra or both) as a DRA
+    driver publishing ResourceSlices. Either answers with nothing but CDI device names.
 
     Runtimes configured to read other directories: set CDI_SPEC_DIRS (e.g.
     /etc/cdi:/var/run/cdi:/opt/cdi, lowest priority first), the default of --spec-dir.

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from cdi_plugin.cli.scanopts import fail
+from cdi_plugin.cli.scanopts import PathOf, fail
 from cdi_plugin.dra.names import DEFAULT_DRIVER, DEFAULT_PLUGINS_DIR
 
 PROGRAM = "cdi-plugin"
@@ -25,7 +25,7 @@ PROGRAM = "cdi-plugin"
 )
 @click.option(
     "--kubelet-plugins-dir",
-    type=click.Path(path_type=Path, file_okay=False),
+    type=PathOf("directory"),
     default=DEFAULT_PLUGINS_DIR,
     show_default=True,
     metavar="DIR",
@@ -34,7 +34,7 @@ PROGRAM = "cdi-plugin"
 @click.option(
     "--file",
     "state_file",
-    type=click.Path(path_type=Path, dir_okay=False),
+    type=PathOf("file"),
     default=None,
     metavar="PATH",
     help="Read this file instead (a copy, say).",

@@ -26,6 +26,7 @@ from cdi_plugin.aio.dirwatch import DirWatch
 from cdi_plugin.aio.sockets import (
     MAX_SOCKET_PATH,
     Identity,
+    bind_refusal,
     identity,
     remove_if_ours,
     someone_listens,
@@ -163,10 +164,12 @@ class Endpoint:
             old_umask = os.umask(0o177)
             try:
                 bound = server.add_insecure_port(f"unix://{self.path}")
+            except RuntimeError:  # gRPC's "Failed to bind", without the reason
+                bound = 0
             finally:
                 os.umask(old_umask)
             if not bound:
-                raise EndpointError(f"cannot listen on {self.path}")
+                raise EndpointError(f"cannot listen on {self.path}: {bind_refusal(self.path)}")
             os.chmod(self.path, 0o600)
             await server.start()
         except (RuntimeError, OSError, EndpointError) as exc:

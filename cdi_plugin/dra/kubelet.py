@@ -29,7 +29,7 @@ from typing import Any
 
 import grpc
 
-from cdi_plugin.aio.sockets import identity, remove_if_ours, someone_listens, stop_server
+from cdi_plugin.aio.sockets import bind_refusal, identity, remove_if_ours, someone_listens, stop_server
 from cdi_plugin.dra import api
 from cdi_plugin.dra.health_service import HealthService
 from cdi_plugin.dra.names import DEFAULT_PLUGINS_DIR, DEFAULT_REGISTRY_DIR
@@ -128,7 +128,11 @@ class SocketInUseError(CdiPluginError):
 
 async def _listen(path: Path, add: Any) -> grpc.aio.Server:
     path.parent.mkdir(parents=True, exist_ok=True)
-    if someone_listens(path):
+    try:
+        in_use = someone_listens(path)
+    except OSError as exc:
+        raise OSError(f"{path}: cannot listen: {exc.strerror or exc}") from None
+    if in_use:
         raise SocketInUseError(
             f"{path}: another process is serving it (another instance of the driver?); not replacing it"
         )
@@ -141,10 +145,10 @@ async def _listen(path: Path, add: Any) -> grpc.aio.Server:
     add(server)
     try:
         bound = server.add_insecure_port(f"unix://{path}")
-    except RuntimeError:  # gRPC's own error for a path it refuses or a bind that failed
+    except RuntimeError:  # gRPC's "Failed to bind", without the reason
         bound = 0
-    if bound == 0:
-        raise OSError(f"{path}: cannot listen")
+    if not bound:
+        raise OSError(f"{path}: cannot listen: {bind_refusal(path)}")
     await server.start()
     return server
 

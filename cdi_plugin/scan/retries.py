@@ -22,6 +22,7 @@ class Retries:
         self._handle: asyncio.TimerHandle | None = None
         self._delay = RETRY_FIRST
         self._last_error = ""
+        self._failing: set[str] = set()
 
     @property
     def pending(self) -> bool:
@@ -35,11 +36,18 @@ class Retries:
         log.log(level, "rescan of %s failed: %s; retrying in %gs", what, message, delay)
         self._last_error = message
         self._keys |= keys
+        self._failing |= keys
         if self._handle is None:
             self._handle = asyncio.get_running_loop().call_later(delay, self._retry)
             self._delay = min(delay * 2, RETRY_MAX)
 
-    def succeeded(self) -> None:
+    def succeeded(self, keys: set[str], everything: str) -> None:
+        """A batch of ``keys`` went through; rescans succeed again once every key that failed has
+        (``everything``, the key of a rescan of every class, covers them all): one class written
+        while a rescan of every class keeps failing is no recovery."""
+        self._failing = set() if everything in keys else self._failing - keys
+        if self._failing:
+            return
         self._delay = RETRY_FIRST
         if self._last_error:
             log.info("rescans succeed again")

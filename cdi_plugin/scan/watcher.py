@@ -374,7 +374,7 @@ class Watcher:
                 log.error("rescan failed unexpectedly", exc_info=exc)
                 self.retries.failed(wanted, scope, f"{type(exc).__name__}: {exc}")
             else:
-                self.retries.succeeded()
+                self.retries.succeeded(wanted, ALL)
                 if scope is None:
                     release_memory(collect=initial)  # what the scan's transient objects left in the allocator
             if self.metrics is not None:

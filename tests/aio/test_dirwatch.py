@@ -10,8 +10,11 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import pytest
+
 from cdi_plugin.aio.dirwatch import FILES, DirWatch
 from tests.deviceplugin.helpers import run
+from tests.store.unprivileged import python_as_nobody, world_dir
 
 
 class Seen:
@@ -117,3 +120,24 @@ def test_set_dirs_moves_the_watches(tmp_path: Path) -> None:
             assert await _fires(w, seen)
 
     run(scenario())
+
+
+@pytest.mark.root
+def test_a_directory_that_cannot_be_watched_is_reported_once() -> None:
+    """Permission denied is not a directory changing under the watch: one warning, no retries."""
+    with world_dir() as d:
+        private = d / "private"
+        private.mkdir(mode=0o700)
+        done = python_as_nobody(
+            "import asyncio, logging\n"
+            "from pathlib import Path\n"
+            "from cdi_plugin.aio.dirwatch import DirWatch\n"
+            "logging.basicConfig(format='%(levelname)s %(message)s')\n"
+            "async def main():\n"
+            f"    async with DirWatch([Path({str(private)!r})], name='plugin dir') as w:\n"
+            "        print(sorted(map(str, w.targets)))\n"
+            "asyncio.run(main())\n"
+        )
+        assert done.returncode == 0, done.stderr
+        assert done.stdout == f"[{str(private)!r}]\n"
+        assert done.stderr == f"WARNING plugin dir: cannot watch {private}: Permission denied\n"

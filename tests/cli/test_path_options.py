@@ -55,6 +55,21 @@ CASES: list[Case] = [
     (gen.main, ["scan"], "--output-dir", regular, "is a regular file, not a directory"),
     (gen.main, ["watch"], "--spec-dir", fifo, "is a FIFO, not a directory"),
     (gen.main, ["list"], "--spec-dir", fifo, "is a FIFO, not a directory"),
+    (
+        gen.main,
+        ["inspect", "cdi-plugin.io/fuse=fuse"],
+        "--spec-dir",
+        regular,
+        "is a regular file, not a directory",
+    ),
+    (
+        gen.main,
+        ["inspect", "cdi-plugin.io/fuse=fuse"],
+        "--oci",
+        directory,
+        "is a directory, not a regular file",
+    ),
+    (plugin.main, ["prepared-claims"], "--file", directory, "is a directory, not a regular file"),
 ]
 
 

@@ -330,3 +330,26 @@ def test_socket_names_always_fit_a_unix_socket_path() -> None:
         assert asyncio.run(bind())
     short = socket_name("cdi-plugin.io/fuse", Path("/var/lib/kubelet/device-plugins"))
     assert short == "cdi-plugin-cdi-plugin.io_fuse.sock"
+
+
+def test_a_socket_that_cannot_be_bound_is_reported_with_the_reason(
+    layout: Layout, caplog: pytest.LogCaptureFixture
+) -> None:
+    """gRPC says only that it failed to bind; the log line says why, as the system does."""
+    caplog.set_level(logging.INFO, "cdi_plugin")
+    write_spec(layout.etc, spec_of(KIND, {"a": [make_node(layout.dev / "n1")]}))
+    deep = layout.root / ("d" * 120)  # a socket path longer than a unix socket address holds
+    deep.mkdir()
+
+    async def scenario() -> None:
+        async with running_plugin(layout.settings(plugin_dir=deep)):
+            await eventually(
+                lambda: any("cannot listen on" in r.getMessage() for r in caplog.records), "the refusal"
+            )
+        refusal = next(r.getMessage() for r in caplog.records if "cannot listen on" in r.getMessage())
+        assert refusal.endswith(
+            f"cannot listen on {deep / socket_name(KIND, deep)}: AF_UNIX path too long; retrying in 0.1s"
+        ), refusal
+        assert os.listdir(deep) == []
+
+    run(scenario())

@@ -382,7 +382,7 @@ async def test_a_socket_path_grpc_cannot_bind_is_an_oserror_naming_it(
     allows: the caller, which retries on OSError, gets one naming the socket."""
     paths = Paths(DRIVER, registry_dir=tmp_path / "r", plugins_dir=_socket_dir(tmp_path, 106))
     assert len(os.fsencode(paths.dra_socket)) == 106
-    with pytest.raises(OSError, match=r"dra\.sock: cannot listen"):
+    with pytest.raises(OSError, match=r"dra\.sock: cannot listen: longer than gRPC binds \(105 bytes\)$"):
         async with _plugin(paths, inventory, claims):
             pass
     assert not paths.dra_socket.exists()
@@ -400,6 +400,17 @@ async def test_dra_options_refuse_a_socket_path_grpc_cannot_bind(tmp_path: Path,
         assert (
             len(os.fsencode(dra_options(DRIVER, NODE, None, plugins, tmp_path / "r").paths.dra_socket)) == 105
         )
+
+
+async def test_a_socket_path_that_cannot_be_bound_is_refused_with_the_reason(
+    tmp_path: Path, inventory: SpecInventory, claims: Claims
+) -> None:
+    deep = tmp_path / ("d" * 120)  # the DRA socket's path is longer than a unix socket address holds
+    paths = Paths(DRIVER, registry_dir=tmp_path / "plugins_registry", plugins_dir=deep)
+    with pytest.raises(OSError, match=r"/dra.sock: cannot listen: AF_UNIX path too long$"):
+        async with _plugin(paths, inventory, claims):
+            pass
+    assert list(paths.dra_socket.parent.iterdir()) == []
 
 
 async def test_malformed_request_is_invalid_argument(kubelet: FakeKubelet) -> None:
