@@ -29,7 +29,7 @@ from typing import Any
 
 import grpc
 
-from cdi_plugin.aio.sockets import identity, remove_if_ours, someone_listens, stop_server
+from cdi_plugin.aio.sockets import bind_private, identity, remove_if_ours, someone_listens, stop_server
 from cdi_plugin.dra import api
 from cdi_plugin.dra.health_service import HealthService
 from cdi_plugin.dra.names import DEFAULT_PLUGINS_DIR, DEFAULT_REGISTRY_DIR
@@ -140,10 +140,10 @@ async def _listen(path: Path, add: Any) -> grpc.aio.Server:
     server = grpc.aio.server()
     add(server)
     try:
-        bound = server.add_insecure_port(f"unix://{path}")
+        bound = bind_private(server, path)
     except RuntimeError:  # gRPC's own error for a path it refuses or a bind that failed
-        bound = 0
-    if bound == 0:
+        bound = False
+    if not bound:
         raise OSError(f"{path}: cannot listen")
     await server.start()
     return server
