@@ -8,7 +8,7 @@ Public names, each imported from its module on first use (asyncinotify only with
 * events: ``Pulse``, ``Coalescer``; directories: ``DirWatch`` and its event masks ``ENTRIES``,
   ``FILES``;
 * running: ``run_until``, ``run_jobs``, ``cancel_and_wait``, ``stop_on_signals``, ``STOP_SIGNALS``;
-* sockets: ``someone_listens``, ``PROBE_TIMEOUT``.
+* sockets: ``someone_listens``.
 """
 
 from typing import TYPE_CHECKING
@@ -18,7 +18,6 @@ from cdi_plugin.lazy import exports
 __all__ = [
     "ENTRIES",
     "FILES",
-    "PROBE_TIMEOUT",
     "STOP_SIGNALS",
     "Coalescer",
     "DirWatch",
@@ -35,7 +34,7 @@ if TYPE_CHECKING:
     from cdi_plugin.aio.dirwatch import ENTRIES, FILES, DirWatch
     from cdi_plugin.aio.pulse import Pulse
     from cdi_plugin.aio.run import STOP_SIGNALS, cancel_and_wait, run_jobs, run_until, stop_on_signals
-    from cdi_plugin.aio.sockets import PROBE_TIMEOUT, someone_listens
+    from cdi_plugin.aio.sockets import someone_listens
 else:
     __getattr__ = exports(
         __name__,
@@ -44,6 +43,6 @@ else:
             "dirwatch": ["ENTRIES", "FILES", "DirWatch"],
             "pulse": ["Pulse"],
             "run": ["STOP_SIGNALS", "cancel_and_wait", "run_jobs", "run_until", "stop_on_signals"],
-            "sockets": ["PROBE_TIMEOUT", "someone_listens"],
+            "sockets": ["someone_listens"],
         },
     )

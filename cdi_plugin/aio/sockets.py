@@ -1,5 +1,6 @@
-"""Unix sockets: is a process listening on this one, or is it a stale file left behind? And
-stopping a server without taking another process's socket at its path with it."""
+"""Unix sockets: binding a server's for root alone, telling whether a process listens on one or it
+is a stale file left behind, and stopping a server without taking another process's socket at
+its path with it."""
 
 from __future__ import annotations
 
@@ -11,7 +12,6 @@ import stat
 from pathlib import Path
 from typing import Protocol
 
-PROBE_TIMEOUT = 0.5
 #: The longest socket path gRPC binds: sun_path holds 108 bytes with the terminating NUL, but
 #: gRPC 1.85 refuses paths over 105 bytes.
 MAX_SOCKET_PATH = 105
@@ -48,12 +48,16 @@ def remove_if_ours(path: Path, bound: Identity | None) -> None:
 
 
 def someone_listens(path: Path) -> bool:
-    """True when a connection to the unix socket ``path`` is accepted; False when it is refused or
-    there is no such file (a stale socket, safe to replace). Other errors are raised."""
+    """True when a process listens on the unix socket ``path``: a connection is accepted, or its
+    backlog is full (asked without blocking, so a listener that does not accept never stalls the
+    caller); False when it is refused or there is no such file (a stale socket, safe to replace).
+    Other errors are raised."""
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
-        probe.settimeout(PROBE_TIMEOUT)
+        probe.setblocking(False)
         try:
             probe.connect(str(path))
+        except BlockingIOError:
+            return True
         except OSError as exc:
             if exc.errno in (errno.ECONNREFUSED, errno.ENOENT):
                 return False
@@ -62,7 +66,24 @@ def someone_listens(path: Path) -> bool:
 
 
 class Server(Protocol):
+    def add_insecure_port(self, address: str) -> int: ...
+
     async def stop(self, grace: float | None) -> None: ...
+
+
+def bind_private(server: Server, path: Path) -> bool:
+    """Bind ``server`` to the socket ``path``, mode 0600 from the start: only root (the kubelet)
+    may connect. The mode comes from the umask, changed for this synchronous call only, never
+    across an await (it is process-wide); no chmod follows, which would change the socket's ctime
+    after gRPC has started listening on it. False when gRPC does not bind it (:func:`bind_refusal`
+    says why)."""
+    old_umask = os.umask(0o177)
+    try:
+        return bool(server.add_insecure_port(f"unix://{path}"))
+    except RuntimeError:  # gRPC's "Failed to bind", without the reason
+        return False
+    finally:
+        os.umask(old_umask)
 
 
 async def stop_server(server: Server, path: Path, bound: Identity | None, grace: float | None) -> None:

@@ -26,6 +26,7 @@ from cdi_plugin.aio.dirwatch import DirWatch
 from cdi_plugin.aio.sockets import (
     MAX_SOCKET_PATH,
     Identity,
+    bind_private,
     bind_refusal,
     identity,
     remove_if_ours,
@@ -159,18 +160,8 @@ class Endpoint:
         servicer = self._factory()
         api.add_device_plugin_servicer(servicer, server)
         try:
-            # The socket is bound here, synchronously: the umask that makes it 0600 from the
-            # start is changed only for this call, never across an await (it is process-wide).
-            old_umask = os.umask(0o177)
-            try:
-                bound = server.add_insecure_port(f"unix://{self.path}")
-            except RuntimeError:  # gRPC's "Failed to bind", without the reason
-                bound = 0
-            finally:
-                os.umask(old_umask)
-            if not bound:
+            if not bind_private(server, self.path):
                 raise EndpointError(f"cannot listen on {self.path}: {bind_refusal(self.path)}")
-            os.chmod(self.path, 0o600)
             await server.start()
         except (RuntimeError, OSError, EndpointError) as exc:
             await server.stop(None)

@@ -29,7 +29,14 @@ from typing import Any
 
 import grpc
 
-from cdi_plugin.aio.sockets import bind_refusal, identity, remove_if_ours, someone_listens, stop_server
+from cdi_plugin.aio.sockets import (
+    bind_private,
+    bind_refusal,
+    identity,
+    remove_if_ours,
+    someone_listens,
+    stop_server,
+)
 from cdi_plugin.dra import api
 from cdi_plugin.dra.health_service import HealthService
 from cdi_plugin.dra.names import DEFAULT_PLUGINS_DIR, DEFAULT_REGISTRY_DIR
@@ -143,11 +150,7 @@ async def _listen(path: Path, add: Any) -> grpc.aio.Server:
         path.unlink()  # stale: nothing listens on it
     server = grpc.aio.server()
     add(server)
-    try:
-        bound = server.add_insecure_port(f"unix://{path}")
-    except RuntimeError:  # gRPC's "Failed to bind", without the reason
-        bound = 0
-    if not bound:
+    if not bind_private(server, path):
         raise OSError(f"{path}: cannot listen: {bind_refusal(path)}")
     await server.start()
     return server

@@ -5,7 +5,9 @@ driver or of the kubelet loses none (the document: :mod:`cdi_plugin.dra.prepared
   changes: the new document goes into the file's older slot in place and is fdatasynced
   (:mod:`cdi_plugin.store.slotfile`; a write cut short leaves the record before it); only then
   does memory change. A write that fails leaves both as they were (:class:`StateWriteError`). A
-  caller cancelled meanwhile does not stop the write half-way: memory still follows the file.
+  caller cancelled meanwhile does not stop the write half-way, and returns only once it has ended
+  (memory following the file): a caller holding the node's lock keeps it until no write of its
+  own is left for another instance to run into.
 * The file is read with the project's bounded reader: a regular file (no symbolic link, FIFO or
   device) of at most :data:`MAX_STATE_BYTES`, never blocking, then checked field by field. A file
   that cannot be used is never overwritten: :attr:`PreparedClaims.problem` says why, and nothing
@@ -22,6 +24,8 @@ driver or of the kubelet loses none (the document: :mod:`cdi_plugin.dra.prepared
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import contextlib
 import logging
 import os
 from collections.abc import Callable, Iterable, Mapping
@@ -61,6 +65,7 @@ class PreparedClaims:
         self._seen: slotfile.Seen | None = None
         self._damaged: str | None = None
         self._lock = asyncio.Lock()
+        self._writer = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="prepared-claims")
         if not self.reload():
             log.error("%s; %s", self.problem, UNTIL_REPAIRED)
 
@@ -119,7 +124,7 @@ class PreparedClaims:
         async with self._lock:
             if self.problem is not None or not self.state.claims or os.path.lexists(self.path):
                 return False
-            await asyncio.to_thread(self._write, self.state)
+            await self._written(self.state)
         log.warning(
             "%s was gone: written again, %s", self.path, plural(len(self.state.claims), "prepared claim")
         )
@@ -133,12 +138,30 @@ class PreparedClaims:
             async with self._lock:
                 state = change(self.state)
                 if state is not self.state:
-                    await asyncio.to_thread(self._write, state)
-                    self.state = state
+                    await self._written(state)
 
         task = asyncio.ensure_future(write_then_keep())
         task.add_done_callback(lambda t: t.cancelled() or t.exception())  # raised below, or nobody waits
-        await asyncio.shield(task)
+        try:
+            await asyncio.shield(task)
+        except asyncio.CancelledError:
+            while not task.done():  # the event loop's end cancels every task, this one's too
+                with contextlib.suppress(asyncio.CancelledError):
+                    await asyncio.wait([task])
+            raise
+
+    async def _written(self, state: PreparedState) -> None:
+        """Write ``state`` in this file's thread, then keep it. Cancelled meanwhile, still returns
+        only once the write has ended (blocking for the rest of it), memory following the file."""
+        write = self._writer.submit(self._write, state)
+        try:
+            await asyncio.wrap_future(write)
+        except asyncio.CancelledError:
+            concurrent.futures.wait([write])
+            if not write.cancelled() and write.exception() is None:
+                self.state = state
+            raise
+        self.state = state
 
     def _write(self, state: PreparedState) -> None:
         try:

@@ -1,15 +1,17 @@
-"""Removing a socket after its server stopped: only when it is still the one that server bound."""
+"""Whether anyone listens on a socket, and removing a socket after its server stopped: only when
+it is still the one that server bound."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import socket
 from pathlib import Path
 
 import grpc
 
-from cdi_plugin.aio.sockets import identity, remove_if_ours
+from cdi_plugin.aio.sockets import identity, remove_if_ours, someone_listens
 
 
 def test_a_stale_socket_with_the_identity_bound_is_removed(tmp_path: Path) -> None:
@@ -31,6 +33,25 @@ def test_a_listening_socket_at_the_path_is_left_even_with_the_same_identity(tmp_
         s.listen()
         remove_if_ours(path, identity(path))
         assert identity(path) is not None
+
+
+def test_a_listener_that_does_not_accept_is_seen_at_once(tmp_path: Path) -> None:
+    """Its backlog full (a process stopped, or too busy to accept): it listens, and the probe
+    says so without waiting for a connection to be taken (it runs on the event loop)."""
+    path = tmp_path / "busy.sock"
+    with socket.socket(socket.AF_UNIX) as listener, contextlib.ExitStack() as pending:
+        listener.bind(str(path))
+        listener.listen(0)
+        while True:  # fill the backlog: a connection more would wait
+            waiting = pending.enter_context(socket.socket(socket.AF_UNIX))
+            waiting.setblocking(False)
+            try:
+                waiting.connect(str(path))
+            except BlockingIOError:
+                break
+        assert someone_listens(path)
+        listener.close()
+        assert not someone_listens(path)  # closed: refused, a stale socket
 
 
 def test_another_file_or_nothing_at_the_path_is_left(tmp_path: Path) -> None:

@@ -118,6 +118,21 @@ async def kubelet(paths: Paths, plugin: KubeletPlugin) -> FakeKubelet:
     return k
 
 
+async def test_sockets_are_for_root_alone_whatever_the_umask(
+    paths: Paths, inventory: SpecInventory, claims: Claims
+) -> None:
+    """Mode 0600 from the start, as the device plugin's: with umask 0, any local user could
+    otherwise prepare and release claims."""
+    old = os.umask(0)
+    try:
+        async with _plugin(paths, inventory, claims):
+            sockets = (paths.dra_socket, paths.registration_socket)
+            modes = {p.name: os.lstat(p).st_mode & 0o777 for p in sockets}
+    finally:
+        os.umask(old)
+    assert modes == {"dra.sock": 0o600, f"{DRIVER}-reg.sock": 0o600}
+
+
 async def test_registration(paths: Paths, plugin: KubeletPlugin) -> None:
     kubelet = FakeKubelet(paths.registry_dir)
     assert kubelet.sockets() == [paths.registry_dir / f"{DRIVER}-reg.sock"]

@@ -10,6 +10,7 @@ import logging
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -128,6 +129,44 @@ def test_a_cancelled_caller_does_not_stop_the_write_and_memory_follows_the_file(
         with pytest.raises(asyncio.CancelledError):
             await task
         await prepared.drop(["uid-never"])  # waits for the write before it: nothing else to do
+        assert on_disk(path) == prepared.state == PreparedState({"uid-1": CARD0})
+
+    asyncio.run(scenario())
+
+
+def test_a_write_cancelled_with_every_task_ends_before_its_caller_does(
+    path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The event loop's end cancels every task, the write's own too: the caller, which holds the
+    node's lock, still returns only once the write has ended (else another instance could take
+    the lock and write the file at the same time), and memory follows the file."""
+    prepared = PreparedClaims(path)
+    started, release = threading.Event(), threading.Event()
+    ended: list[PreparedState] = []
+    write = prepared._write
+
+    def slow_write(state: PreparedState) -> None:  # a disk slow to sync
+        started.set()
+        release.wait(30)
+        write(state)
+        ended.append(state)
+
+    monkeypatch.setattr(prepared, "_write", slow_write)
+
+    async def scenario() -> None:
+        task = asyncio.create_task(prepared.put({"uid-1": CARD0}))
+        await asyncio.to_thread(started.wait, 30)
+        for other in asyncio.all_tasks() - {asyncio.current_task()}:
+            other.cancel()
+        later = threading.Timer(0.2, release.set)
+        later.start()
+        try:
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            assert ended == [PreparedState({"uid-1": CARD0})]
+        finally:
+            release.set()
+            later.join()
         assert on_disk(path) == prepared.state == PreparedState({"uid-1": CARD0})
 
     asyncio.run(scenario())
