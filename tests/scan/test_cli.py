@@ -285,6 +285,11 @@ def test_usage_errors_exit_2(tmp_path: Path) -> None:
         assert done.returncode == 2, done.stderr
         assert f"Invalid value for '--source': '{args[-1]}': must be 'udev'" in done.stderr
     assert run_cdi_gen("scan", "--cdi-spec-dirs", ":", "--output-dir", tmp_path / "out").returncode == 2
+    for command in ("scan", "watch"):
+        for value in ("nan", "inf"):  # nan: a wait for another scan's lock that never ends
+            done = run_cdi_gen(command, "--lock-timeout", value, "--output-dir", tmp_path / "out")
+            assert done.returncode == 2, done.stderr
+            assert f"Invalid value for '--lock-timeout': {value} is not a finite number" in done.stderr
     assert not (tmp_path / "out").exists()
 
 
