@@ -25,6 +25,7 @@ from cdi_plugin.cdi.validate import check_spec
 from cdi_plugin.errors import SpecInvalidError, SpecLoadError, SpecWriteError
 from cdi_plugin.store.files import (
     DEFAULT_SPEC_DIRS,
+    MAX_SPEC_BYTES,
     list_spec_files,
     read_spec_bytes,
     spec_file_name,
@@ -149,7 +150,20 @@ def encode_checked(spec: Spec, path: Path, fmt: codec.Format, max_version: str |
         raise SpecInvalidError(
             f"{path}: {first.pointer or '/'}: {first.message}{hint}{more}; nothing was written"
         )
-    return codec.encode(spec, fmt)
+    data = codec.encode(spec, fmt)
+    check_size(path, data)
+    return data
+
+
+def check_size(path: Path, data: bytes) -> None:
+    """Refuse (:class:`SpecInvalidError`) a spec too large for cdi-gen's own readers: the next scan
+    could not read the file it replaces, nor ``validate`` and the inventory the spec."""
+    if len(data) > MAX_SPEC_BYTES:
+        raise SpecInvalidError(
+            f"{path}: the spec would be {len(data)} bytes, more than the {MAX_SPEC_BYTES >> 20} MiB "
+            "cdi-gen reads back; nothing was written (split the class, or give it shorter edits)",
+            nothing_written=True,
+        )
 
 
 def _spec_kind(path: Path) -> str | None:
@@ -331,6 +345,7 @@ def plan_updates(
             changes.append(FileChange(path, kind, "remove", None, old, old_stat=stat))
             del after[name]
             continue
+        check_size(path, data)
         new = digest(data)
         action: Action = "unchanged" if new == now else "change"
         changes.append(FileChange(path, kind, action, data, old, old_stat=stat))

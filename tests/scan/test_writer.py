@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import stat
@@ -11,10 +12,12 @@ from pathlib import Path
 
 import pytest
 
+from cdi_plugin.cdi.model import ContainerEdits
 from cdi_plugin.discovery.fixture import dumps
 from cdi_plugin.errors import SpecWriteError
 from cdi_plugin.store import writer
 from cdi_plugin.store.dirlock import LOCK_NAME, locked
+from cdi_plugin.store.files import MAX_SPEC_BYTES
 from cdi_plugin.store.ownership import RECORD_NAME, owned_kinds, read_record
 from cdi_plugin.store.plan import ConflictError, FileChange, Plan, plan_writes
 from cdi_plugin.store.writer import PartialWriteError, apply
@@ -306,3 +309,19 @@ def test_each_file_is_told_as_soon_as_it_is_in_place_before_the_directory_sync(
     ]
     assert syncs == [out, out]
     assert set(read_record(out)) == recorded - {"cdi-plugin.io-fuse.json"}
+
+
+def test_a_spec_larger_than_cdi_gen_reads_is_refused_before_anything_is_written(tmp_path: Path) -> None:
+    """A spec over MAX_SPEC_BYTES would be refused by every reader of cdi-plugin (validate, the
+    inventory) and by the next scan, which reads the file it replaces: it is never written."""
+    env = tuple(f"V{i}={'x' * 250}" for i in range(MAX_SPEC_BYTES // 250))
+    big = dataclasses.replace(
+        spec("example.com/big", "big0"),
+        container_edits=ContainerEdits(env=env),
+    )
+    out = tmp_path / "out"
+    with pytest.raises(SpecWriteError) as caught:
+        write([big, spec("example.com/small", "small0")], out)
+    assert str(caught.value).startswith(f"{out / 'example.com-big.json'}: the spec would be ")
+    assert "more than the 4 MiB cdi-gen reads back; nothing was written" in str(caught.value)
+    assert not out.exists()
