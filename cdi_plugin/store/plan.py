@@ -167,13 +167,17 @@ def check_size(path: Path, data: bytes) -> None:
 
 
 def _spec_kind(path: Path) -> str | None:
-    """The kind a spec file defines, as a runtime would read it; None if it cannot be read."""
+    """The kind a spec file defines, as a runtime would read it; None if it cannot be read.
+
+    Runtimes match keys to fields case-insensitively ("Kind" is the kind), in sorted order (the
+    CDI library reads YAML into a map, written out as JSON with sorted keys), the last one winning.
+    """
     try:
         obj, _ = codec.parse(read_spec_bytes(path), str(path), spec_format(path) or "json")
     except SpecLoadError:
         return None
-    kind = obj.get("kind") if isinstance(obj, dict) else None
-    return kind if isinstance(kind, str) else None
+    kinds = [v for k, v in sorted(obj.items()) if k.lower() == "kind"] if isinstance(obj, dict) else []
+    return kinds[-1] if kinds and isinstance(kinds[-1], str) else None
 
 
 def _unique_dirs(dirs: Iterable[Path]) -> list[Path]:

@@ -325,3 +325,25 @@ def test_a_spec_larger_than_cdi_gen_reads_is_refused_before_anything_is_written(
     assert str(caught.value).startswith(f"{out / 'example.com-big.json'}: the spec would be ")
     assert "more than the 4 MiB cdi-gen reads back; nothing was written" in str(caught.value)
     assert not out.exists()
+
+
+def test_a_foreign_spec_is_found_by_its_kind_whatever_the_case_of_its_keys(tmp_path: Path) -> None:
+    """Runtimes match a spec's keys to fields case-insensitively (Go's encoding/json, after
+    sigs.k8s.io/yaml sorts them: the last match wins), so "Kind" defines a kind: writing that kind
+    beside it would make both definitions of the device resolve nowhere."""
+    other = tmp_path / "other.json"
+    other.write_text(
+        '{"cdiVersion": "0.3.0", "Kind": "cdi-plugin.io/fuse",'
+        ' "Devices": [{"Name": "fuse", "ContainerEdits": {"Env": ["A=1"]}}]}'
+    )
+    with pytest.raises(ConflictError, match=rf"cdi-plugin.io/fuse is already defined by {other} \(not"):
+        plan_writes([FUSE], tmp_path, spec_dirs=())
+    other.write_text('{"cdiVersion": "0.3.0", "Kind": "cdi-plugin.io/fuse", "kind": "cdi-plugin.io/tun"}')
+    with pytest.raises(ConflictError, match=r"cdi-plugin\.io/tun is already defined"):
+        plan_writes([TUN], tmp_path, spec_dirs=())
+    plan_writes([FUSE], tmp_path, spec_dirs=())  # "kind", last in sorted order, is the one read
+    other.unlink()
+    mine = tmp_path / "cdi-plugin.io-fuse.json"
+    mine.write_text('{"cdiVersion": "0.3.0", "KIND": "cdi-plugin.io/kvm", "devices": []}')
+    with pytest.raises(SpecWriteError, match=r"which defines cdi-plugin\.io/kvm"):
+        plan_writes([FUSE], tmp_path, spec_dirs=(), force=True)
