@@ -192,9 +192,12 @@ def _unique_dirs(dirs: Iterable[Path]) -> list[Path]:
 
 
 def _owned_now(output_dir: Path, record: Mapping[str, OwnedFile]) -> dict[str, OwnedFile]:
-    """Record entries whose file is still exactly what cdi-gen wrote."""
+    """Record entries whose file is still exactly what cdi-gen wrote (a regular file: a symbolic
+    link in its place, even to the same bytes, was put there by someone else)."""
     owned = {}
     for name, entry in record.items():
+        if os.path.islink(output_dir / name):
+            continue
         try:
             data = read_spec_bytes(output_dir / name)
         except SpecLoadError:
@@ -341,7 +344,14 @@ def plan_updates(
             stat, old = None, read_existing(path)
             now = None if old is None else digest(old)
         entry = record.get(name)
-        if now is None or entry is None or entry.kind != kind or not entry.owns(now) or now != expected:
+        if (
+            now is None
+            or entry is None
+            or entry.kind != kind
+            or not entry.owns(now)
+            or now != expected
+            or os.path.islink(path)
+        ):
             raise SpecWriteError(
                 f"{path}: not as cdi-gen last wrote it; nothing was written", nothing_written=True
             )

@@ -19,7 +19,7 @@ from cdi_plugin.store import writer
 from cdi_plugin.store.dirlock import LOCK_NAME, locked
 from cdi_plugin.store.files import MAX_SPEC_BYTES
 from cdi_plugin.store.ownership import RECORD_NAME, owned_kinds, read_record
-from cdi_plugin.store.plan import ConflictError, FileChange, Plan, plan_writes
+from cdi_plugin.store.plan import ConflictError, FileChange, Plan, plan_updates, plan_writes
 from cdi_plugin.store.writer import PartialWriteError, apply
 from tests.generate.hosts import WORKSTATION
 from tests.scan.helpers import CDI_GEN, opened, snapshot, spec
@@ -347,3 +347,22 @@ def test_a_foreign_spec_is_found_by_its_kind_whatever_the_case_of_its_keys(tmp_p
     mine.write_text('{"cdiVersion": "0.3.0", "KIND": "cdi-plugin.io/kvm", "devices": []}')
     with pytest.raises(SpecWriteError, match=r"which defines cdi-plugin\.io/kvm"):
         plan_writes([FUSE], tmp_path, spec_dirs=(), force=True)
+
+
+def test_a_link_put_in_place_of_a_spec_is_not_cdi_gens_to_remove_or_replace(tmp_path: Path) -> None:
+    """cdi-gen writes regular files: a symbolic link at its file's name (to a copy of the same
+    bytes kept elsewhere) was put there by someone, and stays as it is."""
+    out, keep = tmp_path / "out", tmp_path / "keep"
+    keep.mkdir()
+    write([FUSE], out)
+    path = out / "cdi-plugin.io-fuse.json"
+    data = path.read_bytes()
+    path.rename(keep / path.name)
+    path.symlink_to(keep / path.name)
+    with pytest.raises(SpecWriteError, match="not as cdi-gen last wrote it"):
+        plan_updates(out, {path.name: ("cdi-plugin.io/fuse", None, read_record(out)[path.name].sha256)})
+    with pytest.raises(ConflictError):
+        plan_writes([FUSE], out, spec_dirs=())
+    apply(plan_writes([TUN], out, spec_dirs=()))
+    assert path.is_symlink()
+    assert (keep / path.name).read_bytes() == data
