@@ -316,11 +316,19 @@ def _json_escape(match: re.Match[str]) -> str:
 
 #: Characters YAML parsers read as line breaks (NEL, LS, PS).
 _YAML_BREAKS = frozenset("\x85\u2028\u2029")
+#: Plain scalars the CDI library's YAML reader (go-yaml v2) resolves to a boolean or a number that
+#: PyYAML leaves a string: ``y``/``n``, and (a superset of) Go's integer and go-yaml's float forms.
+#: Where a string belongs, the library then reads other text (y is "true", 1e3 "1000", 08 "8").
+_GO_YAML_BOOLS = frozenset({"y", "Y", "n", "N"})
+_GO_YAML_NUMBER = re.compile(
+    r"[-+]?(?:0[xXoObB][0-9a-fA-F_]*|[0-9][0-9_]*|(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?)"
+)
 
 
 @functools.cache
 def _yaml_dumper() -> Any:
-    """PyYAML's safe dumper, except that a string holding a YAML line break is double-quoted.
+    """PyYAML's safe dumper, except that a string holding a YAML line break is double-quoted, and
+    one the CDI library would read as a boolean or a number single-quoted.
 
     With ``allow_unicode`` PyYAML writes NEL, LS and PS raw inside a single-quoted scalar, and
     parsers fold them into a space; double quotes make it escape them (``\\N``, ``\\L``, ``\\P``).
@@ -331,7 +339,11 @@ def _yaml_dumper() -> Any:
         pass
 
     def represent_str(dumper: Any, value: str) -> Any:
-        style = '"' if not _YAML_BREAKS.isdisjoint(value) else None
+        style = None
+        if not _YAML_BREAKS.isdisjoint(value):
+            style = '"'
+        elif value in _GO_YAML_BOOLS or _GO_YAML_NUMBER.fullmatch(value):
+            style = "'"
         return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
 
     Dumper.add_representer(str, represent_str)

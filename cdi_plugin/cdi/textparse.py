@@ -203,10 +203,20 @@ class _YamlRefused(CdiPluginError):
 _NON_JSON_TAGS = ("binary", "set", "omap", "pairs", "timestamp")
 
 
+#: Plain scalars the YAML reader of runtimes (go-yaml v2) resolves to a boolean or a number that
+#: PyYAML reads as strings: y and n, floats without a dot (1e3) or with a leading zero (08), octal
+#: integers written 0o17.
+_GO_BOOL = re.compile(r"^(?:y|Y|n|N)$")
+_GO_FLOAT = re.compile(r"^[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?$")
+_GO_OCTAL = re.compile(r"^[-+]?0[oO][0-7_]+$")
+
+
 @functools.cache
-def _yaml_loader() -> Any:
+def _yaml_loader(spec: bool = False) -> Any:
     """A safe YAML loader for documents without anchors, aliases or oversize numbers, nested at
     most :data:`MAX_DEPTH` deep, that rejects duplicate and non-string keys (go-yaml's strict mode).
+    With ``spec``, a plain scalar is a boolean or a number wherever the YAML reader of runtimes
+    takes it for one (``y``, ``1e3``, ``08``, ``0o17``), so that a spec is read as they read it.
 
     libyaml (when present) still scans and parses; composing is PyYAML's, so that an anchor, an
     alias or deep nesting is refused event by event, before a node or a value exists. Like the
@@ -274,6 +284,8 @@ def _yaml_loader() -> Any:
         raise _YamlRefused("type", node.start_mark.line + 1, f"a {node.tag} value has no JSON equivalent")
 
     StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, construct_mapping)
+    if spec:
+        _go_scalars(StrictLoader)
     for kind in ("int", "float"):
         construct = StrictLoader.yaml_constructors[f"tag:yaml.org,2002:{kind}"]
         StrictLoader.add_constructor(f"tag:yaml.org,2002:{kind}", bounded_number(construct))
@@ -282,11 +294,33 @@ def _yaml_loader() -> Any:
     return StrictLoader
 
 
+def _go_scalars(loader: Any) -> None:
+    """Make ``loader`` resolve plain scalars to booleans and numbers as go-yaml v2 does too (its
+    resolvers are tried after PyYAML's own)."""
+    tag = "tag:yaml.org,2002:"
+    loader.add_implicit_resolver(tag + "bool", _GO_BOOL, list("yYnN"))
+    loader.add_implicit_resolver(tag + "int", _GO_OCTAL, list("-+0"))
+    loader.add_implicit_resolver(tag + "float", _GO_FLOAT, list("-+.0123456789"))
+    construct_bool, construct_int = (
+        loader.yaml_constructors[tag + "bool"],
+        loader.yaml_constructors[tag + "int"],
+    )
+
+    def boolean(self: Any, node: Any) -> Any:
+        return node.value in "yY" if _GO_BOOL.match(node.value) else construct_bool(self, node)
+
+    def integer(self: Any, node: Any) -> Any:
+        return int(node.value, 0) if _GO_OCTAL.match(node.value) else construct_int(self, node)
+
+    loader.add_constructor(tag + "bool", boolean)
+    loader.add_constructor(tag + "int", integer)
+
+
 def _parse_yaml(text: str, source: str, document: str, syntax_error: str = "") -> Any:
     """The YAML document in ``text``; ``syntax_error`` replaces the message of a YAML syntax error."""
     import yaml
 
-    loader = _yaml_loader()(text)
+    loader = _yaml_loader(document == "spec")(text)
     try:
         obj = loader.get_single_data()
     except _YamlRefused as exc:

@@ -201,7 +201,8 @@ def list_(spec_dirs: tuple[Path, ...], as_json: bool, runtimes: tuple[str, ...])
     "--skip-refused",
     is_flag=True,
     help="Leave out devices whose udev data is hostile (a '/', a control character or a leading '-' "
-    "where a class uses it) and write the rest, instead of failing.",
+    "where a class uses it) or that no naming strategy tells apart (a serial number copying another "
+    "device's name), and write the rest, instead of failing.",
 )
 @cdi_spec_dirs_option
 @spec_dir_option
@@ -316,7 +317,8 @@ def watch(
     the classes an event touches, a burst of events at once: within 100 ms of the last event, at
     most 250 ms after the first. Only specs whose content changed are rewritten, atomically. An
     edited --config is applied without a restart; an invalid edit is logged and the last good
-    configuration stays. Devices with hostile udev data are always skipped (and logged).
+    configuration stays. Devices with hostile udev data, or without a name of their own, are
+    always skipped (and logged).
 
     Exit status: 0 after SIGTERM, SIGINT or SIGHUP, 1 when it cannot start (a bad configuration,
     no access to udev), 2 on usage errors. See docs/hotplug.md.

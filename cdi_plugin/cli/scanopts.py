@@ -7,6 +7,7 @@ Imports only click, the pure CDI core and the device-source names, so that ``--h
 from __future__ import annotations
 
 import json
+import math
 import os
 import stat
 from collections.abc import Callable, Iterable
@@ -229,10 +230,17 @@ def force_option(f: F) -> F:
     )(f)
 
 
+def _finite(ctx: click.Context, param: click.Parameter, value: float) -> float:
+    if not math.isfinite(value):  # nan would wait for ever: no time is ever past it
+        raise click.BadParameter(f"{value} is not a finite number of seconds")
+    return value
+
+
 def lock_timeout_option(f: F) -> F:
     return click.option(
         "--lock-timeout",
         type=click.FloatRange(min=0),
+        callback=_finite,
         default=30.0,
         show_default=True,
         metavar="SECONDS",

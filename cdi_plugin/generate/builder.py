@@ -46,7 +46,8 @@ class BuiltSpec:
 
 @dataclass(frozen=True, slots=True)
 class BuildResult:
-    """``refused`` names the devices left out because their udev data is hostile or unclean;
+    """``refused`` names the devices left out because their udev data is hostile or unclean, or
+    because no naming strategy tells them apart;
     ``warnings`` the ones left out for ordinary reasons (a node that vanished, no name)."""
 
     specs: tuple[BuiltSpec, ...]
@@ -108,8 +109,8 @@ def build_spec(
 ) -> BuiltSpec | None:
     """The spec of one class from its matched devices; None when no device is left.
 
-    Devices left out are explained in ``notes``: refused (hostile or unclean udev data) or
-    warned about (a node udev announced but /dev lacks).
+    Devices left out are explained in ``notes``: refused (hostile or unclean udev data, no name of
+    their own) or warned about (a node udev announced but /dev lacks).
     """
     notes = notes if notes is not None else Notes()
     warnings = notes.warnings
@@ -133,8 +134,9 @@ def build_spec(
     except Refused as exc:
         warnings.append(f"{cls.kind}: skipping the class: {exc}")
         return None
-    named, naming_warnings = name_devices(cls, usable)
+    named, naming_warnings, unnamed = name_devices(cls, usable)
     warnings += naming_warnings
+    notes.refused += unnamed
     cdi_devices: list[Device] = []
     built: list[BuiltDevice] = []
     for n in named:
@@ -171,7 +173,7 @@ def build_specs(
 ) -> BuildResult:
     """Specs for every enabled class that matched at least one usable device, in config order.
 
-    Raises :class:`GenerateError` (name collision, version above ``max_version``).
+    Raises :class:`GenerateError` (a version above ``max_version``).
     """
     host = Host.of(devices)
     matched = match_devices(classes, devices)

@@ -7,9 +7,11 @@ port), which beats a kernel name or an index (renumbered when devices come and g
 Each device takes the first strategy of its class that gives it a name no other device of the
 class gets from that same strategy; so two adapters sharing a serial number are both named by
 the next strategy (their port), and a device without a serial number by its port, without
-renaming any other device. Every name is sanitised (:func:`sanitize.device_name`). Names that
-still collide, or a device no strategy can name, are errors: a silently renamed device would hand
-a pod someone else's device.
+renaming any other device. Every name is sanitised (:func:`sanitize.device_name`). Devices
+whose names still collide, and a device no strategy can name, are left out, each with a message
+saying why: a silently renamed device would hand a pod someone else's device. Both sides of a
+collision are left out, since a device chooses its own serial number: one that copies another
+device's name must neither take that name nor stop the other devices from being written.
 """
 
 from __future__ import annotations
@@ -20,7 +22,6 @@ from dataclasses import dataclass
 
 from cdi_plugin.cdi.names import natural_key_uncached
 from cdi_plugin.discovery.model import DiscoveredDevice
-from cdi_plugin.errors import GenerateError
 from cdi_plugin.generate.config import DeviceClass
 from cdi_plugin.generate.sanitize import device_name
 from cdi_plugin.generate.template import Context, Template, device_lookup, render
@@ -56,17 +57,16 @@ def candidate(cls: DeviceClass, tmpl: Template, device: DiscoveredDevice, index:
 
 def name_devices(
     cls: DeviceClass, devices: Sequence[DiscoveredDevice]
-) -> tuple[list[NamedDevice], list[str]]:
-    """Name every device of a class; returns the named devices (index order) and warnings.
-
-    Raises :class:`GenerateError` when a device cannot be given a unique name.
-    """
+) -> tuple[list[NamedDevice], list[str], list[str]]:
+    """Name every device of a class; returns the named devices (index order), warnings, and one
+    message for each device left out because it has no name of its own."""
     devs = ordered(devices)
     candidates = [[candidate(cls, s.template, d, i) for s in cls.naming] for i, d in enumerate(devs)]
     counts = [Counter(c[j] for c in candidates if c[j] is not None) for j in range(len(cls.naming))]
     reserved = {ALL_DEVICE} if cls.all_device else set()
     named: list[NamedDevice] = []
     warnings: list[str] = []
+    refused: list[str] = []
     for i, (dev, cands) in enumerate(zip(devs, candidates, strict=True)):
         shared: list[str] = []
         for j, value in enumerate(cands):
@@ -89,18 +89,21 @@ def name_devices(
             break
         else:
             why = "; ".join(shared) if shared else "no strategy has a value for it"
-            raise GenerateError(
-                f"{cls.kind} ({cls.where}): cannot name {describe(dev)}: {why} "
+            refused.append(
+                f"{cls.kind} ({cls.where}): skipping {describe(dev)}: cannot name it: {why} "
                 f"(naming: {', '.join(s.source for s in cls.naming)}; add a strategy that tells the devices "
                 "apart, e.g. path or kernel)"
             )
-    by_name: dict[str, NamedDevice] = {}
+    by_name: dict[str, list[NamedDevice]] = {}
     for n in named:
-        other = by_name.setdefault(n.name, n)
-        if other is not n:
-            raise GenerateError(
-                f"{cls.kind} ({cls.where}): {describe(other.device)} ({other.strategy}) and "
-                f"{describe(n.device)} ({n.strategy}) are both named {n.name!r}; "
-                "change the naming strategies of the class"
-            )
-    return named, warnings
+        by_name.setdefault(n.name, []).append(n)
+    for name, group in by_name.items():
+        if len(group) > 1:
+            listed = " and ".join(f"{describe(n.device)} ({n.strategy})" for n in group)
+            each = "both" if len(group) == 2 else "all"
+            refused += [
+                f"{cls.kind} ({cls.where}): skipping {describe(n.device)}: {listed} are {each} named "
+                f"{name!r}; change the naming strategies of the class"
+                for n in group
+            ]
+    return [n for n in named if len(by_name[n.name]) == 1], warnings, refused

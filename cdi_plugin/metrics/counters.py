@@ -216,7 +216,8 @@ class ScanMetrics:
         )
         self._refused = Gauge(
             "cdi_gen_refused_devices",
-            "Devices left out of the last successful scan because their udev data is hostile.",
+            "Devices left out of the last successful scan because their udev data is hostile or no naming "
+            "strategy tells them apart.",
             registry=r,
         )
         self._kinds: set[str] = set()

@@ -218,9 +218,8 @@ def run_scan(
     if build.refused and not options.skip_refused:
         n = len(build.refused)
         raise GenerateError(
-            f"refusing {plural(n, 'device')} with hostile udev data, nothing was written: "
-            + "; ".join(build.refused)
-            + " (--skip-refused writes the other devices)"
+            f"refusing {plural(n, 'device')} (hostile udev data, or no name of its own), nothing was "
+            "written: " + "; ".join(build.refused) + " (--skip-refused writes the other devices)"
         )
     _check_runtimes([s.spec for s in build.specs], runtimes, options.fmt)
     lock = (

@@ -25,6 +25,7 @@ from cdi_plugin.cdi.validate import check_spec
 from cdi_plugin.errors import SpecInvalidError, SpecLoadError, SpecWriteError
 from cdi_plugin.store.files import (
     DEFAULT_SPEC_DIRS,
+    MAX_SPEC_BYTES,
     list_spec_files,
     read_spec_bytes,
     spec_file_name,
@@ -149,17 +150,34 @@ def encode_checked(spec: Spec, path: Path, fmt: codec.Format, max_version: str |
         raise SpecInvalidError(
             f"{path}: {first.pointer or '/'}: {first.message}{hint}{more}; nothing was written"
         )
-    return codec.encode(spec, fmt)
+    data = codec.encode(spec, fmt)
+    check_size(path, data)
+    return data
+
+
+def check_size(path: Path, data: bytes) -> None:
+    """Refuse (:class:`SpecInvalidError`) a spec too large for cdi-gen's own readers: the next scan
+    could not read the file it replaces, nor ``validate`` and the inventory the spec."""
+    if len(data) > MAX_SPEC_BYTES:
+        raise SpecInvalidError(
+            f"{path}: the spec would be {len(data)} bytes, more than the {MAX_SPEC_BYTES >> 20} MiB "
+            "cdi-gen reads back; nothing was written (split the class, or give it shorter edits)",
+            nothing_written=True,
+        )
 
 
 def _spec_kind(path: Path) -> str | None:
-    """The kind a spec file defines, as a runtime would read it; None if it cannot be read."""
+    """The kind a spec file defines, as a runtime would read it; None if it cannot be read.
+
+    Runtimes match keys to fields case-insensitively ("Kind" is the kind), in sorted order (the
+    CDI library reads YAML into a map, written out as JSON with sorted keys), the last one winning.
+    """
     try:
         obj, _ = codec.parse(read_spec_bytes(path), str(path), spec_format(path) or "json")
     except SpecLoadError:
         return None
-    kind = obj.get("kind") if isinstance(obj, dict) else None
-    return kind if isinstance(kind, str) else None
+    kinds = [v for k, v in sorted(obj.items()) if k.lower() == "kind"] if isinstance(obj, dict) else []
+    return kinds[-1] if kinds and isinstance(kinds[-1], str) else None
 
 
 def _unique_dirs(dirs: Iterable[Path]) -> list[Path]:
@@ -174,9 +192,12 @@ def _unique_dirs(dirs: Iterable[Path]) -> list[Path]:
 
 
 def _owned_now(output_dir: Path, record: Mapping[str, OwnedFile]) -> dict[str, OwnedFile]:
-    """Record entries whose file is still exactly what cdi-gen wrote."""
+    """Record entries whose file is still exactly what cdi-gen wrote (a regular file: a symbolic
+    link in its place, even to the same bytes, was put there by someone else)."""
     owned = {}
     for name, entry in record.items():
+        if os.path.islink(output_dir / name):
+            continue
         try:
             data = read_spec_bytes(output_dir / name)
         except SpecLoadError:
@@ -323,7 +344,14 @@ def plan_updates(
             stat, old = None, read_existing(path)
             now = None if old is None else digest(old)
         entry = record.get(name)
-        if now is None or entry is None or entry.kind != kind or not entry.owns(now) or now != expected:
+        if (
+            now is None
+            or entry is None
+            or entry.kind != kind
+            or not entry.owns(now)
+            or now != expected
+            or os.path.islink(path)
+        ):
             raise SpecWriteError(
                 f"{path}: not as cdi-gen last wrote it; nothing was written", nothing_written=True
             )
@@ -331,6 +359,7 @@ def plan_updates(
             changes.append(FileChange(path, kind, "remove", None, old, old_stat=stat))
             del after[name]
             continue
+        check_size(path, data)
         new = digest(data)
         action: Action = "unchanged" if new == now else "change"
         changes.append(FileChange(path, kind, action, data, old, old_stat=stat))

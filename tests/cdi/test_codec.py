@@ -128,7 +128,7 @@ def test_duplicate_json_key_names_the_key_and_its_pointer(text: str, pointer: st
     [
         ("cdiVersion: 0.3.0\nkind: a\nkind: b\n", 3, "kind"),
         ("devices:\n  - name: a\n    containerEdits:\n      env: []\n      env: [A=1]\n", 5, "env"),
-        ("a: {x: 1, y: 2, x: 3}\n", 1, "x"),
+        ("a: {x: 1, w: 2, x: 3}\n", 1, "x"),  # a key y is true to runtimes, no string
     ],
 )
 def test_duplicate_yaml_key_names_the_key_and_its_line(text: str, line: int, key: str) -> None:
@@ -220,6 +220,25 @@ def test_a_number_or_boolean_where_a_string_belongs_says_to_quote_it(value: Any)
     assert (err.rule, err.pointer) == ("type", f"{DEV}/env/1")
     assert err.hint.startswith("quote it: runtimes would read it as text")
     assert load_error(doc(edits={"env": [["A=1"]]})).hint == ""  # an array is no text in Go either
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [("y", True), ("N", False), ("1e3", 1000.0), ("08", 8.0), ("1.e3", 1000.0), ("0o17", 15), ("-0O17", -15)],
+)
+def test_yaml_reads_plain_scalars_as_the_yaml_reader_of_runtimes_does(text: str, value: Any) -> None:
+    """go-yaml v2 takes these for a boolean or a number where PyYAML reads text: a YAML spec
+    naming a device y names it "true" for a runtime, so it is refused as a number would be."""
+    data = f"cdiVersion: 0.3.0\nkind: example.com/dev\nfoo: {text}\n".encode()
+    obj, _ = codec.parse(data, "spec.yaml", "yaml")
+    assert obj["foo"] == value
+    assert type(obj["foo"]) is type(value)
+    quoted = f"cdiVersion: 0.3.0\nkind: example.com/dev\nfoo: '{text}'\n".encode()
+    assert codec.parse(quoted, "spec.yaml", "yaml")[0]["foo"] == text
+    spec = f"cdiVersion: 0.3.0\nkind: a.com/dev\ndevices:\n- name: {text}\n  containerEdits: {{env: [A=1]}}\n"
+    with pytest.raises(SpecLoadError) as caught:
+        codec.decode(spec.encode(), "spec.yaml", "yaml")
+    assert (caught.value.rule, caught.value.pointer) == ("type", "/devices/0/name")
 
 
 @pytest.mark.parametrize(

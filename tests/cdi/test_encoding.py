@@ -74,6 +74,29 @@ def test_yaml_encoding_starts_with_a_document_marker_and_round_trips() -> None:
     assert codec.decode(text.encode(), "s.yaml", "yaml") == s
 
 
+#: Plain YAML scalars that the YAML reader of the CDI library (go-yaml v2 under sigs.k8s.io/yaml)
+#: resolves to a boolean or a number, then turns into other text where a string belongs (y is
+#: "true", 1e3 is "1000", 0o17 is "15", 08 is "8"), while PyYAML reads them as strings.
+GO_YAML_NOT_STRINGS = ["y", "Y", "n", "N", "1e3", "1E+3", "1.e3", "08", "0o17", "-0o17", "0O17", "+08"]
+
+
+def test_yaml_quotes_what_runtimes_would_read_as_a_boolean_or_a_number() -> None:
+    import yaml
+
+    device = {"name": "y", "containerEdits": {"hooks": [
+        {"hookName": "createContainer", "path": "/bin/h", "args": GO_YAML_NOT_STRINGS},
+    ]}}  # fmt: skip
+    s = codec.spec_from_obj({"cdiVersion": "0.3.0", "kind": "example.com/dev", "devices": [device]})
+    text = codec.encode(s, "yaml")
+    plain = {
+        e.value
+        for e in yaml.parse(text.decode())
+        if isinstance(e, yaml.ScalarEvent) and e.style is None and e.value in GO_YAML_NOT_STRINGS
+    }
+    assert plain == set(), text.decode()
+    assert codec.decode(text, "s.yaml", "yaml") == s
+
+
 def test_same_spec_gives_the_same_bytes_whatever_the_input_order() -> None:
     reordered = json.loads(json.dumps(FULL, sort_keys=True))
     a = codec.encode(codec.spec_from_obj(FULL))

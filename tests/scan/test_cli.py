@@ -13,7 +13,7 @@ import yaml
 from cdi_plugin.discovery.model import DiscoveredDevice
 from cdi_plugin.generate.config import default_config_text
 from cdi_plugin.store.ownership import RECORD_NAME, owned_kinds
-from tests.generate.hosts import WORKSTATION, char, props
+from tests.generate.hosts import WORKSTATION, char, props, usb_tty
 from tests.scan.helpers import renamed_fuse_mode, run_cdi_gen, snapshot, without
 
 DEFAULT_KINDS = {
@@ -285,6 +285,11 @@ def test_usage_errors_exit_2(tmp_path: Path) -> None:
         assert done.returncode == 2, done.stderr
         assert f"Invalid value for '--source': '{args[-1]}': must be 'udev'" in done.stderr
     assert run_cdi_gen("scan", "--cdi-spec-dirs", ":", "--output-dir", tmp_path / "out").returncode == 2
+    for command in ("scan", "watch"):
+        for value in ("nan", "inf"):  # nan: a wait for another scan's lock that never ends
+            done = run_cdi_gen(command, "--lock-timeout", value, "--output-dir", tmp_path / "out")
+            assert done.returncode == 2, done.stderr
+            assert f"Invalid value for '--lock-timeout': {value} is not a finite number" in done.stderr
     assert not (tmp_path / "out").exists()
 
 
@@ -343,7 +348,7 @@ def test_hostile_udev_data_fails_the_scan_unless_skipped(
     assert refused.stdout == ""
     assert len(refused.stderr.splitlines()) == 1
     assert refused.stderr.startswith(
-        "cdi-gen: error: refusing 2 devices with hostile udev data, nothing was written"
+        "cdi-gen: error: refusing 2 devices (hostile udev data, or no name of its own), nothing was written"
     )
     assert (
         "skipping /dev/ttyUSB9: {property:ID_MODEL} is '../../etc/cron.d/x\\n--privileged $(id)'"
@@ -360,6 +365,30 @@ def test_hostile_udev_data_fails_the_scan_unless_skipped(
     assert spec["devices"][0]["containerEdits"]["env"] == ["MODEL=FT232R_USB_UART"]
     assert (out / "user-notes.json").read_text() == "{}"
     assert run_cdi_gen("validate", out / "example.com-serial.json").returncode == 0
+
+
+def test_a_device_copying_another_devices_name_stops_no_other_spec(
+    host_file: Callable[..., Path], tmp_path: Path
+) -> None:
+    """A USB device whose serial number is another device's port name: both are left out with
+    --skip-refused (neither takes the name), every other device and kind is written."""
+    victim = usb_tty("ttyUSB1", 1, "2", serial=None)  # named by its port
+    evil = usb_tty("ttyUSB0", 0, "1", serial="pci-0000_00_14.0-usb-0_2_1.0")
+    honest = usb_tty("ttyUSB2", 2, "3", serial="FT4ZK0A1")
+    fuse = next(d for d in WORKSTATION if d.sys_name == "fuse")
+    host = host_file([victim, evil, honest, fuse])
+    out = tmp_path / "out"
+    args = ("scan", "--source", f"fixture:{host}", "--output-dir", out, "--cdi-spec-dirs", out)
+
+    refused = run_cdi_gen(*args, check=1)
+    assert "both named 'pci-0000_00_14.0-usb-0_2_1.0'" in refused.stderr
+    assert not out.exists()
+
+    skipped = run_cdi_gen(*args, "--skip-refused", check=0)
+    assert "skipping /dev/ttyUSB0: /dev/ttyUSB0 (serial) and /dev/ttyUSB1 (path)" in skipped.stderr
+    spec = json.loads((out / "cdi-plugin.io-usb-serial.json").read_bytes())
+    assert [d["name"] for d in spec["devices"]] == ["FT4ZK0A1"]
+    assert (out / "cdi-plugin.io-fuse.json").exists()
 
 
 def test_a_long_warning_is_one_line(host_file: Callable[..., Path], tmp_path: Path) -> None:

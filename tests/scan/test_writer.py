@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import stat
@@ -11,12 +12,14 @@ from pathlib import Path
 
 import pytest
 
+from cdi_plugin.cdi.model import ContainerEdits
 from cdi_plugin.discovery.fixture import dumps
 from cdi_plugin.errors import SpecWriteError
 from cdi_plugin.store import writer
 from cdi_plugin.store.dirlock import LOCK_NAME, locked
+from cdi_plugin.store.files import MAX_SPEC_BYTES
 from cdi_plugin.store.ownership import RECORD_NAME, owned_kinds, read_record
-from cdi_plugin.store.plan import ConflictError, FileChange, Plan, plan_writes
+from cdi_plugin.store.plan import ConflictError, FileChange, Plan, plan_updates, plan_writes
 from cdi_plugin.store.writer import PartialWriteError, apply
 from tests.generate.hosts import WORKSTATION
 from tests.scan.helpers import CDI_GEN, opened, snapshot, spec
@@ -306,3 +309,60 @@ def test_each_file_is_told_as_soon_as_it_is_in_place_before_the_directory_sync(
     ]
     assert syncs == [out, out]
     assert set(read_record(out)) == recorded - {"cdi-plugin.io-fuse.json"}
+
+
+def test_a_spec_larger_than_cdi_gen_reads_is_refused_before_anything_is_written(tmp_path: Path) -> None:
+    """A spec over MAX_SPEC_BYTES would be refused by every reader of cdi-plugin (validate, the
+    inventory) and by the next scan, which reads the file it replaces: it is never written."""
+    env = tuple(f"V{i}={'x' * 250}" for i in range(MAX_SPEC_BYTES // 250))
+    big = dataclasses.replace(
+        spec("example.com/big", "big0"),
+        container_edits=ContainerEdits(env=env),
+    )
+    out = tmp_path / "out"
+    with pytest.raises(SpecWriteError) as caught:
+        write([big, spec("example.com/small", "small0")], out)
+    assert str(caught.value).startswith(f"{out / 'example.com-big.json'}: the spec would be ")
+    assert "more than the 4 MiB cdi-gen reads back; nothing was written" in str(caught.value)
+    assert not out.exists()
+
+
+def test_a_foreign_spec_is_found_by_its_kind_whatever_the_case_of_its_keys(tmp_path: Path) -> None:
+    """Runtimes match a spec's keys to fields case-insensitively (Go's encoding/json, after
+    sigs.k8s.io/yaml sorts them: the last match wins), so "Kind" defines a kind: writing that kind
+    beside it would make both definitions of the device resolve nowhere."""
+    other = tmp_path / "other.json"
+    other.write_text(
+        '{"cdiVersion": "0.3.0", "Kind": "cdi-plugin.io/fuse",'
+        ' "Devices": [{"Name": "fuse", "ContainerEdits": {"Env": ["A=1"]}}]}'
+    )
+    with pytest.raises(ConflictError, match=rf"cdi-plugin.io/fuse is already defined by {other} \(not"):
+        plan_writes([FUSE], tmp_path, spec_dirs=())
+    other.write_text('{"cdiVersion": "0.3.0", "Kind": "cdi-plugin.io/fuse", "kind": "cdi-plugin.io/tun"}')
+    with pytest.raises(ConflictError, match=r"cdi-plugin\.io/tun is already defined"):
+        plan_writes([TUN], tmp_path, spec_dirs=())
+    plan_writes([FUSE], tmp_path, spec_dirs=())  # "kind", last in sorted order, is the one read
+    other.unlink()
+    mine = tmp_path / "cdi-plugin.io-fuse.json"
+    mine.write_text('{"cdiVersion": "0.3.0", "KIND": "cdi-plugin.io/kvm", "devices": []}')
+    with pytest.raises(SpecWriteError, match=r"which defines cdi-plugin\.io/kvm"):
+        plan_writes([FUSE], tmp_path, spec_dirs=(), force=True)
+
+
+def test_a_link_put_in_place_of_a_spec_is_not_cdi_gens_to_remove_or_replace(tmp_path: Path) -> None:
+    """cdi-gen writes regular files: a symbolic link at its file's name (to a copy of the same
+    bytes kept elsewhere) was put there by someone, and stays as it is."""
+    out, keep = tmp_path / "out", tmp_path / "keep"
+    keep.mkdir()
+    write([FUSE], out)
+    path = out / "cdi-plugin.io-fuse.json"
+    data = path.read_bytes()
+    path.rename(keep / path.name)
+    path.symlink_to(keep / path.name)
+    with pytest.raises(SpecWriteError, match="not as cdi-gen last wrote it"):
+        plan_updates(out, {path.name: ("cdi-plugin.io/fuse", None, read_record(out)[path.name].sha256)})
+    with pytest.raises(ConflictError):
+        plan_writes([FUSE], out, spec_dirs=())
+    apply(plan_writes([TUN], out, spec_dirs=()))
+    assert path.is_symlink()
+    assert (keep / path.name).read_bytes() == data
