@@ -7,7 +7,9 @@ reading the other spec files. A class is rescanned instead when its spec is not 
 :mod:`.livespecs`), when the update is :class:`~.livespecs.Uncertain`, when the source cannot read
 single devices, when the file on disk is not what was last written, or when a batch holds many
 devices of a class that were not read ahead (a burst, see :data:`MAX_DEVICES`: one rescan is
-cheaper). Every rescan indexes the specs it built again.
+cheaper). Every rescan indexes the specs it built again. A kind that a spec cdi-gen does not own
+defines fails the batch (the watcher retries it), but only after the other kinds were rescanned:
+one foreign file never keeps the specs of other classes from following their devices.
 
 While a batch is still gathering (the coalescer waits for a burst to end), :meth:`BatchWork.read_ahead`
 reads the devices of its events so far and builds their entries, so that the batch, once released,
@@ -34,8 +36,8 @@ from cdi_plugin.scan.livespecs import Change, Entry, LiveSpec, Uncertain, index_
 from cdi_plugin.scan.pipeline import FileReport, Placed, ScanOptions, ScanReport, placing, run_scan
 from cdi_plugin.store.dirlock import locked
 from cdi_plugin.store.files import spec_file_name
-from cdi_plugin.store.ownership import digest
-from cdi_plugin.store.plan import DONE, Plan, plan_updates
+from cdi_plugin.store.ownership import digest, read_record
+from cdi_plugin.store.plan import DONE, ConflictError, Plan, plan_updates
 from cdi_plugin.store.registry import Stat
 from cdi_plugin.store.writer import apply
 
@@ -143,12 +145,30 @@ class BatchWork:
                     scope |= rescan
                 if not scope:
                     return outcomes, None
-            report = run_scan(self.options, self.source, classes, scope, placed)
+            try:
+                report = run_scan(self.options, self.source, classes, scope, placed)
+            except ConflictError as exc:
+                # Kinds other specs define wait for them to go; every other kind is written.
+                scope = self._kinds(classes, scope) - {c.kind for c in exc.conflicts}
+                if not scope:
+                    raise
+                report = run_scan(self.options, self.source, classes, scope, placed)
+                self._index(classes, scope, report)
+                outcomes.append(Outcome(report, scope, False))
+                return outcomes, exc
             self._index(classes, scope, report)
             outcomes.append(Outcome(report, scope, False))
         except Exception as exc:
             return outcomes, exc
         return outcomes, None
+
+    def _kinds(self, classes: Sequence[DeviceClass], scope: set[str] | None) -> set[str]:
+        """The kinds a rescan of ``scope`` covers: with None, every class's and every kind cdi-gen
+        has a file of (a class removed from the configuration loses its spec)."""
+        if scope is not None:
+            return set(scope)
+        recorded = read_record(self.options.output_dir).values()
+        return {c.kind for c in classes} | {entry.kind for entry in recorded}
 
     def _index(self, classes: Sequence[DeviceClass], scope: set[str] | None, report: ScanReport) -> None:
         if scope is None:
