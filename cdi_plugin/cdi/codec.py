@@ -22,6 +22,7 @@ from types import MappingProxyType
 from typing import Any
 
 from cdi_plugin.cdi import model
+from cdi_plugin.cdi.goyaml import go_yaml_scalar
 from cdi_plugin.cdi.problems import pointer_join
 from cdi_plugin.cdi.textparse import (
     MAX_DEPTH,
@@ -316,13 +317,6 @@ def _json_escape(match: re.Match[str]) -> str:
 
 #: Characters YAML parsers read as line breaks (NEL, LS, PS).
 _YAML_BREAKS = frozenset("\x85\u2028\u2029")
-#: Plain scalars the CDI library's YAML reader (go-yaml v2) resolves to a boolean or a number that
-#: PyYAML leaves a string: ``y``/``n``, and (a superset of) Go's integer and go-yaml's float forms.
-#: Where a string belongs, the library then reads other text (y is "true", 1e3 "1000", 08 "8").
-_GO_YAML_BOOLS = frozenset({"y", "Y", "n", "N"})
-_GO_YAML_NUMBER = re.compile(
-    r"[-+]?(?:0[xXoObB][0-9a-fA-F_]*|[0-9][0-9_]*|(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?)"
-)
 
 
 @functools.cache
@@ -342,7 +336,7 @@ def _yaml_dumper() -> Any:
         style = None
         if not _YAML_BREAKS.isdisjoint(value):
             style = '"'
-        elif value in _GO_YAML_BOOLS or _GO_YAML_NUMBER.fullmatch(value):
+        elif go_yaml_scalar(value)[0] != "str":  # y is "true" to the CDI library, 1e3 "1000"
             style = "'"
         return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
 

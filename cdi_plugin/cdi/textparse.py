@@ -24,6 +24,7 @@ import re
 from collections.abc import Callable, Iterable
 from typing import Any, Literal
 
+from cdi_plugin.cdi.goyaml import go_yaml_scalar
 from cdi_plugin.cdi.problems import pointer_join, pointer_parts
 from cdi_plugin.errors import CdiPluginError, SpecLoadError
 from cdi_plugin.wording import shown
@@ -203,20 +204,13 @@ class _YamlRefused(CdiPluginError):
 _NON_JSON_TAGS = ("binary", "set", "omap", "pairs", "timestamp")
 
 
-#: Plain scalars the YAML reader of runtimes (go-yaml v2) resolves to a boolean or a number that
-#: PyYAML reads as strings: y and n, floats without a dot (1e3) or with a leading zero (08), octal
-#: integers written 0o17.
-_GO_BOOL = re.compile(r"^(?:y|Y|n|N)$")
-_GO_FLOAT = re.compile(r"^[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?$")
-_GO_OCTAL = re.compile(r"^[-+]?0[oO][0-7_]+$")
-
-
 @functools.cache
 def _yaml_loader(spec: bool = False) -> Any:
     """A safe YAML loader for documents without anchors, aliases or oversize numbers, nested at
     most :data:`MAX_DEPTH` deep, that rejects duplicate and non-string keys (go-yaml's strict mode).
-    With ``spec``, a plain scalar is a boolean or a number wherever the YAML reader of runtimes
-    takes it for one (``y``, ``1e3``, ``08``, ``0o17``), so that a spec is read as they read it.
+    With ``spec``, plain scalars are resolved as the YAML reader of runtimes resolves them
+    (:func:`go_yaml_scalar`: ``y`` and ``1e3`` are no text, ``1:20`` and ``=`` are), so that a
+    spec is read as they read it.
 
     libyaml (when present) still scans and parses; composing is PyYAML's, so that an anchor, an
     alias or deep nesting is refused event by event, before a node or a value exists. Like the
@@ -271,12 +265,17 @@ def _yaml_loader(spec: bool = False) -> Any:
             out[key] = loader.construct_object(value_node, deep=True)
         return out
 
-    def bounded_number(construct: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
+    def bounded_number(kind: str, construct: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
         def build(loader: Any, node: Any) -> Any:
-            if len(node.value) <= MAX_NUMBER_CHARS:
+            if kind != "bool" and len(node.value) > MAX_NUMBER_CHARS:
+                loader.oversize_line = loader.oversize_line or node.start_mark.line + 1
+                return _Oversize(len(node.value))
+            try:
                 return construct(loader, node)
-            loader.oversize_line = loader.oversize_line or node.start_mark.line + 1
-            return _Oversize(len(node.value))
+            except (ValueError, KeyError):  # an explicit tag on other text, or 0x_ (PyYAML's int)
+                raise _YamlRefused(
+                    "type", node.start_mark.line + 1, f"{shown(node.value)} is no {kind}"
+                ) from None
 
         return build
 
@@ -286,34 +285,38 @@ def _yaml_loader(spec: bool = False) -> Any:
     StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, construct_mapping)
     if spec:
         _go_scalars(StrictLoader)
-    for kind in ("int", "float"):
+    for kind in ("bool", "int", "float"):
         construct = StrictLoader.yaml_constructors[f"tag:yaml.org,2002:{kind}"]
-        StrictLoader.add_constructor(f"tag:yaml.org,2002:{kind}", bounded_number(construct))
+        StrictLoader.add_constructor(f"tag:yaml.org,2002:{kind}", bounded_number(kind, construct))
     for tag in _NON_JSON_TAGS:
         StrictLoader.add_constructor(f"tag:yaml.org,2002:{tag}", reject)
     return StrictLoader
 
 
 def _go_scalars(loader: Any) -> None:
-    """Make ``loader`` resolve plain scalars to booleans and numbers as go-yaml v2 does too (its
-    resolvers are tried after PyYAML's own)."""
+    """Make ``loader`` resolve plain scalars as go-yaml v2 does (:func:`go_yaml_scalar`)."""
+    import yaml
+
     tag = "tag:yaml.org,2002:"
-    loader.add_implicit_resolver(tag + "bool", _GO_BOOL, list("yYnN"))
-    loader.add_implicit_resolver(tag + "int", _GO_OCTAL, list("-+0"))
-    loader.add_implicit_resolver(tag + "float", _GO_FLOAT, list("-+.0123456789"))
-    construct_bool, construct_int = (
-        loader.yaml_constructors[tag + "bool"],
-        loader.yaml_constructors[tag + "int"],
-    )
+    resolve = loader.resolve
 
-    def boolean(self: Any, node: Any) -> Any:
-        return node.value in "yY" if _GO_BOOL.match(node.value) else construct_bool(self, node)
+    def go_resolve(self: Any, kind: Any, value: str, implicit: tuple[bool, bool]) -> Any:
+        if kind is yaml.ScalarNode and implicit[0]:
+            return tag + go_yaml_scalar(value)[0]
+        return resolve(self, kind, value, implicit)
 
-    def integer(self: Any, node: Any) -> Any:
-        return int(node.value, 0) if _GO_OCTAL.match(node.value) else construct_int(self, node)
+    loader.resolve = go_resolve
+    for kind in ("bool", "int", "float"):
+        loader.add_constructor(tag + kind, _go_constructor(kind, loader.yaml_constructors[tag + kind]))
+    loader.add_constructor(tag + "merge", lambda self, node: node.value)  # "<<" but as a key
 
-    loader.add_constructor(tag + "bool", boolean)
-    loader.add_constructor(tag + "int", integer)
+
+def _go_constructor(kind: str, construct: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
+    def build(loader: Any, node: Any) -> Any:
+        found, value = go_yaml_scalar(node.value)
+        return value if found == kind else construct(loader, node)  # an explicit tag: PyYAML's reading
+
+    return build
 
 
 def _parse_yaml(text: str, source: str, document: str, syntax_error: str = "") -> Any:

@@ -224,8 +224,11 @@ def test_a_number_or_boolean_where_a_string_belongs_says_to_quote_it(value: Any)
 
 @pytest.mark.parametrize(
     ("text", "value"),
-    [("y", True), ("N", False), ("1e3", 1000.0), ("08", 8.0), ("1.e3", 1000.0), ("0o17", 15), ("-0O17", -15)],
-)
+    [
+        ("y", True), ("N", False), ("1e3", 1000.0), ("08", 8.0), ("1.e3", 1000.0), ("0o17", 15),
+        ("-0O17", -15), ("0o1__7", 15), ("0X1F", 31), ("0B101", 5), ("1_0e3", 10000.0), ("0_8", 8.0),
+    ],
+)  # fmt: skip
 def test_yaml_reads_plain_scalars_as_the_yaml_reader_of_runtimes_does(text: str, value: Any) -> None:
     """go-yaml v2 takes these for a boolean or a number where PyYAML reads text: a YAML spec
     naming a device y names it "true" for a runtime, so it is refused as a number would be."""
@@ -239,6 +242,29 @@ def test_yaml_reads_plain_scalars_as_the_yaml_reader_of_runtimes_does(text: str,
     with pytest.raises(SpecLoadError) as caught:
         codec.decode(spec.encode(), "spec.yaml", "yaml")
     assert (caught.value.rule, caught.value.pointer) == ("type", "/devices/0/name")
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["1:20", "190:20:30.5", "=", "<<", "2024-01-31", "0o_", "0x_", "0b_", "1e999", "0x1FFFFFFFFFFFFFFFF"],
+)
+def test_yaml_reads_as_text_what_the_yaml_reader_of_runtimes_takes_for_text(text: str) -> None:
+    """go-yaml v2 has no base 60 numbers, no = or << values, no dates, and takes what Go cannot
+    convert for a string: a spec using them is valid, and read with the same text."""
+    spec = (
+        "cdiVersion: 0.5.0\nkind: example.com/dev\ndevices:\n- name: dev\n  containerEdits:\n"
+        f"    hooks: [{{hookName: createContainer, path: /bin/h, args: [{text}]}}]\n"
+    )
+    s = codec.decode(spec.encode(), "spec.yaml", "yaml")
+    assert s.devices[0].container_edits.hooks[0].args == (text,)
+
+
+@pytest.mark.parametrize("text", ["!!int x", "!!bool x", "!!float x", "!!int 0x_"])
+def test_yaml_explicit_tag_on_other_text_is_a_one_line_refusal(text: str) -> None:
+    with pytest.raises(SpecLoadError) as caught:
+        codec.parse(f"foo: {text}\n".encode(), "spec.yaml", "yaml")
+    assert caught.value.rule == "type"
+    assert "line 1" in str(caught.value)
 
 
 @pytest.mark.parametrize(

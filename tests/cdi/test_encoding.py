@@ -77,7 +77,24 @@ def test_yaml_encoding_starts_with_a_document_marker_and_round_trips() -> None:
 #: Plain YAML scalars that the YAML reader of the CDI library (go-yaml v2 under sigs.k8s.io/yaml)
 #: resolves to a boolean or a number, then turns into other text where a string belongs (y is
 #: "true", 1e3 is "1000", 0o17 is "15", 08 is "8"), while PyYAML reads them as strings.
-GO_YAML_NOT_STRINGS = ["y", "Y", "n", "N", "1e3", "1E+3", "1.e3", "08", "0o17", "-0o17", "0O17", "+08"]
+GO_YAML_NOT_STRINGS = [
+    "y",
+    "Y",
+    "n",
+    "N",
+    "1e3",
+    "1E+3",
+    "1.e3",
+    "08",
+    "0o17",
+    "-0o17",
+    "0O17",
+    "+08",
+    "0X1F",
+    "0B1",
+    "1_0e3",
+    "0_8",
+]
 
 
 def test_yaml_quotes_what_runtimes_would_read_as_a_boolean_or_a_number() -> None:

@@ -47,7 +47,7 @@ def test_numbers_of_ordinary_length_still_parse() -> None:
     obj, _ = codec.parse(b'{"a": 18446744073709551615, "b": -1.5e300, "c": 0}', "n.json", "json")
     assert obj == {"a": 2**64 - 1, "b": -1.5e300, "c": 0}
     obj, _ = codec.parse(b"a: 0x1f\nb: 1_000\nc: 190:20:30\nd: .5\n", "n.yaml", "yaml")
-    assert obj == {"a": 31, "b": 1000, "c": 685230, "d": 0.5}
+    assert obj == {"a": 31, "b": 1000, "c": "190:20:30", "d": 0.5}  # no base 60 for runtimes
 
 
 def billion_laughs(levels: int = 9) -> bytes:
