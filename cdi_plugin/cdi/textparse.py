@@ -290,6 +290,8 @@ def _yaml_loader(spec: bool = False) -> Any:
         StrictLoader.add_constructor(f"tag:yaml.org,2002:{kind}", bounded_number(kind, construct))
     for tag in _NON_JSON_TAGS:
         StrictLoader.add_constructor(f"tag:yaml.org,2002:{tag}", reject)
+    # YAML 1.1's "value" type: a plain "=" is text (go-yaml reads it so), not a parse failure
+    StrictLoader.add_constructor("tag:yaml.org,2002:value", lambda loader, node: node.value)
     return StrictLoader
 
 

@@ -167,3 +167,11 @@ def test_a_surrogate_pair_escape_in_json_is_refused_as_the_yaml_reader_of_runtim
     assert codec.decode(raw.encode(), "raw.json", "json").devices[0].container_edits.device_nodes[0].path == (
         "/dev/\U0001f600\\ud83d"
     )
+
+
+@pytest.mark.parametrize("document", ["configuration", "spec"])
+def test_a_plain_equals_sign_is_text(document: str) -> None:
+    """YAML 1.1 gives a plain ``=`` a type of its own ("value"), which PyYAML cannot build: it is
+    text, as go-yaml reads it, in a configuration (a hook argument) as in a spec."""
+    obj, _ = codec.parse(b"args: [sh, =, '=']\n", "<yaml>", "yaml", document)
+    assert obj == {"args": ["sh", "=", "="]}
