@@ -6,6 +6,7 @@ import asyncio
 import json
 import logging
 import os
+import re
 import socket
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
@@ -382,6 +383,18 @@ async def test_a_file_at_a_socket_path_is_left_as_it_is(
             pass
     assert paths.registration_socket.read_text() == "someone's notes"
     assert not paths.dra_socket.exists()  # the DRA socket, started first, is gone again
+
+
+async def test_a_file_in_place_of_a_socket_directory_is_an_oserror_naming_it(
+    paths: Paths, inventory: SpecInventory, claims: Claims
+) -> None:
+    paths.registry_dir.parent.mkdir(parents=True, exist_ok=True)
+    paths.registry_dir.write_text("someone's notes")
+    refusal = f"{paths.registry_dir} is a regular file, not a directory; cannot listen on "
+    with pytest.raises(OSError, match=f"^{re.escape(refusal + str(paths.registration_socket))}$"):
+        async with _plugin(paths, inventory, claims):
+            pass
+    assert paths.registry_dir.read_text() == "someone's notes"
 
 
 def _socket_dir(root: Path, socket_bytes: int) -> Path:
