@@ -114,7 +114,7 @@ def dra_options(
     ):
         if len(os.fsencode(path)) > MAX_SOCKET_PATH:
             raise DraConfigError(
-                f"{option}: the socket {path} is longer than a unix socket allows ({MAX_SOCKET_PATH} bytes)"
+                f"{option}: the socket {path} is longer than gRPC binds ({MAX_SOCKET_PATH} bytes)"
             )
     return DraOptions(driver, node, paths, kubeconfig, dra_only)
 

@@ -143,7 +143,11 @@ class Endpoint:
         if os.path.lexists(self.path):
             if (found := _file_type(self.path)) != "a socket":
                 raise EndpointError(f"{self.path} is {found}, not a socket; not replacing it")
-            if someone_listens(self.path):
+            try:
+                in_use = someone_listens(self.path)
+            except OSError as exc:  # a datagram socket, say
+                raise EndpointError(f"{self.path}: cannot listen: {exc.strerror or exc}") from None
+            if in_use:
                 raise EndpointError(
                     f"another process is serving {self.path} (another cdi-plugin on this node: the "
                     "pod this one replaces, during an update?); taking it over once it is gone"

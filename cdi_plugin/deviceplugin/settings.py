@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
+from cdi_plugin.aio.sockets import MAX_SOCKET_PATH
 from cdi_plugin.errors import ConfigError
 from cdi_plugin.globs import glob_match, is_glob, may_overlap
 from cdi_plugin.store import files
@@ -192,9 +193,9 @@ def from_config(section: Mapping[str, Any], source: str) -> dict[str, Any]:
     return out
 
 
-#: gRPC refuses unix socket paths over 105 bytes; the plugin's longest socket name (a hashed one,
-#: ``cdi-plugin-<16 hex digits>.sock``) must fit under the plugin directory.
-MAX_PLUGIN_DIR_BYTES = 105 - len("/cdi-plugin-0123456789abcdef.sock")
+#: The plugin's longest socket name (a hashed one, ``cdi-plugin-<16 hex digits>.sock``) must fit
+#: under the plugin directory in a path gRPC binds.
+MAX_PLUGIN_DIR_BYTES = MAX_SOCKET_PATH - len("/cdi-plugin-0123456789abcdef.sock")
 
 
 def build(config_section: Mapping[str, Any] | None, source: str, **flags: Any) -> Settings:

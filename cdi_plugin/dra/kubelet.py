@@ -134,7 +134,13 @@ class SocketInUseError(CdiPluginError):
 
 
 async def _listen(path: Path, add: Any) -> grpc.aio.Server:
-    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        where = Path(exc.filename or path.parent)
+        found = file_type(os.lstat(where).st_mode) if isinstance(exc, FileExistsError) else None
+        why = f" is {found}, not a directory" if found else f": {exc.strerror or exc}"
+        raise OSError(f"{where}{why}; cannot listen on {path}") from None
     try:
         in_use = someone_listens(path)
     except OSError as exc:

@@ -274,8 +274,9 @@ class DraService:
 
     async def restore(self) -> bool:
         """Write the prepared claims again if their file is gone (StateWriteError if it fails,
-        SerializeError if the node's lock cannot be taken)."""
-        if os.path.lexists(self.prepared.path):
+        SerializeError if the node's lock cannot be taken). Nothing prepared here, there is nothing
+        to write, and the lock is not taken."""
+        if os.path.lexists(self.prepared.path) or not self.prepared.state.claims:
             return False
         async with self._serialized():  # another instance may have written it again already
             return await self.prepared.restore()

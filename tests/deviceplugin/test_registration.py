@@ -255,6 +255,32 @@ def test_stale_socket_is_replaced_but_a_live_one_or_a_file_is_not(
     run(scenario())
 
 
+def test_a_socket_that_cannot_be_probed_is_reported_and_retried(
+    layout: Layout, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A datagram socket at the path refuses a stream connection with an error of its own: one
+    warning naming it, retried (never the endpoint failing with a traceback); once closed, it is a
+    stale socket, replaced."""
+    caplog.set_level(logging.INFO, "cdi_plugin")
+    write_spec(layout.etc, spec_of(KIND, {"a": [make_node(layout.dev / "n1")]}))
+    path = layout.plugin_dir / sock(layout, KIND)
+    refusal = f"{path}: cannot listen: Protocol wrong type for socket; retrying in"
+
+    async def scenario() -> None:
+        async with FakeKubelet(layout.plugin_dir) as kubelet:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as datagram:
+                datagram.bind(str(path))
+                async with running_plugin(layout.settings()):
+                    await eventually(
+                        lambda: any(refusal in r.getMessage() for r in caplog.records), "the refusal"
+                    )
+                    datagram.close()
+                    await kubelet.wait_registered(KIND)
+        assert not [r for r in caplog.records if r.exc_info]
+
+    run(scenario())
+
+
 def test_a_socket_another_process_bound_after_ours_was_removed_stays(
     layout: Layout, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -52,8 +52,8 @@ def sockets(directory: Path) -> list[str]:
 
 @dataclass
 class DraNode:
-    """Directories of one stand-in node. The kubelet's are short-named: a unix socket's path has
-    at most 107 bytes."""
+    """Directories of one stand-in node. The kubelet's are short-named: gRPC binds a unix socket's
+    path of at most 105 bytes."""
 
     specs: Path
     dev: Path

@@ -6,6 +6,7 @@ import asyncio
 import json
 import logging
 import os
+import re
 import socket
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
@@ -22,6 +23,7 @@ from cdi_plugin.dra.kubelet import KubeletPlugin, Paths, SocketInUseError
 from cdi_plugin.dra.names import DraConfigError
 from cdi_plugin.dra.prepare import ClaimReadError
 from cdi_plugin.dra.prepared import MAX_STATE_BYTES, PreparedClaims
+from cdi_plugin.dra.serialize import SerializeError, Serializer
 from cdi_plugin.dra.service import DraService
 from cdi_plugin.inventory import SpecInventory
 from cdi_plugin.store import slotfile
@@ -383,6 +385,18 @@ async def test_a_file_at_a_socket_path_is_left_as_it_is(
     assert not paths.dra_socket.exists()  # the DRA socket, started first, is gone again
 
 
+async def test_a_file_in_place_of_a_socket_directory_is_an_oserror_naming_it(
+    paths: Paths, inventory: SpecInventory, claims: Claims
+) -> None:
+    paths.registry_dir.parent.mkdir(parents=True, exist_ok=True)
+    paths.registry_dir.write_text("someone's notes")
+    refusal = f"{paths.registry_dir} is a regular file, not a directory; cannot listen on "
+    with pytest.raises(OSError, match=f"^{re.escape(refusal + str(paths.registration_socket))}$"):
+        async with _plugin(paths, inventory, claims):
+            pass
+    assert paths.registry_dir.read_text() == "someone's notes"
+
+
 def _socket_dir(root: Path, socket_bytes: int) -> Path:
     """A directory under ``root`` in which the DRA socket's path takes ``socket_bytes`` bytes."""
     plugins = root / "p"
@@ -453,6 +467,24 @@ async def test_sockets_come_back_after_the_kubelet_wiped_them(
     ref = api.Claim("ns", "c", "uid-1")
     claims.add(claim_obj(ref, ("r", NODE, "fuse-fuse")))
     assert isinstance((await again.prepare(ref))["uid-1"], tuple)
+
+
+async def test_the_node_lock_is_taken_only_to_write_prepared_claims_again(
+    paths: Paths, inventory: SpecInventory, claims: Claims
+) -> None:
+    """Sockets served again with nothing prepared need no lock, even one that cannot be taken (a
+    directory at its path); prepared claims whose file is gone are written under it."""
+    paths.lock_file.mkdir(parents=True)
+    prepared = PreparedClaims(paths.state_file)
+    service = DraService(DRIVER, NODE, inventory, claims, prepared, serializer=Serializer(paths.lock_file))
+    async with KubeletPlugin(paths, service) as plugin:
+        paths.dra_socket.unlink()
+        assert await plugin.recover()  # nothing prepared: nothing to write again
+        await prepared.put({"uid-1": (api.PreparedDevice(("r",), NODE, "fuse-fuse", ("x.io/fuse=fuse",)),)})
+        paths.state_file.unlink()
+        with pytest.raises(SerializeError, match=r"serialize\.lock: cannot open the lock: Is a directory"):
+            await plugin.recover()
+        assert not paths.state_file.exists()
 
 
 async def test_a_socket_another_instance_serves_is_not_replaced(
