@@ -66,7 +66,7 @@ def image(podman_env: PodmanEnv, tmp_path_factory: pytest.TempPathFactory) -> Po
 @pytest.fixture
 def node(tmp_path: Path) -> Iterator[tuple[dict[str, Any], dict[str, Path]]]:
     """The DaemonSet's pod, and stand-ins for the node's directories and the ConfigMap. The
-    kubelet's directories are short-named: a unix socket's path has at most 107 bytes."""
+    kubelet's directories are short-named: gRPC binds a unix socket path of at most 105 bytes."""
     pod = daemonset_pod()
     sources = {name: tmp_path / name for name in ("etc-cdi", "var-run-cdi", "config")}
     if not Path(host_path(pod, "run-udev")).is_dir():  # DirectoryOrCreate, without creating it
