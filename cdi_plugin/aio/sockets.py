@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import secrets
 import socket
 import stat
 from pathlib import Path
@@ -96,10 +97,8 @@ async def stop_server(server: Server, path: Path, bound: Identity | None, grace:
     found = identity(path)
     keep = None
     if found is not None and found != bound:
-        keep = path.with_name(f".{path.name}.{os.getpid()}.kept")
+        keep = path.with_name(f".{path.name}.{secrets.token_hex(4)}.kept")  # pids repeat across pods
         try:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(keep)
             os.link(path, keep, follow_symlinks=False)
         except OSError:
             keep = None  # cannot keep it: stopping comes first
