@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import secrets
 import socket
 import stat
 from pathlib import Path
@@ -97,7 +96,7 @@ async def stop_server(server: Server, path: Path, bound: Identity | None, grace:
     found = identity(path)
     keep = None
     if found is not None and found != bound:
-        keep = path.with_name(f".{path.name}.{secrets.token_hex(4)}.kept")  # pids repeat across pods
+        keep = path.with_name(f".{path.name}.{os.urandom(4).hex()}.kept")  # pids repeat across pods
         try:
             os.link(path, keep, follow_symlinks=False)
         except OSError:
