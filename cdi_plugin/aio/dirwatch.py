@@ -16,6 +16,7 @@ import errno
 import logging
 import os
 import select
+import stat
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from types import TracebackType
@@ -38,9 +39,18 @@ _ANCESTOR_MASK = Mask.CREATE | Mask.MOVED_TO | _SELF_EVENTS | Mask.ONLYDIR
 Relevant = Callable[[Path, str], bool]
 
 
+def _is_dir(path: Path) -> bool:
+    """Whether ``path`` is a directory this process can see: False too below a directory it may
+    not search (``Path.is_dir`` raises PermissionError there)."""
+    try:
+        return stat.S_ISDIR(os.stat(path).st_mode)
+    except OSError:
+        return False
+
+
 def _nearest_existing(path: Path) -> Path:
     for candidate in (path, *path.parents):
-        if candidate.is_dir():
+        if _is_dir(candidate):
             return candidate
     return Path("/")
 
@@ -105,7 +115,7 @@ class DirWatch:
         for _ in range(32):
             wanted: dict[Path, Mask] = {}
             for target in self._targets:
-                if target.is_dir():
+                if _is_dir(target):
                     wanted[target] = wanted.get(target, Mask.ZERO) | self._target_mask
                 else:
                     anchor = _nearest_existing(target.parent)
@@ -127,7 +137,7 @@ class DirWatch:
                         refused.add(path)
                     log.log(logging.DEBUG if vanished else logging.WARNING, "%s: cannot watch %s: %s",
                             self.name, path, exc.strerror or exc)  # fmt: skip
-            if all(t.is_dir() == (t in self._watches) or t in refused for t in self._targets):
+            if all(_is_dir(t) == (t in self._watches) or t in refused for t in self._targets):
                 return
         log.warning("%s: directories keep changing while being watched; watching what exists", self.name)
 

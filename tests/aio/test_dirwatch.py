@@ -141,3 +141,27 @@ def test_a_directory_that_cannot_be_watched_is_reported_once() -> None:
         assert done.returncode == 0, done.stderr
         assert done.stdout == f"[{str(private)!r}]\n"
         assert done.stderr == f"WARNING plugin dir: cannot watch {private}: Permission denied\n"
+
+
+@pytest.mark.root
+def test_a_directory_below_one_that_cannot_be_searched_is_reported_once() -> None:
+    """Below a directory the process may not search, a target cannot even be looked at: the
+    nearest directory it can see is watched instead, or, when that cannot be watched either, it
+    is reported once; never a traceback."""
+    with world_dir() as d:
+        private = d / "private"
+        private.mkdir(mode=0o700)
+        (private / "sub").mkdir()
+        done = python_as_nobody(
+            "import asyncio, logging\n"
+            "from pathlib import Path\n"
+            "from cdi_plugin.aio.dirwatch import DirWatch\n"
+            "logging.basicConfig(format='%(levelname)s %(message)s')\n"
+            "async def main():\n"
+            f"    async with DirWatch([Path({str(private / 'sub')!r})], name='plugin dir') as w:\n"
+            "        print(sorted(map(str, w.targets)))\n"
+            "asyncio.run(main())\n"
+        )
+        assert done.returncode == 0, done.stderr
+        assert done.stdout == f"[{str(private / 'sub')!r}]\n"
+        assert done.stderr == f"WARNING plugin dir: cannot watch {private}: Permission denied\n"
