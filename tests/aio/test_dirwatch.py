@@ -8,6 +8,7 @@ synchronise on that, never on time.
 from __future__ import annotations
 
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -122,22 +123,27 @@ def test_set_dirs_moves_the_watches(tmp_path: Path) -> None:
     run(scenario())
 
 
+def _watch_as_nobody(target: Path) -> subprocess.CompletedProcess[str]:
+    """A DirWatch of ``target`` run as an unprivileged user, its warnings on stderr."""
+    return python_as_nobody(
+        "import asyncio, logging\n"
+        "from pathlib import Path\n"
+        "from cdi_plugin.aio.dirwatch import DirWatch\n"
+        "logging.basicConfig(format='%(levelname)s %(message)s')\n"
+        "async def main():\n"
+        f"    async with DirWatch([Path({str(target)!r})], name='plugin dir') as w:\n"
+        "        print(sorted(map(str, w.targets)))\n"
+        "asyncio.run(main())\n"
+    )
+
+
 @pytest.mark.root
 def test_a_directory_that_cannot_be_watched_is_reported_once() -> None:
     """Permission denied is not a directory changing under the watch: one warning, no retries."""
     with world_dir() as d:
         private = d / "private"
         private.mkdir(mode=0o700)
-        done = python_as_nobody(
-            "import asyncio, logging\n"
-            "from pathlib import Path\n"
-            "from cdi_plugin.aio.dirwatch import DirWatch\n"
-            "logging.basicConfig(format='%(levelname)s %(message)s')\n"
-            "async def main():\n"
-            f"    async with DirWatch([Path({str(private)!r})], name='plugin dir') as w:\n"
-            "        print(sorted(map(str, w.targets)))\n"
-            "asyncio.run(main())\n"
-        )
+        done = _watch_as_nobody(private)
         assert done.returncode == 0, done.stderr
         assert done.stdout == f"[{str(private)!r}]\n"
         assert done.stderr == f"WARNING plugin dir: cannot watch {private}: Permission denied\n"
@@ -152,16 +158,7 @@ def test_a_directory_below_one_that_cannot_be_searched_is_reported_once() -> Non
         private = d / "private"
         private.mkdir(mode=0o700)
         (private / "sub").mkdir()
-        done = python_as_nobody(
-            "import asyncio, logging\n"
-            "from pathlib import Path\n"
-            "from cdi_plugin.aio.dirwatch import DirWatch\n"
-            "logging.basicConfig(format='%(levelname)s %(message)s')\n"
-            "async def main():\n"
-            f"    async with DirWatch([Path({str(private / 'sub')!r})], name='plugin dir') as w:\n"
-            "        print(sorted(map(str, w.targets)))\n"
-            "asyncio.run(main())\n"
-        )
+        done = _watch_as_nobody(private / "sub")
         assert done.returncode == 0, done.stderr
         assert done.stdout == f"[{str(private / 'sub')!r}]\n"
         assert done.stderr == f"WARNING plugin dir: cannot watch {private}: Permission denied\n"
