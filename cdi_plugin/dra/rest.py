@@ -79,6 +79,16 @@ def _transport(exc: Exception) -> str:
     return f"{type(exc).__name__}: {_first_line(exc)}".removesuffix(": ")
 
 
+#: What lightkube's authentication raises while a request is sent: an exec plugin that fails, a
+#: token file (``tokenFile``, the service account's) gone or unreadable when read again after a 401.
+CREDENTIAL_ERRORS = (ConfigError, OSError, UnicodeError)
+
+
+def _no_credentials(what: str, exc: Exception) -> ApiServerError:
+    """The request not sent: no credentials to send it with (they may come back: retryable)."""
+    return ApiServerError(what, f"no credentials: {_transport(exc)}", result="connection-error")
+
+
 class _TooBig(CdiPluginError):
     """An answer passed its size bound (reading stopped there)."""
 
@@ -202,6 +212,8 @@ class RestClient:
             raise ApiServerError(what, f"an answer larger than {MAX_BODY >> 20} MiB") from None
         except httpx2.HTTPError as exc:
             raise ApiServerError(what, _transport(exc), result="connection-error") from None
+        except CREDENTIAL_ERRORS as exc:
+            raise _no_credentials(what, exc) from None
         try:
             return decode_object(data)
         except BadAnswer as exc:
@@ -250,6 +262,8 @@ class RestClient:
             raise ApiServerError(what, f"no answer within {self.timeout:g} s", result="timeout") from None
         except httpx2.HTTPError as exc:
             raise ApiServerError(what, _transport(exc), result="connection-error") from None
+        except CREDENTIAL_ERRORS as exc:
+            raise _no_credentials(what, exc) from None
         try:
             async with contextlib.aclosing(_lines(response, what, read_timeout, deadline)) as lines:
                 async for line in lines:

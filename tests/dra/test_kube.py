@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from cdi_plugin.dra.backoff import Backoff
 from cdi_plugin.dra.kube import SLICES, KubeApi
 from cdi_plugin.dra.names import DraConfigError
 from cdi_plugin.dra.prepare import ClaimReadError
@@ -20,6 +21,7 @@ from tests.dra import faults
 from tests.dra.conftest import DRIVER, NODE
 from tests.dra.fakeapiserver import CLAIMS, NODES, FakeApiServer, running
 from tests.dra.kubefixtures import Sleeps, connect, foreign, kube, server, sleeps
+from tests.dra.serving import kubeconfig
 
 __all__ = ["kube", "server", "sleeps"]
 
@@ -217,6 +219,45 @@ async def test_the_api_server_down_gives_up_with_a_clear_error(tmp_path: Path, s
     finally:
         await down.close()
     assert len(sleeps) == 3
+
+
+async def test_credentials_that_cannot_be_had_are_one_error_naming_the_request(
+    tmp_path: Path, server: FakeApiServer, sleeps: Sleeps
+) -> None:
+    """A token file read again after a 401 (a rotated token) that is gone, an exec plugin that
+    fails: the request is not sent, and fails like one that found no connection (a claim is
+    tried again), never with lightkube's own exception."""
+    token = tmp_path / "token"
+    token.write_text("t1")
+    config = kubeconfig(tmp_path / "kubeconfig", server.url, {"tokenFile": str(token)})
+    kube = KubeApi.connect(DRIVER, NODE, config, sleep=sleeps, backoff=Backoff(0.1, 1.0, 2))
+    failing = KubeApi.connect(DRIVER, NODE, kubeconfig(tmp_path / "exec", server.url, {"exec": {
+        "apiVersion": "client.authentication.k8s.io/v1beta1", "command": "false",
+    }}), sleep=sleeps, backoff=Backoff(0.1, 1.0, 2))  # fmt: skip
+    try:
+        assert await kube.read_node_uid() == server.nodes[NODE]["metadata"]["uid"]
+        token.unlink()
+        server.fail("GET", NODES, 401)
+        with pytest.raises(ApiServerError) as info:
+            await kube.read_node_uid()
+        assert str(info.value) == (
+            f"GET {NODES}{NODE}: no credentials: ConfigError: Token file {token} not found"
+        )
+        assert (info.value.retryable, info.value.result) == (True, "connection-error")
+        token.write_text("t2")
+        server.fail("GET", CLAIMS, 401)
+        server.add_claim(CLAIM)
+        assert await kube.read_claim("ns", "c") is not None  # the token read again
+        with pytest.raises(
+            ApiServerError, match=rf"^GET {NODES}{NODE}: no credentials: ConfigError: Exec false"
+        ):
+            await failing.read_node_uid()
+        with pytest.raises(ClaimReadError, match=r": no credentials: .* \(attempt 2\)$"):
+            await failing.read_claim("ns", "c")
+    finally:
+        await kube.close()
+        await failing.close()
+    assert [c.query for c in server.calls if c.path == CLAIM_PATH] == [{}, {}]  # the 401, then the claim
 
 
 async def test_slices_are_listed_with_field_selectors_and_checked(
