@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 from pathlib import Path
 
@@ -280,6 +281,27 @@ async def test_slices_are_listed_with_field_selectors_and_checked(
     }
     server.misbehave("GET", SLICES, faults.body(200, json.dumps(everything).encode()))
     assert await kube.list_slices() == ([mine], "7")
+
+
+async def test_a_server_that_ignores_the_field_selectors_costs_one_line_per_list_or_watch(
+    kube: KubeApi, server: FakeApiServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The whole cluster's slices, answered: each left alone, all of them in one warning."""
+    others = [server.put_slice(foreign(f"node-{i}", DRIVER)) for i in range(50)]
+    mine = server.put_slice(build_pool(DRIVER, NODE, {}, taints=True).slices(0)[0])
+    everything = {"kind": "ResourceSliceList", "metadata": {"resourceVersion": "7"}, "items": [*others, mine]}
+    server.misbehave("GET", SLICES, faults.body(200, json.dumps(everything).encode()))
+    events = [{"type": "ADDED", "object": obj} for obj in [*others, mine]]
+    server.misbehave("GET", SLICES, faults.watch_lines(*events), watch=True)
+    with caplog.at_level(logging.WARNING, "cdi_plugin"):
+        assert await kube.list_slices() == ([mine], "7")
+        assert await _events(kube, "7") == [f"ADDED:{mine['metadata']['resourceVersion']}"]
+    first = others[0]["metadata"]["name"]
+    assert [r.getMessage() for r in caplog.records] == [
+        f"GET {SLICES}{watch}: 50 ResourceSlices of other drivers or nodes answered, not asked for "
+        f"(the first: '{first}' of driver '{DRIVER}' on node 'node-0'); left alone"
+        for watch in ("", " (watch)")
+    ]
 
 
 @pytest.mark.parametrize(
