@@ -50,6 +50,7 @@ BAD_ANSWERS = {
         faults.huge(64 << 20, declared=True),
         "an answer larger than 4 MiB",
     ),
+    "a gzip bomb (never inflated)": (faults.gzip_bomb(64 << 20), "200 answer: not JSON ("),
     "a body without end": (faults.drip(0.05), "no complete answer within 1 s"),
     "no answer at all": (faults.hang(), "no complete answer within 1 s"),
     "a 500 that is not a Status": (
@@ -393,6 +394,7 @@ BAD_WATCHES = {
         faults.watch_lines(b'{"a": "' + b"x" * (5 << 20) + b'"}'),
         "an event larger than 4 MiB",
     ),
+    "a gzip bomb (never inflated)": (faults.gzip_bomb(64 << 20), NOT_AN_EVENT + "not JSON ("),
     "a stream without end": (faults.drip(0.05), "still open long after the timeout it was asked for"),
 }
 
