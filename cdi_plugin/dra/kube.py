@@ -53,8 +53,9 @@ FIELD_MANAGER = "cdi-plugin"
 CLAIM_ATTEMPT_TIMEOUT = 10.0
 CLAIM_DEADLINE = 28.0
 CLAIM_RETRY = Backoff()
-#: Pages of a list followed at most (the driver's own slices fit in one).
-MAX_PAGES = 100
+#: Pages of a list followed at most. The driver asks for no pages (no ``limit``), so the API server
+#: answers in one; pages held together cost up to some 35 MiB each once decoded (MAX_BODY).
+MAX_PAGES = 4
 
 
 def _segment(value: str) -> str:

@@ -284,6 +284,22 @@ async def test_slices_are_listed_with_field_selectors_and_checked(
     assert await kube.list_slices() == ([mine], "7")
 
 
+async def test_a_list_that_never_ends_is_given_up_after_a_few_pages(
+    kube: KubeApi, server: FakeApiServer
+) -> None:
+    """Each page held until the last (up to 4 MiB each, some 35 MiB once decoded): a server that
+    answers every page with another continue token is followed for 4 pages, not for ever."""
+    page = {
+        "kind": "ResourceSliceList",
+        "metadata": {"resourceVersion": "7", "continue": "more"},
+        "items": [],
+    }
+    server.misbehave("GET", SLICES, faults.body(200, json.dumps(page).encode()), watch=False, times=None)
+    with pytest.raises(ApiServerError, match=f"^GET {SLICES}: still more pages after 4$"):
+        await kube.list_slices()
+    assert [c.query.get("continue") for c in server.calls] == [None] + [["more"]] * 3
+
+
 async def test_a_server_that_ignores_the_field_selectors_costs_one_line_per_list_or_watch(
     kube: KubeApi, server: FakeApiServer, caplog: pytest.LogCaptureFixture
 ) -> None:
