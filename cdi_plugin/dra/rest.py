@@ -115,7 +115,7 @@ async def _failure(what: str, response: httpx2.Response) -> ApiServerError:
         status = None
     if status is None:
         kind = escape_controls(response.headers.get("Content-Type", "no content type").split(";")[0])
-        problem = f"{code} {response.reason_phrase or ''} ({kind}, not a Status)"
+        problem = f"{code} {escape_controls(response.reason_phrase)} ({kind}, not a Status)"
         return ApiServerError(what, problem, result=result_of_code(code))
     retryable = code in RETRYABLE or status.code in RETRYABLE
     return ApiServerError(

@@ -78,6 +78,16 @@ def body(code: int, data: bytes, content_type: str = "application/json") -> Acti
     return act
 
 
+def raw(data: bytes) -> Action:
+    """These bytes, status line and headers included, then the connection closed."""
+
+    def act(h: BaseHTTPRequestHandler, stopping: threading.Event) -> None:
+        h.wfile.write(data)
+        _done(h)
+
+    return act
+
+
 def gzip_bomb(size: int) -> Action:
     """A 200 answer sent compressed though the client asked for none: a JSON object of ``size``
     bytes once inflated (mostly spaces), a few KiB on the wire, ``Content-Encoding: gzip``."""

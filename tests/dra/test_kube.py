@@ -51,6 +51,10 @@ BAD_ANSWERS = {
         "an answer larger than 4 MiB",
     ),
     "a gzip bomb (never inflated)": (faults.gzip_bomb(64 << 20), "200 answer: not JSON ("),
+    "a status line no server sends": (
+        faults.raw(b"HTTP/1.1 999 Odd\tReason\xe9\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"),
+        "999 Odd\\tReason (no content type, not a Status)",
+    ),
     "a body without end": (faults.drip(0.05), "no complete answer within 1 s"),
     "no answer at all": (faults.hang(), "no complete answer within 1 s"),
     "a 500 that is not a Status": (
