@@ -13,7 +13,8 @@ A failure (no answer, an error, an answer that is not one, a silent connection, 
 before half the time asked for, whatever it brought) is logged in one line and followed by a delay
 growing from 1 s to 30 s, with jitter, across cycles (:class:`Failures`): a watch that failed is
 started again from the last version, and only a version the server no longer keeps (410 Expired)
-makes it list again, so a storm of 410s lists at most 4 times in 10 s, then once every 30 s.
+or a refusal (a Status such as 400 or 403, not one of throttling or of a server error) makes it list
+again, so a storm of 410s lists at most 4 times in 10 s, then once every 30 s.
 """
 
 from __future__ import annotations
@@ -145,8 +146,8 @@ class SliceWatch:
                 await self._watch()
                 continue
             except ApiServerError as exc:
-                if exc.code == 410:
-                    self.version = ""
+                if exc.code == 410 or (exc.code is not None and not exc.retryable):
+                    self.version = ""  # expired, or refused (400 for a version the server never gave)
                 problem = str(exc)
             except Exception as exc:  # a fault of the driver itself: logged, and the loop goes on
                 problem = f"unexpected {type(exc).__name__} following the ResourceSlices: {exc}"

@@ -331,6 +331,24 @@ async def test_a_watch_cut_short_after_an_event_is_a_failure_too(
     assert " s with 1 event (asked for " in caplog.text
 
 
+async def test_a_version_the_server_refuses_to_watch_from_is_listed_anew(
+    kube: KubeApi, server: FakeApiServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A bookmark of a version no API server gives (a broken proxy's) is refused by the next watch
+    (400, as any version the server cannot parse): the slices are listed again, and the loop is
+    not stuck on that version for ever."""
+    bookmark = {"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "garbage"}}}
+    server.misbehave("GET", SLICES, faults.watch_lines(bookmark), watch=True)
+    sleeps = Sleeps()
+    with caplog.at_level(logging.WARNING):
+        async with reflecting(kube, sleeps):
+            await eventually(lambda: lists(server) >= 2 and len(watches(server)) >= 3, "a list, then a watch")
+    assert watches(server)[1] == "garbage"
+    assert watches(server)[2].isdigit()
+    assert "resourceVersion 'garbage'" in caplog.text
+    assert "; listing them again in " in caplog.text
+
+
 async def test_a_list_older_than_a_write_keeps_the_write(kube: KubeApi, server: FakeApiServer) -> None:
     """The answer to a write sent while a list was on its way is newer than the list: kept."""
     cache = SliceCache()
