@@ -402,6 +402,10 @@ BAD_WATCHES = {
         faults.watch_lines({"type": "ADDED", "object": {"metadata": {"name": "s"}}}),
         "a ResourceSlice that is not one: metadata.resourceVersion: missing",
     ),
+    "a bookmark of a version 5000 characters long": (
+        faults.watch_lines({"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "9" * 5000}}}),
+        "metadata.resourceVersion: 5000 characters, more than 64",
+    ),
     "an ERROR without a Status": (
         faults.watch_lines({"type": "ERROR", "object": {}}),
         "an ERROR event without a Status",
