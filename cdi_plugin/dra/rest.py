@@ -31,7 +31,7 @@ from cdi_plugin.dra.names import DraConfigError
 from cdi_plugin.dra.report import UNREPORTED, ApiResult, ApiVerb, Report, result_of_code, verb_of
 from cdi_plugin.dra.shapes import BadAnswer, Obj, decode_object, status_of, watch_event
 from cdi_plugin.errors import CdiPluginError
-from cdi_plugin.wording import escape_controls
+from cdi_plugin.wording import clipped
 
 #: The largest answer read (an object, a list, one watch event). The API server stores objects
 #: of at most 1.5 MiB (etcd's limit); a larger answer is not one it sends.
@@ -72,7 +72,8 @@ class ApiServerError(CdiPluginError):
 
 
 def _first_line(exc: Exception) -> str:
-    return escape_controls(str(exc).splitlines()[0]) if str(exc).strip() else ""
+    """The exception's first line, escaped and cut (h11 quotes up to 16 KiB of what it refused)."""
+    return clipped(str(exc).splitlines()[0], 200) if str(exc).strip() else ""
 
 
 def _transport(exc: Exception) -> str:
@@ -114,8 +115,8 @@ async def _failure(what: str, response: httpx2.Response) -> ApiServerError:
     except (_TooBig, BadAnswer, httpx2.HTTPError):
         status = None
     if status is None:
-        kind = escape_controls(response.headers.get("Content-Type", "no content type").split(";")[0])
-        problem = f"{code} {escape_controls(response.reason_phrase)} ({kind}, not a Status)"
+        kind = clipped(response.headers.get("Content-Type", "no content type").split(";")[0], 60)
+        problem = f"{code} {clipped(response.reason_phrase, 60)} ({kind}, not a Status)"
         return ApiServerError(what, problem, result=result_of_code(code))
     retryable = code in RETRYABLE or status.code in RETRYABLE
     return ApiServerError(

@@ -56,6 +56,17 @@ BAD_ANSWERS = {
         "999 Odd\\tReason (no content type, not a Status)",
     ),
     "a body without end": (faults.drip(0.05), "no complete answer within 1 s"),
+    "a chunk header of 15000 bytes": (
+        faults.raw(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + b"z" * 15000 + b"\r\n"),
+        "RemoteProtocolError: illegal chunk header: bytearray(b'zzz",
+    ),
+    "a reason phrase and a content type of 15000 bytes": (
+        faults.raw(
+            b"HTTP/1.1 500 " + b"a" * 15000 + b"\r\nContent-Type: " + b"b" * 15000 + b"\r\n"
+            b"Connection: close\r\nContent-Length: 0\r\n\r\n"
+        ),
+        "500 aaaa",
+    ),
     "no answer at all": (faults.hang(), "no complete answer within 1 s"),
     "a 500 that is not a Status": (
         faults.body(500, b'{"error": "boom"}'),
