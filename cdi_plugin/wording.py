@@ -44,8 +44,9 @@ _FILE_TYPES = (
 
 
 #: Characters that end or redraw a line on a terminal or in a log reader: C0 and C1 controls, DEL,
-#: the Unicode line and paragraph separators, and the bidirectional overrides and isolates.
-_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+#: the Unicode line and paragraph separators, and the bidirectional overrides and isolates; and
+#: lone surrogates (a JSON string may hold one), which UTF-8, gRPC's strings among them, cannot carry.
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
 _NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
 
@@ -56,7 +57,8 @@ def _escape(m: re.Match[str]) -> str:
 
 def escape_controls(text: str) -> str:
     """``text`` with every control character written as an escape (``\\n``, ``\\x1b``, ``\\u2028``),
-    so that text from outside can never start a line of its own or rewrite one in a log."""
+    so that text from outside can never start a line of its own or rewrite one in a log, nor make
+    a message that cannot be encoded (``\\ud800``)."""
     return _CONTROL.sub(_escape, text) if _CONTROL.search(text) else text
 
 

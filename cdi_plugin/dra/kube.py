@@ -39,7 +39,7 @@ from cdi_plugin.dra.shapes import (
     slice_holder,
     slice_problem,
 )
-from cdi_plugin.wording import joined, shown
+from cdi_plugin.wording import joined, plural, shown
 
 log = logging.getLogger(__name__)
 
@@ -53,8 +53,9 @@ FIELD_MANAGER = "cdi-plugin"
 CLAIM_ATTEMPT_TIMEOUT = 10.0
 CLAIM_DEADLINE = 28.0
 CLAIM_RETRY = Backoff()
-#: Pages of a list followed at most (the driver's own slices fit in one).
-MAX_PAGES = 100
+#: Pages of a list followed at most. The driver asks for no pages (no ``limit``), so the API server
+#: answers in one; pages held together cost up to some 35 MiB each once decoded (MAX_BODY).
+MAX_PAGES = 4
 
 
 def _segment(value: str) -> str:
@@ -163,14 +164,18 @@ class KubeApi:
     async def list_slices(self) -> tuple[list[Obj], str]:
         """This node's slices of this driver, checked, and the list's resourceVersion."""
         items: list[Obj] = []
+        others = _Others()
         params = dict(self._selector)
-        for _ in range(MAX_PAGES):
-            answer = await self.rest.request("GET", SLICES, params=params, verb="list")
-            found, version, more = _checked(f"GET {SLICES}", list_of, answer)
-            items += self._ours(f"GET {SLICES}", found)
-            if not more:
-                return items, version
-            params["continue"] = more
+        try:
+            for _ in range(MAX_PAGES):
+                answer = await self.rest.request("GET", SLICES, params=params, verb="list")
+                found, version, more = _checked(f"GET {SLICES}", list_of, answer)
+                items += self._ours(f"GET {SLICES}", found, others)
+                if not more:
+                    return items, version
+                params["continue"] = more
+        finally:
+            others.warn(f"GET {SLICES}")
         raise ApiServerError(f"GET {SLICES}", f"still more pages after {MAX_PAGES}")
 
     async def watch_slices(
@@ -184,18 +189,20 @@ class KubeApi:
         }  # fmt: skip
         what = f"GET {SLICES} (watch)"
         events = self.rest.watch(SLICES, params, read_timeout=read_timeout, longest=timeout + read_timeout)
+        others = _Others()
         try:
             async for kind, obj in events:
                 if kind == "BOOKMARK":
                     yield kind, {"metadata": {"resourceVersion": _checked(what, resource_version, obj)}}
-                elif self._ours(what, [obj]):
+                elif self._ours(what, [obj], others):
                     yield kind, obj
         finally:
             await events.aclose()
+            others.warn(what)
 
-    def _ours(self, what: str, objs: list[Obj]) -> list[Obj]:
+    def _ours(self, what: str, objs: list[Obj], others: _Others | None = None) -> list[Obj]:
         """The slices of this node and driver, each checked; others (the server ignored the field
-        selector) are left out with a warning, never touched."""
+        selector) are left out, never touched, and counted in ``others``."""
         out = []
         for obj in objs:
             problem = slice_problem(obj)
@@ -204,11 +211,8 @@ class KubeApi:
             spec = obj["spec"]
             if (spec["driver"], spec["nodeName"]) == (self.driver, self.node):
                 out.append(obj)
-            else:
-                log.warning(
-                    "%s: ResourceSlice %s of driver %s on node %s answered, not asked for; left alone",
-                    what, shown(obj["metadata"]["name"]), shown(spec["driver"]), shown(spec["nodeName"]),
-                )  # fmt: skip
+            elif others is not None:
+                others.add(obj)
         return out
 
     async def create_slice(self, obj: Obj) -> Obj:
@@ -264,6 +268,29 @@ class KubeApi:
         if not stored:
             raise ApiServerError(f"{method} {path}", "the answer is another node's or driver's slice")
         return stored[0]
+
+
+class _Others:
+    """The slices of other nodes or drivers a list or a watch brought: one warning for them all,
+    naming the first (a server that ignores the field selectors sends the whole cluster's)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.first: Obj = {}
+
+    def add(self, obj: Obj) -> None:
+        self.count += 1
+        self.first = self.first or obj
+
+    def warn(self, what: str) -> None:
+        if self.count:
+            name, spec = self.first["metadata"]["name"], self.first["spec"]
+            log.warning(
+                "%s: %s of other drivers or nodes answered, not asked for (the first: %s of driver %s "
+                "on node %s); left alone",
+                what, plural(self.count, "ResourceSlice"), shown(name), shown(spec["driver"]),
+                shown(spec["nodeName"]),
+            )  # fmt: skip
 
 
 def _checked(what: str, check: Callable[[Obj], Any], obj: Obj) -> Any:

@@ -10,10 +10,11 @@ however much the rest of the cluster changes. A connection that sends nothing fo
 request every 50 s or so, and nothing else.
 
 A failure (no answer, an error, an answer that is not one, a silent connection, a watch that ends
-at once) is logged in one line and followed by a delay growing from 1 s to 30 s, with jitter,
-across cycles (:class:`Failures`): a watch that failed is started again from the last version, and
-only a version the server no longer keeps (410 Expired) makes it list again, so a storm of 410s
-lists at most 4 times in 10 s, then once every 30 s.
+before half the time asked for, whatever it brought) is logged in one line and followed by a delay
+growing from 1 s to 30 s, with jitter, across cycles (:class:`Failures`): a watch that failed is
+started again from the last version, and only a version the server no longer keeps (410 Expired)
+or a refusal (a Status such as 400 or 403, not one of throttling or of a server error) makes it list
+again, so a storm of 410s lists at most 4 times in 10 s, then once every 30 s.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from cdi_plugin.dra.backoff import Backoff, Failures
 from cdi_plugin.dra.kube import SLICES, KubeApi
 from cdi_plugin.dra.rest import ApiServerError
 from cdi_plugin.dra.shapes import Obj
+from cdi_plugin.wording import plural
 
 log = logging.getLogger(__name__)
 
@@ -144,8 +146,8 @@ class SliceWatch:
                 await self._watch()
                 continue
             except ApiServerError as exc:
-                if exc.code == 410:
-                    self.version = ""
+                if exc.code == 410 or (exc.code is not None and not exc.retryable):
+                    self.version = ""  # expired, or refused (400 for a version the server never gave)
                 problem = str(exc)
             except Exception as exc:  # a fault of the driver itself: logged, and the loop goes on
                 problem = f"unexpected {type(exc).__name__} following the ResourceSlices: {exc}"
@@ -166,7 +168,8 @@ class SliceWatch:
                     self.cache.apply(kind, obj)
                 self.version = obj["metadata"]["resourceVersion"]
         lasted = loop.time() - started
-        if not seen and lasted < timeout / 2:
+        if lasted < timeout / 2:  # events or not: a stream cut short every time is no reason to loop
+            brought = plural(seen, "event") if seen else "no event"
             raise ApiServerError(
-                f"GET {SLICES} (watch)", f"ended after {lasted:.1f} s with no event (asked for {timeout} s)"
+                f"GET {SLICES} (watch)", f"ended after {lasted:.1f} s with {brought} (asked for {timeout} s)"
             )

@@ -27,8 +27,9 @@ PublishResult = Literal["changed", "unchanged", "failed"]
 ApiVerb = Literal["get", "list", "watch", "create", "update", "delete", "other"]
 #: ``ok``: a 2xx JSON answer (a watch: ended by the server or the driver, not by an error); a
 #: status code the driver meets for a reason of its own; ``4xx``, ``5xx``: any other; ``timeout``:
-#: no complete answer in time, or a silent watch; ``connection-error``: no connection, or one
-#: broken; ``bad-answer``: not an answer of the Kubernetes API (an HTML page, garbage, too large).
+#: no complete answer in time, or a silent watch; ``connection-error``: no connection, one broken,
+#: or no credentials to send it with; ``bad-answer``: not an answer of the Kubernetes API (an HTML
+#: page, garbage, too large).
 ApiResult = Literal[
     "ok", "400", "401", "403", "404", "409", "410", "422", "429", "4xx", "5xx", "timeout",
     "connection-error", "bad-answer",

@@ -31,7 +31,7 @@ from cdi_plugin.dra.names import DraConfigError
 from cdi_plugin.dra.report import UNREPORTED, ApiResult, ApiVerb, Report, result_of_code, verb_of
 from cdi_plugin.dra.shapes import BadAnswer, Obj, decode_object, status_of, watch_event
 from cdi_plugin.errors import CdiPluginError
-from cdi_plugin.wording import escape_controls
+from cdi_plugin.wording import clipped
 
 #: The largest answer read (an object, a list, one watch event). The API server stores objects
 #: of at most 1.5 MiB (etcd's limit); a larger answer is not one it sends.
@@ -72,11 +72,22 @@ class ApiServerError(CdiPluginError):
 
 
 def _first_line(exc: Exception) -> str:
-    return escape_controls(str(exc).splitlines()[0]) if str(exc).strip() else ""
+    """The exception's first line, escaped and cut (h11 quotes up to 16 KiB of what it refused)."""
+    return clipped(str(exc).splitlines()[0], 200) if str(exc).strip() else ""
 
 
 def _transport(exc: Exception) -> str:
     return f"{type(exc).__name__}: {_first_line(exc)}".removesuffix(": ")
+
+
+#: What lightkube's authentication raises while a request is sent: an exec plugin that fails, a
+#: token file (``tokenFile``, the service account's) gone or unreadable when read again after a 401.
+CREDENTIAL_ERRORS = (ConfigError, OSError, UnicodeError)
+
+
+def _no_credentials(what: str, exc: Exception) -> ApiServerError:
+    """The request not sent: no credentials to send it with (they may come back: retryable)."""
+    return ApiServerError(what, f"no credentials: {_transport(exc)}", result="connection-error")
 
 
 class _TooBig(CdiPluginError):
@@ -104,8 +115,8 @@ async def _failure(what: str, response: httpx2.Response) -> ApiServerError:
     except (_TooBig, BadAnswer, httpx2.HTTPError):
         status = None
     if status is None:
-        kind = escape_controls(response.headers.get("Content-Type", "no content type").split(";")[0])
-        problem = f"{code} {response.reason_phrase or ''} ({kind}, not a Status)"
+        kind = clipped(response.headers.get("Content-Type", "no content type").split(";")[0], 60)
+        problem = f"{code} {clipped(response.reason_phrase, 60)} ({kind}, not a Status)"
         return ApiServerError(what, problem, result=result_of_code(code))
     retryable = code in RETRYABLE or status.code in RETRYABLE
     return ApiServerError(
@@ -202,6 +213,8 @@ class RestClient:
             raise ApiServerError(what, f"an answer larger than {MAX_BODY >> 20} MiB") from None
         except httpx2.HTTPError as exc:
             raise ApiServerError(what, _transport(exc), result="connection-error") from None
+        except CREDENTIAL_ERRORS as exc:
+            raise _no_credentials(what, exc) from None
         try:
             return decode_object(data)
         except BadAnswer as exc:
@@ -250,6 +263,8 @@ class RestClient:
             raise ApiServerError(what, f"no answer within {self.timeout:g} s", result="timeout") from None
         except httpx2.HTTPError as exc:
             raise ApiServerError(what, _transport(exc), result="connection-error") from None
+        except CREDENTIAL_ERRORS as exc:
+            raise _no_credentials(what, exc) from None
         try:
             async with contextlib.aclosing(_lines(response, what, read_timeout, deadline)) as lines:
                 async for line in lines:

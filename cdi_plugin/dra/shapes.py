@@ -18,6 +18,8 @@ from cdi_plugin.wording import clipped, shown
 
 #: No value in an API object needs a longer number literal (an int64 has 20 digits).
 MAX_NUMBER_CHARS = 64
+#: No API server's resourceVersion is longer (etcd's revision, an int64, has at most 19 digits).
+MAX_VERSION_CHARS = 64
 #: The API allows at most this many allocation results in a claim.
 MAX_RESULTS = 32
 WATCH_TYPES = frozenset({"ADDED", "MODIFIED", "DELETED", "BOOKMARK", "ERROR"})
@@ -80,9 +82,12 @@ def _at(obj: Mapping[str, Any], path: str, kind: type, *, required: bool = True)
 
 
 def resource_version(obj: Mapping[str, Any]) -> str:
+    """An object's (or a list's) resourceVersion: opaque, but sent back in the next watch's URL."""
     version: str = _at(obj, "metadata.resourceVersion", str)
     if not version:
         raise BadAnswer("metadata.resourceVersion: empty")
+    if len(version) > MAX_VERSION_CHARS:
+        raise BadAnswer(f"metadata.resourceVersion: {len(version)} characters, more than {MAX_VERSION_CHARS}")
     return version
 
 

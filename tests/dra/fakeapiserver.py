@@ -46,9 +46,9 @@ ALL_CLAIMS = "/apis/resource.k8s.io/v1/resourceclaims"
 NODES = "/api/v1/nodes/"
 SELECTABLE = {"spec.nodeName", "spec.driver", "metadata.name"}
 IMMUTABLE = (("driver",), ("nodeName",), ("pool", "name"))
-REASONS = {400: "BadRequest", 403: "Forbidden", 404: "NotFound", 405: "MethodNotAllowed", 409: "Conflict",
-           415: "UnsupportedMediaType", 422: "Invalid", 429: "TooManyRequests", 500: "InternalError",
-           503: "ServiceUnavailable"}  # fmt: skip
+REASONS = {400: "BadRequest", 401: "Unauthorized", 403: "Forbidden", 404: "NotFound",
+           405: "MethodNotAllowed", 409: "Conflict", 415: "UnsupportedMediaType", 422: "Invalid",
+           429: "TooManyRequests", 500: "InternalError", 503: "ServiceUnavailable"}  # fmt: skip
 
 
 class ApiStatus(Exception):

@@ -8,6 +8,7 @@ connection or the server stops, so nothing is left behind.
 
 from __future__ import annotations
 
+import gzip
 import json
 import select
 import threading
@@ -71,6 +72,34 @@ def body(code: int, data: bytes, content_type: str = "application/json") -> Acti
 
     def act(h: BaseHTTPRequestHandler, stopping: threading.Event) -> None:
         _start(h, code, content_type, len(data))
+        h.wfile.write(data)
+        _done(h)
+
+    return act
+
+
+def raw(data: bytes) -> Action:
+    """These bytes, status line and headers included, then the connection closed."""
+
+    def act(h: BaseHTTPRequestHandler, stopping: threading.Event) -> None:
+        h.wfile.write(data)
+        _done(h)
+
+    return act
+
+
+def gzip_bomb(size: int) -> Action:
+    """A 200 answer sent compressed though the client asked for none: a JSON object of ``size``
+    bytes once inflated (mostly spaces), a few KiB on the wire, ``Content-Encoding: gzip``."""
+    data = gzip.compress(b"{" + b" " * (size - 2) + b"}", 9)
+
+    def act(h: BaseHTTPRequestHandler, stopping: threading.Event) -> None:
+        h.send_response(200)
+        h.send_header("Connection", "close")
+        h.send_header("Content-Type", "application/json")
+        h.send_header("Content-Encoding", "gzip")
+        h.send_header("Content-Length", str(len(data)))
+        h.end_headers()
         h.wfile.write(data)
         _done(h)
 

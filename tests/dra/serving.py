@@ -25,12 +25,13 @@ from tests.dra.rules import pool_problems
 CDI_PLUGIN = Path(sys.executable).parent / "cdi-plugin"
 
 
-def kubeconfig(path: Path, url: str) -> Path:
+def kubeconfig(path: Path, url: str, user: dict[str, Any] | None = None) -> Path:
+    """A kubeconfig naming ``url``, its user's credentials ``user`` (by default a token)."""
     path.write_text(json.dumps({
         "apiVersion": "v1", "kind": "Config", "current-context": "test",
         "clusters": [{"name": "test", "cluster": {"server": url}}],
         "contexts": [{"name": "test", "context": {"cluster": "test", "user": "test"}}],
-        "users": [{"name": "test", "user": {"token": "t"}}],
+        "users": [{"name": "test", "user": user or {"token": "t"}}],
     }))  # fmt: skip
     return path
 

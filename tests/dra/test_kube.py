@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 from pathlib import Path
 
 import pytest
 
+from cdi_plugin.dra.backoff import Backoff
 from cdi_plugin.dra.kube import SLICES, KubeApi
 from cdi_plugin.dra.names import DraConfigError
 from cdi_plugin.dra.prepare import ClaimReadError
@@ -20,6 +22,7 @@ from tests.dra import faults
 from tests.dra.conftest import DRIVER, NODE
 from tests.dra.fakeapiserver import CLAIMS, NODES, FakeApiServer, running
 from tests.dra.kubefixtures import Sleeps, connect, foreign, kube, server, sleeps
+from tests.dra.serving import kubeconfig
 
 __all__ = ["kube", "server", "sleeps"]
 
@@ -47,7 +50,23 @@ BAD_ANSWERS = {
         faults.huge(64 << 20, declared=True),
         "an answer larger than 4 MiB",
     ),
+    "a gzip bomb (never inflated)": (faults.gzip_bomb(64 << 20), "200 answer: not JSON ("),
+    "a status line no server sends": (
+        faults.raw(b"HTTP/1.1 999 Odd\tReason\xe9\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"),
+        "999 Odd\\tReason (no content type, not a Status)",
+    ),
     "a body without end": (faults.drip(0.05), "no complete answer within 1 s"),
+    "a chunk header of 15000 bytes": (
+        faults.raw(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + b"z" * 15000 + b"\r\n"),
+        "RemoteProtocolError: illegal chunk header: bytearray(b'zzz",
+    ),
+    "a reason phrase and a content type of 15000 bytes": (
+        faults.raw(
+            b"HTTP/1.1 500 " + b"a" * 15000 + b"\r\nContent-Type: " + b"b" * 15000 + b"\r\n"
+            b"Connection: close\r\nContent-Length: 0\r\n\r\n"
+        ),
+        "500 aaaa",
+    ),
     "no answer at all": (faults.hang(), "no complete answer within 1 s"),
     "a 500 that is not a Status": (
         faults.body(500, b'{"error": "boom"}'),
@@ -219,6 +238,45 @@ async def test_the_api_server_down_gives_up_with_a_clear_error(tmp_path: Path, s
     assert len(sleeps) == 3
 
 
+async def test_credentials_that_cannot_be_had_are_one_error_naming_the_request(
+    tmp_path: Path, server: FakeApiServer, sleeps: Sleeps
+) -> None:
+    """A token file read again after a 401 (a rotated token) that is gone, an exec plugin that
+    fails: the request is not sent, and fails like one that found no connection (a claim is
+    tried again), never with lightkube's own exception."""
+    token = tmp_path / "token"
+    token.write_text("t1")
+    config = kubeconfig(tmp_path / "kubeconfig", server.url, {"tokenFile": str(token)})
+    kube = KubeApi.connect(DRIVER, NODE, config, sleep=sleeps, backoff=Backoff(0.1, 1.0, 2))
+    failing = KubeApi.connect(DRIVER, NODE, kubeconfig(tmp_path / "exec", server.url, {"exec": {
+        "apiVersion": "client.authentication.k8s.io/v1beta1", "command": "false",
+    }}), sleep=sleeps, backoff=Backoff(0.1, 1.0, 2))  # fmt: skip
+    try:
+        assert await kube.read_node_uid() == server.nodes[NODE]["metadata"]["uid"]
+        token.unlink()
+        server.fail("GET", NODES, 401)
+        with pytest.raises(ApiServerError) as info:
+            await kube.read_node_uid()
+        assert str(info.value) == (
+            f"GET {NODES}{NODE}: no credentials: ConfigError: Token file {token} not found"
+        )
+        assert (info.value.retryable, info.value.result) == (True, "connection-error")
+        token.write_text("t2")
+        server.fail("GET", CLAIMS, 401)
+        server.add_claim(CLAIM)
+        assert await kube.read_claim("ns", "c") is not None  # the token read again
+        with pytest.raises(
+            ApiServerError, match=rf"^GET {NODES}{NODE}: no credentials: ConfigError: Exec false"
+        ):
+            await failing.read_node_uid()
+        with pytest.raises(ClaimReadError, match=r": no credentials: .* \(attempt 2\)$"):
+            await failing.read_claim("ns", "c")
+    finally:
+        await kube.close()
+        await failing.close()
+    assert [c.query for c in server.calls if c.path == CLAIM_PATH] == [{}, {}]  # the 401, then the claim
+
+
 async def test_slices_are_listed_with_field_selectors_and_checked(
     kube: KubeApi, server: FakeApiServer
 ) -> None:
@@ -239,6 +297,43 @@ async def test_slices_are_listed_with_field_selectors_and_checked(
     }
     server.misbehave("GET", SLICES, faults.body(200, json.dumps(everything).encode()))
     assert await kube.list_slices() == ([mine], "7")
+
+
+async def test_a_list_that_never_ends_is_given_up_after_a_few_pages(
+    kube: KubeApi, server: FakeApiServer
+) -> None:
+    """Each page held until the last (up to 4 MiB each, some 35 MiB once decoded): a server that
+    answers every page with another continue token is followed for 4 pages, not for ever."""
+    page = {
+        "kind": "ResourceSliceList",
+        "metadata": {"resourceVersion": "7", "continue": "more"},
+        "items": [],
+    }
+    server.misbehave("GET", SLICES, faults.body(200, json.dumps(page).encode()), watch=False, times=None)
+    with pytest.raises(ApiServerError, match=f"^GET {SLICES}: still more pages after 4$"):
+        await kube.list_slices()
+    assert [c.query.get("continue") for c in server.calls] == [None] + [["more"]] * 3
+
+
+async def test_a_server_that_ignores_the_field_selectors_costs_one_line_per_list_or_watch(
+    kube: KubeApi, server: FakeApiServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The whole cluster's slices, answered: each left alone, all of them in one warning."""
+    others = [server.put_slice(foreign(f"node-{i}", DRIVER)) for i in range(50)]
+    mine = server.put_slice(build_pool(DRIVER, NODE, {}, taints=True).slices(0)[0])
+    everything = {"kind": "ResourceSliceList", "metadata": {"resourceVersion": "7"}, "items": [*others, mine]}
+    server.misbehave("GET", SLICES, faults.body(200, json.dumps(everything).encode()))
+    events = [{"type": "ADDED", "object": obj} for obj in [*others, mine]]
+    server.misbehave("GET", SLICES, faults.watch_lines(*events), watch=True)
+    with caplog.at_level(logging.WARNING, "cdi_plugin"):
+        assert await kube.list_slices() == ([mine], "7")
+        assert await _events(kube, "7") == [f"ADDED:{mine['metadata']['resourceVersion']}"]
+    first = others[0]["metadata"]["name"]
+    assert [r.getMessage() for r in caplog.records] == [
+        f"GET {SLICES}{watch}: 50 ResourceSlices of other drivers or nodes answered, not asked for "
+        f"(the first: '{first}' of driver '{DRIVER}' on node 'node-0'); left alone"
+        for watch in ("", " (watch)")
+    ]
 
 
 @pytest.mark.parametrize(
@@ -318,6 +413,10 @@ BAD_WATCHES = {
         faults.watch_lines({"type": "ADDED", "object": {"metadata": {"name": "s"}}}),
         "a ResourceSlice that is not one: metadata.resourceVersion: missing",
     ),
+    "a bookmark of a version 5000 characters long": (
+        faults.watch_lines({"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "9" * 5000}}}),
+        "metadata.resourceVersion: 5000 characters, more than 64",
+    ),
     "an ERROR without a Status": (
         faults.watch_lines({"type": "ERROR", "object": {}}),
         "an ERROR event without a Status",
@@ -330,6 +429,7 @@ BAD_WATCHES = {
         faults.watch_lines(b'{"a": "' + b"x" * (5 << 20) + b'"}'),
         "an event larger than 4 MiB",
     ),
+    "a gzip bomb (never inflated)": (faults.gzip_bomb(64 << 20), NOT_AN_EVENT + "not JSON ("),
     "a stream without end": (faults.drip(0.05), "still open long after the timeout it was asked for"),
 }
 

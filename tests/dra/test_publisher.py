@@ -313,6 +313,42 @@ async def test_a_watch_that_ends_at_once_is_a_failure(kube: KubeApi, server: Fak
     assert sleeps[3] >= 0.8 * 8
 
 
+async def test_a_watch_cut_short_after_an_event_is_a_failure_too(
+    kube: KubeApi, server: FakeApiServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A proxy that ends every stream after its first event (a bookmark) must not make the driver
+    renew in a loop either; the event is taken all the same."""
+    bookmark = {"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": str(server.revision + 5)}}}
+    server.misbehave("GET", SLICES, faults.watch_lines(bookmark), watch=True, times=None)
+    sleeps = Sleeps()
+    with caplog.at_level(logging.WARNING):
+        async with reflecting(kube, sleeps):
+            await eventually(lambda: len(watches(server)) >= 5, "five watches")
+    assert len(sleeps) >= 4
+    assert sleeps[3] >= 0.8 * 8
+    assert watches(server)[1:5] == [str(server.revision + 5)] * 4
+    assert f"GET {SLICES} (watch): ended after " in caplog.text
+    assert " s with 1 event (asked for " in caplog.text
+
+
+async def test_a_version_the_server_refuses_to_watch_from_is_listed_anew(
+    kube: KubeApi, server: FakeApiServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A bookmark of a version no API server gives (a broken proxy's) is refused by the next watch
+    (400, as any version the server cannot parse): the slices are listed again, and the loop is
+    not stuck on that version for ever."""
+    bookmark = {"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "garbage"}}}
+    server.misbehave("GET", SLICES, faults.watch_lines(bookmark), watch=True)
+    sleeps = Sleeps()
+    with caplog.at_level(logging.WARNING):
+        async with reflecting(kube, sleeps):
+            await eventually(lambda: lists(server) >= 2 and len(watches(server)) >= 3, "a list, then a watch")
+    assert watches(server)[1] == "garbage"
+    assert watches(server)[2].isdigit()
+    assert "resourceVersion 'garbage'" in caplog.text
+    assert "; listing them again in " in caplog.text
+
+
 async def test_a_list_older_than_a_write_keeps_the_write(kube: KubeApi, server: FakeApiServer) -> None:
     """The answer to a write sent while a list was on its way is newer than the list: kept."""
     cache = SliceCache()

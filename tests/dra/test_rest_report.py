@@ -32,6 +32,8 @@ ANSWER_RESULTS = {
     "a body without end": "timeout",
     "no answer at all": "timeout",
     "a 500 that is not a Status": "5xx",
+    "a chunk header of 15000 bytes": "connection-error",
+    "a reason phrase and a content type of 15000 bytes": "5xx",
 }
 WATCH_RESULTS = {
     "410 Expired": "410",
@@ -39,6 +41,7 @@ WATCH_RESULTS = {
     "an HTML 502 page": "5xx",
     "a silent connection": "timeout",
     "a stream without end": "timeout",
+    "a bookmark of a version 5000 characters long": "ok",  # an answer whose content is refused
 }
 
 

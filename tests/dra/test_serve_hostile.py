@@ -221,13 +221,18 @@ def test_names_from_the_kubelet_and_the_api_server_are_checked_and_never_forge_a
         claim_obj(forged, ("fuse", NODE, "fuse-fuse\n2026-01-01 00:00:00,000 INFO  all is well"))
     )
     traversal = api.Claim("default", "../../../../api/v1/nodes/node-a", "uid-3")
+    # lone surrogates, which a proxy may write in JSON but no UTF-8 (a gRPC answer, a log) holds
+    lone, refused = api.Claim("default", "lone", "uid-4"), api.Claim("default", "refused", "uid-5")
+    lone_obj = json.dumps(claim_obj(lone, ("fuse", NODE, "fuse-\ud800"))).encode()
+    server.misbehave("GET", claim_path(lone), faults.body(200, lone_obj))
+    server.misbehave("GET", claim_path(refused), faults.status(403, "Forbidden", "no \udc80 access"))
 
     async def scenario() -> tuple[dict[str, Any], Serve]:
         serve = await Serve.start([*dra_node.args("dra"), "--log-format", "text"])
         try:
             kubelet = await register(dra_node, serve)
-            answer = await kubelet.prepare(forged, traversal)
-            await serve.wait_for(lambda: sum("prepare failed" in line for line in serve.lines) >= 2, "logged")
+            answer = await kubelet.prepare(forged, traversal, lone, refused)
+            await serve.wait_for(lambda: sum("prepare failed" in line for line in serve.lines) >= 4, "logged")
         finally:
             code = await serve.stop()
         assert code == 0, serve.lines
@@ -241,6 +246,10 @@ def test_names_from_the_kubelet_and_the_api_server_are_checked_and_never_forge_a
         "'fuse-fuse\\n2026-01-01 00:00:00,000 INFO  all is well' is not a DNS label",
         "uid-3": "claim 'default/../../../../api/v1/nodes/node-a': "
         "name '../../../../api/v1/nodes/node-a': not a DNS subdomain of at most 253 characters",
+        "uid-4": "claim default/lone: the API server's answer is not a usable claim: "
+        "status.allocation.devices.results[0].device: 'fuse-\\ud800' is not a DNS label",
+        "uid-5": f"claim default/refused: cannot read it: GET {claim_path(refused)}: "
+        "403 Forbidden: no \\udc80 access (attempt 1)",
     }
     assert all(re.match(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} [A-Z]+ ", line) for line in serve.lines), (
         serve.lines
