@@ -150,8 +150,18 @@ class DraDriver:
 
     @classmethod
     def connect(cls, options: DraOptions, inventory: Inventory, report: Report | None = None) -> DraDriver:
-        """Loads the API server's credentials; DraConfigError when there are none or they are broken."""
-        kube = KubeApi.connect(options.driver, options.node, options.kubeconfig)
+        """Loads the API server's credentials; DraConfigError when there are none or they are broken
+        (without --kubeconfig, saying where they come from)."""
+        try:
+            kube = KubeApi.connect(options.driver, options.node, options.kubeconfig)
+        except DraConfigError as exc:
+            if options.kubeconfig is not None:
+                raise
+            raise DraConfigError(
+                f"{exc}; in a pod, run with the service account and token that deploy/dra gives the "
+                "DaemonSet (serviceAccountName, automountServiceAccountToken: true), elsewhere give "
+                "--kubeconfig"
+            ) from None
         return cls(options, inventory, kube, report or UNREPORTED)
 
     async def run(self, stop: asyncio.Event) -> None:
