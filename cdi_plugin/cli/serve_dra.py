@@ -193,7 +193,11 @@ class DraDriver:
             relevant=lambda directory, name: directory / name in kept,
         ) as watch:
             try:
-                jobs = (self.publisher.run(self.inventory), _keep_bound(plugin, watch, self.register_within))
+                jobs = (
+                    self.publisher.run(self.inventory),
+                    _keep_bound(plugin, watch, self.register_within),
+                    _report_devices(self.inventory, self.report),
+                )
                 await run_until(asyncio.Event(), *jobs)
             finally:
                 await plugin.stop()
@@ -271,6 +275,15 @@ class DraDriver:
                     problem, o.driver, self.recheck,
                 )  # fmt: skip
             await asyncio.sleep(self.recheck)
+
+
+async def _report_devices(inventory: Inventory, report: Report) -> None:
+    """Report the health of the devices published, by kind, as they change."""
+    async for devices in inventory.changes():
+        health: dict[str, list[bool]] = {}
+        for device in devices.values():
+            health.setdefault(device.kind, []).append(device.healthy)
+        report.devices(health)
 
 
 async def _keep_bound(plugin: KubeletPlugin, watch: DirWatch, register_within: float) -> None:
