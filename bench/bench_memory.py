@@ -15,10 +15,10 @@ Prints, in one run:
   watches as it watches the host) and serving them, with the embedded default classes and with
   the DaemonSet's ``--config``: once registered, and after Allocates and rewrites of the fixture
   that add and remove a device (rescan, spec rewrite, ListAndWatch); then as the DRA component
-  runs it (``--api both``, every device also published as ResourceSlices to a fake API server and
-  the driver registered with a fake kubelet), the figure deploy/dra/patch-daemonset.yaml's memory
-  follows; then the same serving one
-  device, which splits the figure into what any node pays and what the devices add;
+  runs it (``--api both``, every device also published as ResourceSlices to a fake API server,
+  the driver registered with a fake kubelet), the figure behind deploy/dra/patch-daemonset.yaml's
+  memory; then serving one device, which splits the figure into what any node pays and what the
+  devices add;
 * what reading the configuration costs, its schema check in the process and in a child process
   (as ``serve`` does): the first reading (at start) and the next ones (reloads);
 * where the memory goes: VmRSS of a fresh interpreter after each import ``serve`` (then
