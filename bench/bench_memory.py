@@ -14,8 +14,11 @@ Prints, in one run:
 * ``cdi-plugin serve --scan`` generating the specs of 1000 devices (recorded in a fixture, which it
   watches as it watches the host) and serving them, with the embedded default classes and with
   the DaemonSet's ``--config``: once registered, and after Allocates and rewrites of the fixture
-  that add and remove a device (rescan, spec rewrite, ListAndWatch); then the same serving one
-  device, which splits the figure into what any node pays and what the devices add;
+  that add and remove a device (rescan, spec rewrite, ListAndWatch); then as the DRA component
+  runs it (``--api both``, every device also published as ResourceSlices to a fake API server,
+  the driver registered with a fake kubelet), the figure behind deploy/dra/patch-daemonset.yaml's
+  memory; then serving one device, which splits the figure into what any node pays and what the
+  devices add;
 * what reading the configuration costs, its schema check in the process and in a child process
   (as ``serve`` does): the first reading (at start) and the next ones (reloads);
 * where the memory goes: VmRSS of a fresh interpreter after each import ``serve`` (then
@@ -55,6 +58,9 @@ from memory_processes import (  # noqa: E402
     plugin,
     serve_scan,
 )
+
+from tests.dra.conftest import NODE  # noqa: E402
+from tests.dra.fakeapiserver import FakeApiServer, running  # noqa: E402
 
 
 def mib(kib: int) -> str:
@@ -246,6 +252,10 @@ def main() -> int:
     print(header)
     registered, *_ = compare("the embedded default classes", lambda bin_dir: serve_scan(*work, bin_dir))
     compare("with --config (the DaemonSet's)", lambda bin_dir: serve_scan(*work, bin_dir, config=True))
+    server = FakeApiServer()
+    server.add_node(NODE)
+    with running(server):
+        compare("with DRA (deploy/with-dra), both APIs", lambda b: serve_scan(*work, b, dra=server))
     one, _, _ = asyncio.run(serve_scan(1, 0, 0))
     added = mib(registered - one).strip()
     print(f"  {'one device, registered':40} {mib(one):>12}   (so {args.devices} devices add {added})")

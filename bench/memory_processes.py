@@ -24,6 +24,7 @@ from cdi_plugin.store.atomic import write_atomic
 from cdi_plugin.store.ownership import OwnedFile, digest, read_record, write_record
 from tests.deviceplugin.fake_kubelet import FakeKubelet, PluginClient
 from tests.deviceplugin.helpers import Layout, make_node, spec_of, write_spec
+from tests.dra.fakeapiserver import FakeApiServer
 
 ROOT = Path(__file__).resolve().parent.parent
 KIND = "cdi-plugin.io/bench"
@@ -166,29 +167,81 @@ def binder_nodes(directory: Path, n: int, prefix: str = "binder") -> list[dict[s
     return devices
 
 
+def dra_options(directory: Path, api_url: str) -> list[str]:
+    """The options of the DRA component's ``serve --scan --api both`` on a stand-in node in
+    ``directory`` against the API server at ``api_url``, with the DaemonSet's configuration and
+    every binder device served through both APIs."""
+    from tests.dra.conftest import NODE
+    from tests.dra.serving import kubeconfig
+
+    options = daemonset_config(directory)
+    with open(options[1], "a") as config:
+        config.write('    "cdi-plugin.io/binder": {api: both}\n')
+    for name in ("kplugins", "kregistry"):
+        (directory / name).mkdir()
+    return [
+        *options, "--allow-exclusive-kinds-on-both-apis", "--api", "both", "--node-name", NODE,
+        "--kubeconfig", str(kubeconfig(directory / "kubeconfig", api_url)),
+        "--kubelet-plugins-dir", str(directory / "kplugins"),
+        "--kubelet-registry-dir", str(directory / "kregistry"),
+    ]  # fmt: skip
+
+
+async def dra_published(directory: Path, server: FakeApiServer, devices: int) -> None:
+    """Register the driver of :func:`dra_options` with a fake kubelet; return once its slices
+    hold ``devices`` devices."""
+    from tests.dra.fakekubelet import FakeKubelet as DraKubelet
+
+    socket = directory / "kregistry" / "cdi-plugin.io-reg.sock"
+    for _ in range(600):
+        if socket.exists():
+            break
+        await asyncio.sleep(0.1)
+    await DraKubelet(directory / "kregistry").register(socket, "cdi-plugin.io")
+    for _ in range(600):
+        if sum(len(s["spec"]["devices"]) for s in server.slices.values()) >= devices:
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"{devices} devices not published within 60 s")
+
+
 async def serve_scan(
-    devices: int, calls: int, rewrites: int, bin_dir: Path = VENV_BIN, *, config: bool = False
+    devices: int,
+    calls: int,
+    rewrites: int,
+    bin_dir: Path = VENV_BIN,
+    *,
+    config: bool = False,
+    dra: FakeApiServer | None = None,
 ) -> tuple[int, int, int]:
     """``bin_dir``'s ``cdi-plugin serve --scan`` generating and serving ``devices`` binder devices
     from a fixture (watched like the host), metrics endpoint on, with the DaemonSet's
-    configuration file if ``config``: (VmRSS once registered, VmRSS after the workload, VmHWM) in
-    KiB. The workload: Allocates, then fixture rewrites that add and remove a device, each
-    followed through rescan, spec rewrite and ListAndWatch."""
+    configuration file if ``config``; with ``dra`` (a running fake API server), as the DRA
+    component runs it, every device also published as ResourceSlices (:func:`dra_options`): (VmRSS
+    once registered, VmRSS after the workload, VmHWM) in KiB. The workload: Allocates, then
+    fixture rewrites that add and remove a device, each followed through rescan, spec rewrite and
+    ListAndWatch (and a publish with ``dra``)."""
     with tempfile.TemporaryDirectory(prefix="cdi-bench-mem-") as raw:
         layout = Layout.under(Path(raw))
         fixture = Path(raw) / "host.json"
         base = binder_nodes(layout.dev, devices)
         extra = binder_nodes(layout.dev, 1, prefix="binderx")
         fixture.write_text(json.dumps(base))
+        options = daemonset_config(Path(raw)) if config else []
+        if dra is not None:
+            options = dra_options(Path(raw), dra.url)
+            dra.delete_slices()  # those of an earlier run
         async with FakeKubelet(layout.plugin_dir) as kubelet:
             proc = await asyncio.create_subprocess_exec(
                 str(bin_dir / "cdi-plugin"), "serve", "--scan", "--spec-dir", str(layout.etc),
                 "--plugin-dir", str(layout.plugin_dir), "--sysfs-root", str(layout.sysfs),
                 "--source", f"fixture:{fixture}", "--metrics-address", "127.0.0.1:0",
-                *(daemonset_config(Path(raw)) if config else []), stderr=asyncio.subprocess.DEVNULL,
+                *options, stderr=asyncio.subprocess.DEVNULL,
             )  # fmt: skip
             try:
                 client = await all_listed(kubelet, "cdi-plugin.io/binder", devices)
+                if dra is not None:
+                    await dra_published(Path(raw), dra, devices)
                 registered = status_kib(proc.pid, "VmRSS")
                 for request in allocations(client, calls):
                     await client.stub.Allocate(request, timeout=5)

@@ -21,7 +21,8 @@ device nodes, grace period), so both APIs always see the same devices. Its life 
    kubelet restart that wiped them) is bound again, so the plugin watcher registers the driver
    anew, and the prepared claims are written again when their file went. A socket another
    process serves (another instance of the driver) is never replaced: one line says so, and the
-   driver serves once it is gone;
+   driver serves once it is gone. Sockets served that no kubelet registers within
+   :data:`REGISTER_WITHIN` seconds get one warning naming the registration socket;
 4. the node's ResourceSlices are watched and follow the inventory: written when they differ
    from it, checked again whenever the kubelet registers the driver (a starting kubelet deletes
    its node's slices);
@@ -67,6 +68,9 @@ QUIET, LONGEST = 0.05, 0.5
 REBIND_RETRY = 5.0
 #: How often an API server without resource.k8s.io/v1 is asked again (with --api both).
 DRA_API_RECHECK = 600.0
+#: The kubelet's plugin watcher registers a driver within a second or two of its socket's creation;
+#: not registered this long after, the driver says so once.
+REGISTER_WITHIN = 60.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,6 +135,7 @@ class DraDriver:
         report: Report = UNREPORTED,
         *,
         recheck: float = DRA_API_RECHECK,
+        register_within: float = REGISTER_WITHIN,
     ) -> None:
         self.options = options
         self.inventory = inventory
@@ -139,13 +144,24 @@ class DraDriver:
         kube.rest.report = report
         self.publisher = SlicePublisher(kube, report=report)
         self.recheck = recheck
+        self.register_within = register_within
         #: Why the driver waits and serves nothing (the API server has no DRA), while it does.
         self.not_started: str | None = None
 
     @classmethod
     def connect(cls, options: DraOptions, inventory: Inventory, report: Report | None = None) -> DraDriver:
-        """Loads the API server's credentials; DraConfigError when there are none or they are broken."""
-        kube = KubeApi.connect(options.driver, options.node, options.kubeconfig)
+        """Loads the API server's credentials; DraConfigError when there are none or they are broken
+        (without --kubeconfig, saying where they come from)."""
+        try:
+            kube = KubeApi.connect(options.driver, options.node, options.kubeconfig)
+        except DraConfigError as exc:
+            if options.kubeconfig is not None:
+                raise
+            raise DraConfigError(
+                f"{exc}; in a pod, run with the service account and token that deploy/dra gives the "
+                "DaemonSet (serviceAccountName, automountServiceAccountToken: true), elsewhere give "
+                "--kubeconfig"
+            ) from None
         return cls(options, inventory, kube, report or UNREPORTED)
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -177,7 +193,11 @@ class DraDriver:
             relevant=lambda directory, name: directory / name in kept,
         ) as watch:
             try:
-                jobs = (self.publisher.run(self.inventory), _keep_bound(plugin, watch))
+                jobs = (
+                    self.publisher.run(self.inventory),
+                    _keep_bound(plugin, watch, self.register_within),
+                    _report_devices(self.inventory, self.report),
+                )
                 await run_until(asyncio.Event(), *jobs)
             finally:
                 await plugin.stop()
@@ -257,31 +277,63 @@ class DraDriver:
             await asyncio.sleep(self.recheck)
 
 
-async def _keep_bound(plugin: KubeletPlugin, watch: DirWatch) -> None:
+async def _report_devices(inventory: Inventory, report: Report) -> None:
+    """Report the health of the devices published, by kind, as they change."""
+    async for devices in inventory.changes():
+        health: dict[str, list[bool]] = {}
+        for device in devices.values():
+            health.setdefault(device.kind, []).append(device.healthy)
+        report.devices(health)
+
+
+async def _keep_bound(plugin: KubeletPlugin, watch: DirWatch, register_within: float) -> None:
     """Serve the sockets, and again whenever one is gone (or another process let them go); write
     the prepared claims again when their file is gone. Checked after every event in their
-    directories; each problem is logged once, while it lasts."""
+    directories; each problem is logged once, while it lasts, and so is a kubelet that has not
+    registered the driver ``register_within`` seconds after its sockets were bound."""
     seen = watch.pulse.count
     problem = ""
     waited = False  # for another process to let the sockets go
-    while True:
-        try:
-            await plugin.recover()
-        except (OSError, SocketInUseError, StateWriteError, SerializeError) as exc:
-            waited = isinstance(exc, SocketInUseError)
+    expecting: asyncio.TimerHandle | None = None
+    try:
+        while True:
+            try:
+                if await plugin.recover():
+                    if expecting is not None:
+                        expecting.cancel()
+                    expecting = asyncio.get_running_loop().call_later(
+                        register_within, _not_registered, plugin, register_within
+                    )
+            except (OSError, SocketInUseError, StateWriteError, SerializeError) as exc:
+                waited = isinstance(exc, SocketInUseError)
+                if waited:
+                    now = f"DRA driver {plugin.paths.driver}: {exc}; serving once it is gone"
+                elif isinstance(exc, (StateWriteError, SerializeError)):
+                    now = f"cannot write the prepared claims again: {exc}; trying again"
+                else:
+                    now = f"cannot serve the DRA sockets: {exc}; trying again"
+                if now != problem:
+                    (log.warning if waited else log.error)("%s", now)
+                problem = now
+                await watch.pulse.wait_after(seen, REBIND_RETRY)
+                seen = watch.pulse.count
+                continue
             if waited:
-                now = f"DRA driver {plugin.paths.driver}: {exc}; serving once it is gone"
-            elif isinstance(exc, (StateWriteError, SerializeError)):
-                now = f"cannot write the prepared claims again: {exc}; trying again"
-            else:
-                now = f"cannot serve the DRA sockets: {exc}; trying again"
-            if now != problem:
-                (log.warning if waited else log.error)("%s", now)
-            problem = now
-            await watch.pulse.wait_after(seen, REBIND_RETRY)
-            seen = watch.pulse.count
-            continue
-        if waited:
-            log.info("DRA driver %s: the other process is gone; serving", plugin.paths.driver)
-        problem, waited = "", False
-        seen = await watch.pulse.settle(seen, QUIET, LONGEST)
+                log.info("DRA driver %s: the other process is gone; serving", plugin.paths.driver)
+            problem, waited = "", False
+            seen = await watch.pulse.settle(seen, QUIET, LONGEST)
+    finally:
+        if expecting is not None:
+            expecting.cancel()
+
+
+def _not_registered(plugin: KubeletPlugin, register_within: float) -> None:
+    """Say that the kubelet has not registered the driver (a refusal was said already)."""
+    if plugin.registrar.registered.is_set() or plugin.registrar.error:
+        return
+    log.warning(
+        "DRA driver %s: not registered by the kubelet %g s after serving %s; check that the kubelet "
+        "runs with DRA on and that this is its plugins_registry directory (its --root-dir; "
+        "--kubelet-registry-dir)",
+        plugin.paths.driver, register_within, plugin.paths.registration_socket,
+    )  # fmt: skip

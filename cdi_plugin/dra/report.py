@@ -8,7 +8,7 @@ series are bounded whatever the node or the API server does.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Literal, Protocol
 
 #: Per claim of a NodePrepareResources call. ``ok``: prepared (or prepared already);
@@ -83,6 +83,11 @@ class Report(Protocol):
 
     def api_request(self, verb: ApiVerb, result: ApiResult) -> None: ...
 
+    def devices(self, health: Mapping[str, Sequence[bool]]) -> None:
+        """The health (True: healthy) of every device the driver publishes, by kind; kinds not
+        given have none."""
+        ...
+
 
 class _Unreported:
     def serving(self, yes: bool) -> None:
@@ -104,6 +109,9 @@ class _Unreported:
         pass
 
     def api_request(self, verb: ApiVerb, result: ApiResult) -> None:
+        pass
+
+    def devices(self, health: Mapping[str, Sequence[bool]]) -> None:
         pass
 
 

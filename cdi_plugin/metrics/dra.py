@@ -1,13 +1,14 @@
 """The Prometheus metrics of the DRA driver, and its part of readiness.
 
 :class:`DraMetrics` is what the driver reports to (the protocol ``cdi_plugin.dra.report.Report``,
-whose label values it counts as given: each is one of a few fixed strings). Only ``serve --api
-dra|both --metrics-address`` makes one; the device plugin alone never imports this module.
+whose label values it counts as given: each is one of a few fixed strings, or a kind served).
+Only ``serve --api dra|both --metrics-address`` makes one; the device plugin alone never imports
+this module.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from cdi_plugin.metrics.probes import Probes
@@ -94,6 +95,13 @@ class DraMetrics:
             "1 while the stored ResourceSlices match the pool (its last pass succeeded), 0 otherwise.",
             registry=r,
         )
+        self._devices = Gauge(
+            "cdi_plugin_dra_devices",
+            "Devices the driver publishes, by kind and health (Healthy, Unhealthy).",
+            ["kind", "health"],
+            registry=r,
+        )
+        self._kinds: set[str] = set()
         self._requests = Counter(
             "cdi_plugin_dra_api_requests",
             "Requests to the API server, by verb and result (a watch counted when it ends).",
@@ -142,3 +150,14 @@ class DraMetrics:
 
     def api_request(self, verb: str, result: str) -> None:
         self._requests.labels(verb, result).inc()
+
+    def devices(self, health: Mapping[str, Sequence[bool]]) -> None:
+        """Called on the event loop alone."""
+        for kind in self._kinds - set(health):
+            for label in ("Healthy", "Unhealthy"):
+                self._devices.remove(kind, label)
+        for kind, states in health.items():
+            healthy = sum(states)
+            self._devices.labels(kind, "Healthy").set(healthy)
+            self._devices.labels(kind, "Unhealthy").set(len(states) - healthy)
+        self._kinds = set(health)

@@ -17,7 +17,7 @@ import yaml
 from cdi_plugin import __version__
 from cdi_plugin.cli.plugin import main
 from cdi_plugin.deviceplugin.settings import DEFAULT_PLUGIN_DIR, build
-from cdi_plugin.dra.kubelet import DEFAULT_PLUGINS_DIR, DEFAULT_REGISTRY_DIR
+from cdi_plugin.dra.kubelet import DEFAULT_PLUGINS_DIR, DEFAULT_REGISTRY_DIR, Paths
 from cdi_plugin.dra.names import DEFAULT_DRIVER
 from cdi_plugin.dra.objects import admission_policy, device_class_name, rbac
 from cdi_plugin.generate.config import default_classes, parse_classes
@@ -44,8 +44,10 @@ DEVICE_PLUGIN_MOUNTS = {
     "/var/run/cdi": True,
     "/var/lib/kubelet/device-plugins": False,
 }
-#: What the DRA driver needs on top: its socket's and its registration's directories.
-DRA_MOUNTS = {"/var/lib/kubelet/plugins": False, "/var/lib/kubelet/plugins_registry": False}
+#: What the DRA driver needs on top: its own directory of the kubelet's plugins directory (its
+#: socket, prepared claims and lock; not the whole directory, which holds the sockets of other
+#: drivers, CSI's too) and the plugin watcher's directory, where its registration socket goes.
+DRA_MOUNTS = {f"{DEFAULT_PLUGINS_DIR}/{DEFAULT_DRIVER}": False, "/var/lib/kubelet/plugins_registry": False}
 HOST_PATH_TYPES = {
     "",
     "DirectoryOrCreate",
@@ -62,6 +64,9 @@ _QUANTITY = re.compile(r"^([0-9]+)(Ki|Mi|Gi)?$")
 #: and docs/troubleshooting.md say.
 MEASURED_PEAK_MIB = 60.5
 CONFIG_CHECK_PEAK_MIB = 24
+#: The same with DRA (deploy/with-dra): every device also served through the DRA driver, as
+#: deploy/dra/patch-daemonset.yaml and docs/deploy.md say.
+MEASURED_DRA_PEAK_MIB = 78.4
 
 
 def _id(path: Path) -> str:
@@ -168,7 +173,7 @@ def test_the_dra_component_adds_only_what_the_driver_needs() -> None:
     ]
     assert "ports" not in container
     assert base["ports"]
-    rest = {"args", "volumeMounts", "env", "ports"}
+    rest = {"args", "volumeMounts", "env", "ports", "resources"}
     assert {k: v for k, v in container.items() if k not in rest} == {
         k: v for k, v in base.items() if k not in rest
     }
@@ -334,7 +339,10 @@ def test_host_mounts_are_exactly_what_the_plugin_needs(kustomization: Path) -> N
     assert host[str(STATIC_DIR)] is False
     assert host[str(DEFAULT_PLUGIN_DIR)] is False
     if kustomization == WITH_DRA:  # the DRA driver's socket directory and the plugin watcher's
-        assert host[str(DEFAULT_PLUGINS_DIR)] is host[str(DEFAULT_REGISTRY_DIR)] is False
+        paths = Paths(DEFAULT_DRIVER, DEFAULT_REGISTRY_DIR, DEFAULT_PLUGINS_DIR)
+        for used in (paths.dra_socket, paths.state_file, paths.lock_file, paths.registration_socket):
+            assert host[str(used.parent)] is False, used
+        assert str(DEFAULT_PLUGINS_DIR) not in host
     # with /dev the host's and read-only, nothing may be mounted into it
     container = _container(kustomization)
     assert not container["terminationMessagePath"].startswith("/dev/")
@@ -355,12 +363,22 @@ def test_probes_and_the_metrics_address_agree() -> None:
     assert [p["containerPort"] for p in container["ports"]] == [port]
 
 
-def test_memory_request_and_limit_follow_the_measurement() -> None:
-    resources = _container()["resources"]
+@pytest.mark.parametrize("kustomization", KUSTOMIZATIONS, ids=_id)
+def test_memory_request_and_limit_follow_the_measurement(kustomization: Path) -> None:
+    """The request covers the measured peak of what the kustomization runs and its configuration
+    check together; with DRA the process holds the driver and its API client too."""
+    resources = _container(kustomization)["resources"]
     request, limit = _mib(resources["requests"]["memory"]), _mib(resources["limits"]["memory"])
-    assert request >= MEASURED_PEAK_MIB + CONFIG_CHECK_PEAK_MIB
+    peak = MEASURED_DRA_PEAK_MIB if kustomization == WITH_DRA else MEASURED_PEAK_MIB
+    assert request >= 1.09 * (peak + CONFIG_CHECK_PEAK_MIB)
     assert limit == 2 * request
     assert "cpu" not in resources["limits"]
+    assert resources["requests"]["cpu"] == _container()["resources"]["requests"]["cpu"]
+    if kustomization == WITH_DRA:
+        for text in [(DEPLOY / "dra" / "patch-daemonset.yaml").read_text(),
+                     (DEPLOY.parent / "docs" / "deploy.md").read_text()]:  # fmt: skip
+            assert f"{MEASURED_DRA_PEAK_MIB} MiB" in " ".join(text.replace("#", " ").split())
+        return
     for text in [
         (DEPLOY / "base" / "daemonset.yaml").read_text(),
         *((DEPLOY.parent / "docs" / name).read_text() for name in ("deploy.md", "troubleshooting.md")),
