@@ -80,7 +80,7 @@ def node(tmp_path: Path) -> Iterator[tuple[dict[str, Any], dict[str, Path]]]:
         for v in pod["volumes"]
         if v.get("hostPath", {}).get("path", "").startswith(KUBELET_DIR)
     }
-    assert {"device-plugins", "driver-dir", "kubelet-plugins-registry"} <= set(kubelet)
+    assert {"device-plugins", "kubelet-plugins", "kubelet-plugins-registry"} <= set(kubelet)
     sources |= kubelet
     try:
         yield pod, sources
@@ -147,7 +147,7 @@ async def _dra(api: FakeApiServer, sources: dict[str, Path], node: str) -> None:
     kubelet = DraKubelet(registry.parent)
     await kubelet.register(registry, DRIVER)
     assert kubelet.endpoint == f"{KUBELET_DIR}plugins/{DRIVER}/dra.sock"  # the path inside and outside
-    kubelet.endpoint = str(sources["driver-dir"] / "dra.sock")  # this host's stand-in
+    kubelet.endpoint = str(sources["kubelet-plugins"] / DRIVER / "dra.sock")  # this host's stand-in
 
     def fuse() -> str | None:
         return next(

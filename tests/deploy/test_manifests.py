@@ -17,7 +17,7 @@ import yaml
 from cdi_plugin import __version__
 from cdi_plugin.cli.plugin import main
 from cdi_plugin.deviceplugin.settings import DEFAULT_PLUGIN_DIR, build
-from cdi_plugin.dra.kubelet import DEFAULT_PLUGINS_DIR, DEFAULT_REGISTRY_DIR, Paths
+from cdi_plugin.dra.kubelet import DEFAULT_PLUGINS_DIR, DEFAULT_REGISTRY_DIR
 from cdi_plugin.dra.names import DEFAULT_DRIVER
 from cdi_plugin.dra.objects import admission_policy, device_class_name, rbac
 from cdi_plugin.generate.config import default_classes, parse_classes
@@ -44,10 +44,8 @@ DEVICE_PLUGIN_MOUNTS = {
     "/var/run/cdi": True,
     "/var/lib/kubelet/device-plugins": False,
 }
-#: What the DRA driver needs on top: its own directory of the kubelet's plugins directory (its
-#: socket, prepared claims and lock; not the whole directory, which holds the sockets of other
-#: drivers, CSI's too) and the plugin watcher's directory, where its registration socket goes.
-DRA_MOUNTS = {f"{DEFAULT_PLUGINS_DIR}/{DEFAULT_DRIVER}": False, "/var/lib/kubelet/plugins_registry": False}
+#: What the DRA driver needs on top: its socket's and its registration's directories.
+DRA_MOUNTS = {"/var/lib/kubelet/plugins": False, "/var/lib/kubelet/plugins_registry": False}
 HOST_PATH_TYPES = {
     "",
     "DirectoryOrCreate",
@@ -339,10 +337,7 @@ def test_host_mounts_are_exactly_what_the_plugin_needs(kustomization: Path) -> N
     assert host[str(STATIC_DIR)] is False
     assert host[str(DEFAULT_PLUGIN_DIR)] is False
     if kustomization == WITH_DRA:  # the DRA driver's socket directory and the plugin watcher's
-        paths = Paths(DEFAULT_DRIVER, DEFAULT_REGISTRY_DIR, DEFAULT_PLUGINS_DIR)
-        for used in (paths.dra_socket, paths.state_file, paths.lock_file, paths.registration_socket):
-            assert host[str(used.parent)] is False, used
-        assert str(DEFAULT_PLUGINS_DIR) not in host
+        assert host[str(DEFAULT_PLUGINS_DIR)] is host[str(DEFAULT_REGISTRY_DIR)] is False
     # with /dev the host's and read-only, nothing may be mounted into it
     container = _container(kustomization)
     assert not container["terminationMessagePath"].startswith("/dev/")
