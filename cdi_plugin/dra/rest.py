@@ -154,6 +154,9 @@ class RestClient:
                 else "Kubernetes credentials (no service account, $KUBECONFIG or ~/.kube/config)"
             )
             problem = f"{exc} missing" if isinstance(exc, KeyError) else _first_line(exc)
+            if isinstance(exc, yaml.MarkedYAMLError) and exc.problem_mark is not None:
+                mark = exc.problem_mark
+                problem = f"not YAML: line {mark.line + 1} column {mark.column + 1}: {exc.problem}"
             raise DraConfigError(f"{where}: {problem or type(exc).__name__}") from exc
         return cls(http)
 

@@ -34,3 +34,14 @@ def test_no_credentials_is_one_line_saying_where_they_come_from(dra_node: DraNod
         "(serviceAccountName, automountServiceAccountToken: true), elsewhere give --kubeconfig"
     )
     assert dra_node.kubelet_sockets() == []
+
+
+def test_a_kubeconfig_that_is_not_yaml_is_named_with_its_line(dra_node: DraNode) -> None:
+    args = dra_node.args("dra")  # writes a kubeconfig, replaced here
+    dra_node.config.write_text("apiVersion: v1\nclusters: [\n  {name: a\n")
+    result = subprocess.run(args, capture_output=True, text=True, timeout=30, check=False)
+    assert result.returncode == 1
+    assert result.stderr == (
+        f"cdi-plugin: error: --kubeconfig {dra_node.config}: not YAML: line 4 column 1: "
+        "expected ',' or '}', but got '<stream end>'\n"
+    )
