@@ -39,11 +39,12 @@ _ANCESTOR_MASK = Mask.CREATE | Mask.MOVED_TO | _SELF_EVENTS | Mask.ONLYDIR
 Relevant = Callable[[Path, str], bool]
 
 
-def _is_dir(path: Path) -> bool:
+def _is_dir(path: Path, follow: bool = True) -> bool:
     """Whether ``path`` is a directory this process can see: False too below a directory it may
-    not search (``Path.is_dir`` raises PermissionError there)."""
+    not search (``Path.is_dir`` raises PermissionError there); without ``follow``, False for a
+    symbolic link to one."""
     try:
-        return stat.S_ISDIR(os.stat(path).st_mode)
+        return stat.S_ISDIR((os.stat if follow else os.lstat)(path).st_mode)
     except OSError:
         return False
 
@@ -59,10 +60,21 @@ class DirWatch:
     """Use as ``async with DirWatch(dirs) as watch:``; wait with ``watch.pulse``."""
 
     def __init__(
-        self, dirs: Iterable[Path], *, name: str, events: Mask = ENTRIES, relevant: Relevant | None = None
+        self,
+        dirs: Iterable[Path],
+        *,
+        name: str,
+        events: Mask = ENTRIES,
+        relevant: Relevant | None = None,
+        follow_links: bool = True,
     ) -> None:
+        """Without ``follow_links``, a directory that is a symbolic link is not watched: its
+        parent is, until a directory takes the link's place."""
         self.name = name
-        self._target_mask = events | _SELF_EVENTS | Mask.ONLYDIR
+        self._follow = follow_links
+        self._target_mask = (
+            events | _SELF_EVENTS | Mask.ONLYDIR | (Mask.ZERO if follow_links else Mask.DONT_FOLLOW)
+        )
         self.pulse = Pulse()
         self._relevant = relevant
         self._targets = {Path(os.path.abspath(d)) for d in dirs}
@@ -115,7 +127,7 @@ class DirWatch:
         for _ in range(32):
             wanted: dict[Path, Mask] = {}
             for target in self._targets:
-                if _is_dir(target):
+                if _is_dir(target, self._follow):
                     wanted[target] = wanted.get(target, Mask.ZERO) | self._target_mask
                 else:
                     anchor = _nearest_existing(target.parent)
@@ -137,7 +149,7 @@ class DirWatch:
                         refused.add(path)
                     log.log(logging.DEBUG if vanished else logging.WARNING, "%s: cannot watch %s: %s",
                             self.name, path, exc.strerror or exc)  # fmt: skip
-            if all(_is_dir(t) == (t in self._watches) or t in refused for t in self._targets):
+            if all(_is_dir(t, self._follow) == (t in self._watches) or t in refused for t in self._targets):
                 return
         log.warning("%s: directories keep changing while being watched; watching what exists", self.name)
 

@@ -74,7 +74,11 @@ class Daemon:
             self.log.info("starting: spec dirs %s, kinds %s, grace period %gs", dirs, kinds, s.grace_period)
         async with (
             DirWatch(
-                s.spec_dirs, name="spec dirs", events=FILES, relevant=self.state.inventory.note
+                s.spec_dirs,
+                name="spec dirs",
+                events=FILES,
+                relevant=self.state.inventory.note,
+                follow_links=False,
             ) as specs,
             DirWatch([], name="device nodes", relevant=self._node_relevant) as nodes,
             DirWatch(

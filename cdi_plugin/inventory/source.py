@@ -38,7 +38,7 @@ from pathlib import Path
 
 from cdi_plugin.cdi.model import Spec
 from cdi_plugin.errors import SpecLoadError
-from cdi_plugin.store.files import SPEC_SUFFIXES, read_spec_bytes
+from cdi_plugin.store.files import SPEC_SUFFIXES, open_spec_dir, read_spec_bytes
 from cdi_plugin.store.ownership import RECORD_NAME, OwnedFile, digest, read_record
 from cdi_plugin.store.registry import Snapshot, SpecRegistry, Stat, file_stat
 
@@ -65,7 +65,11 @@ def _stamp(directory: Path) -> Stamp:
     """Every spec file and the record in ``directory`` (directories named like specs left out)."""
     out: list[FileStamp] = []
     try:
-        with os.scandir(directory) as entries:
+        fd = open_spec_dir(directory)  # a directory that is a symbolic link holds no specs
+    except OSError:
+        return ()
+    try:
+        with os.scandir(fd) as entries:
             for entry in entries:
                 name = entry.name
                 if not (name.endswith(_SUFFIXES) or name == RECORD_NAME):
@@ -80,6 +84,8 @@ def _stamp(directory: Path) -> Stamp:
                 out.append((name, (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)))
     except OSError:
         return ()
+    finally:
+        os.close(fd)
     out.sort()
     return tuple(out)
 

@@ -103,6 +103,34 @@ def test_a_directory_created_later_several_levels_deep(tmp_path: Path) -> None:
     run(scenario())
 
 
+def test_without_following_links_a_link_in_place_of_a_target_is_watched_from_its_parent(
+    tmp_path: Path,
+) -> None:
+    target, elsewhere = tmp_path / "cdi", tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    target.symlink_to(elsewhere)
+    seen_names = Seen(tmp_path / "marks")
+
+    async def scenario() -> None:
+        async with DirWatch(
+            [target, seen_names.marks], name="t", relevant=seen_names.relevant, follow_links=False
+        ) as w:
+            asked = len(seen_names.names)
+            (elsewhere / "x").write_text("")  # the link's directory is not watched
+            await seen_names.drained(w)
+            assert all(n.startswith("mark") for n in seen_names.names[asked:])
+            seen = w.pulse.count
+            target.unlink()
+            target.mkdir()  # a directory in the link's place is
+            assert await _fires(w, seen)
+            await seen_names.drained(w)
+            (target / "y").write_text("")
+            await seen_names.drained(w)
+            assert "y" in seen_names.names
+
+    run(scenario())
+
+
 def test_set_dirs_moves_the_watches(tmp_path: Path) -> None:
     one, two = tmp_path / "one", tmp_path / "two"
     one.mkdir()

@@ -20,6 +20,7 @@ from tests.deviceplugin.helpers import (
     make_node,
     run,
     running_plugin,
+    sock,
     spec_of,
     write_spec,
 )
@@ -189,6 +190,39 @@ def test_health_watch_follows_a_node_moved_to_another_directory(layout: Layout) 
             first.unlink()
             make_node(second)
             await client.wait_until(lambda d: healthy(d) == {"a"})
+
+    run(scenario())
+
+
+def test_a_spec_dir_swapped_for_a_symbolic_link_serves_nothing_until_a_directory_is_back(
+    layout: Layout,
+) -> None:
+    """Runtimes' CDI library reads nothing from a spec directory that is a symbolic link: its
+    devices must not be served, and come back when a directory takes the link's place."""
+    node = make_node(layout.dev / "n0")
+    write_spec(layout.etc, spec_of(KIND, {"a": [node]}))
+    real = layout.root / "real-cdi"
+
+    async def scenario() -> None:
+        async with (
+            FakeKubelet(layout.plugin_dir) as kubelet,
+            running_plugin(layout.settings(grace_period=0.4)),
+        ):
+            client = await kubelet.wait_registered(KIND)
+            await client.wait_until(lambda d: healthy(d) == {"a"})
+            layout.etc.rename(real)
+            layout.etc.symlink_to(real)
+            await client.wait_until(lambda d: d.get("a") is not None and d["a"].health == api.UNHEALTHY)
+            await eventually(lambda: sock(layout, KIND) not in layout.sockets(), "the socket removed")
+            # a file written into the directory the link points to is not served either
+            write_spec(real, spec_of(KIND, {"a": [node], "b": [node]}))
+            registrations = kubelet.registrations
+            layout.etc.unlink()
+            write_spec(
+                layout.etc, spec_of(KIND, {"a": [node], "b": [node]}), name="new.json"
+            )  # a new directory
+            client = await kubelet.wait_registered(KIND, after=registrations)
+            await client.wait_until(lambda d: healthy(d) == {"a", "b"})
 
     run(scenario())
 
