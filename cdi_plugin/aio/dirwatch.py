@@ -3,7 +3,9 @@
 A :class:`DirWatch` follows the entries of a set of directories: files created, deleted, renamed
 in or out, and (with ``events=FILES``) closed after writing. A directory that does not exist is
 watched through its nearest existing ancestor, so its creation (even ``mkdir -p`` of several
-levels) is noticed; one that is removed falls back to its ancestor the same way. Every relevant
+levels) is noticed; one that is removed falls back to its ancestor the same way. A file system
+mounted over a watched directory (or unmounted from it) sends that directory no event: the mount
+table is followed too, and a directory that is another one now is watched again. Every relevant
 event fires :attr:`DirWatch.pulse`; consumers re-read the state they care about (they never rely
 on single events), and a queue overflow simply fires the pulse too. No polling.
 """
@@ -37,6 +39,17 @@ _SELF_EVENTS = Mask.DELETE_SELF | Mask.MOVE_SELF
 _ANCESTOR_MASK = Mask.CREATE | Mask.MOVED_TO | _SELF_EVENTS | Mask.ONLYDIR
 
 Relevant = Callable[[Path, str], bool]
+#: Marked by the kernel (POLLPRI) whenever a file system is mounted or unmounted in this process's
+#: mount namespace.
+MOUNTINFO = "/proc/self/mountinfo"
+
+
+def _identity(path: Path) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino)
 
 
 def _is_dir(path: Path, follow: bool = True) -> bool:
@@ -81,11 +94,14 @@ class DirWatch:
         self._inotify: Inotify | None = None
         self._watches: dict[Path, Watch] = {}
         self._masks: dict[Path, Mask] = {}
+        self._ids: dict[Path, tuple[int, int] | None] = {}  # the directory each watch is on
+        self._mounts: tuple[int, select.epoll] | None = None
         self._reader: asyncio.Task[None] | None = None
 
     async def __aenter__(self) -> DirWatch:
         self._inotify = Inotify()
         self._plan()
+        self._follow_mounts()
         self._reader = asyncio.create_task(self._read(), name=f"inotify:{self.name}")
         return self
 
@@ -96,10 +112,17 @@ class DirWatch:
             if self._reader is not None:
                 await cancel_and_wait(self._reader)
         finally:
+            if self._mounts is not None:
+                fd, poller = self._mounts
+                asyncio.get_running_loop().remove_reader(poller.fileno())
+                poller.close()
+                os.close(fd)
+                self._mounts = None
             if self._inotify is not None:
                 self._inotify.close()
             self._watches.clear()
             self._masks.clear()
+            self._ids.clear()
 
     @property
     def targets(self) -> frozenset[Path]:
@@ -135,14 +158,20 @@ class DirWatch:
             for path in set(self._watches) - set(wanted):
                 watch = self._watches.pop(path)
                 self._masks.pop(path, None)
+                self._ids.pop(path, None)
                 with contextlib.suppress(OSError):
                     self._inotify.rm_watch(watch)
             for path, mask in wanted.items():
-                if self._masks.get(path) == mask or path in refused:
+                if path in refused or (self._masks.get(path) == mask and self._ids[path] == _identity(path)):
                     continue
+                old = self._watches.pop(path, None)
+                if old is not None:  # another directory is mounted there now, or no longer
+                    with contextlib.suppress(OSError):
+                        self._inotify.rm_watch(old)
                 try:
                     self._watches[path] = self._inotify.add_watch(path, mask)
                     self._masks[path] = mask
+                    self._ids[path] = _identity(path)
                 except OSError as exc:
                     vanished = exc.errno in (errno.ENOENT, errno.ENOTDIR)
                     if not vanished:
@@ -152,6 +181,26 @@ class DirWatch:
             if all(_is_dir(t, self._follow) == (t in self._watches) or t in refused for t in self._targets):
                 return
         log.warning("%s: directories keep changing while being watched; watching what exists", self.name)
+
+    def _follow_mounts(self) -> None:
+        try:
+            fd = os.open(MOUNTINFO, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError as exc:
+            log.debug("%s: cannot follow mounts: %s", self.name, exc.strerror or exc)
+            return
+        poller = select.epoll()
+        poller.register(fd, select.EPOLLPRI | select.EPOLLERR)
+        self._mounts = (fd, poller)
+        asyncio.get_running_loop().add_reader(poller.fileno(), self._mounted)
+
+    def _mounted(self) -> None:
+        """The mount table changed: a watched directory that is another one now is watched again,
+        and consumers look again."""
+        assert self._mounts is not None
+        self._mounts[1].poll(0)  # reported once per change
+        if any(self._ids.get(path) != _identity(path) for path in self._watches):
+            self._plan()
+            self.pulse.fire()
 
     async def _read(self) -> None:
         assert self._inotify is not None

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import os
+import subprocess
 import time
 
 import grpc
@@ -223,6 +224,34 @@ def test_a_spec_dir_swapped_for_a_symbolic_link_serves_nothing_until_a_directory
             )  # a new directory
             client = await kubelet.wait_registered(KIND, after=registrations)
             await client.wait_until(lambda d: healthy(d) == {"a", "b"})
+
+    run(scenario())
+
+
+@pytest.mark.root
+def test_a_directory_mounted_over_a_spec_dir_is_read(layout: Layout) -> None:
+    """A mount over a watched directory sends it no inotify event, but runtimes read what is
+    mounted there: its devices replace those of the directory it hides, until it is unmounted."""
+    one, two = make_node(layout.dev / "one"), make_node(layout.dev / "two")
+    write_spec(layout.etc, spec_of(KIND, {"a": [one]}))
+    other = layout.root / "other"
+    write_spec(other, spec_of(KIND, {"a": [two], "b": [two]}))
+
+    async def scenario() -> None:
+        async with FakeKubelet(layout.plugin_dir) as kubelet, running_plugin(layout.settings()):
+            client = await kubelet.wait_registered(KIND)
+            await client.wait_until(lambda d: healthy(d) == {"a"})
+            subprocess.run(["mount", "--bind", str(other), str(layout.etc)], check=True)
+            try:
+                await client.wait_until(lambda d: healthy(d) == {"a", "b"})
+                # the device a runtime injects now is the one at /dev/two: it is checked there
+                two.unlink()
+                await client.wait_until(lambda d: healthy(d) == set())
+                make_node(two)
+                await client.wait_until(lambda d: healthy(d) == {"a", "b"})
+            finally:
+                subprocess.run(["umount", str(layout.etc)], check=True)
+            await client.wait_until(lambda d: healthy(d) == {"a"})
 
     run(scenario())
 
