@@ -34,8 +34,9 @@ MAX_SPEC_BYTES = 4 * 1024 * 1024
 
 def parse_spec_dirs(text: str) -> tuple[Path, ...]:
     """Directories separated by ``:``, as ``$CDI_SPEC_DIRS`` and ``--cdi-spec-dirs`` list them;
-    empty entries and repeats are dropped."""
-    return tuple(dict.fromkeys(Path(d) for d in text.split(":") if d))
+    empty entries are dropped, and a repeated directory keeps its last place: its priority in the
+    CDI library is its last index, and a name it defines resolves from it over the ones between."""
+    return tuple(reversed(dict.fromkeys(Path(d) for d in reversed(text.split(":")) if d)))
 
 
 def spec_dirs() -> tuple[Path, ...]:

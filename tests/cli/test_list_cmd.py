@@ -148,6 +148,20 @@ def test_a_spec_dir_that_is_a_symbolic_link_overrides_nothing(tmp_path: Path) ->
     assert f"skipping spec directory {run}: is a symbolic link" in result.stderr
 
 
+def test_a_directory_named_twice_in_cdi_spec_dirs_has_the_priority_of_its_last_place(
+    cli: Invoke, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The CDI library gives each entry of its directory list the priority of its index: with
+    a:b:a, a name both define resolves from a."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    write_spec(a, "gpu.json", "acme.example/gpu", "card0")
+    write_spec(b, "gpu.json", "acme.example/gpu", "card0")
+    monkeypatch.setenv("CDI_SPEC_DIRS", f"{a}:{b}:{a}")
+    result = cli("list", "--json")
+    assert result.exit_code == 0
+    assert [d["path"] for d in report(result)["devices"]] == [str(a / "gpu.json")]
+
+
 def test_list_as_a_real_program(dirs: tuple[Path, Path]) -> None:
     etc, run = dirs
     done = run_cdi_gen("list", "--json", "--spec-dir", etc, "--spec-dir", run)

@@ -34,7 +34,7 @@ def test_default_directories_in_priority_order() -> None:
         (":", ["/etc/cdi", "/var/run/cdi"]),
         ("/opt/cdi", ["/opt/cdi"]),
         ("/etc/cdi:/var/run/cdi:/opt/cdi", ["/etc/cdi", "/var/run/cdi", "/opt/cdi"]),
-        ("/a::/b:/a", ["/a", "/b"]),
+        ("/a::/b:/a", ["/b", "/a"]),  # /a at its last place: the CDI library gives it priority 2
     ],
 )
 def test_spec_dirs_come_from_the_environment(
