@@ -125,6 +125,8 @@ class Daemon:
     async def _follow_specs(self, specs: DirWatch) -> None:
         seen = specs.pulse.count
         while True:
+            # with the directories of the files spec files that are symbolic links point to
+            specs.set_dirs((*self.settings.spec_dirs, *self.source.link_dirs()))
             seen = await specs.pulse.settle(seen, DEBOUNCE_QUIET, DEBOUNCE_MAX)
             await self.state.settled()  # an Allocate may have had the change read already
 

@@ -163,6 +163,8 @@ class SpecRegistry:
         self._kinds: dict[str, set[str]] = {}
         self._kind_view: dict[str, frozenset[str]] = {}
         self._snapshot: Snapshot | None = None
+        #: (priority, name) -> the file a spec file that is a symbolic link resolves to.
+        self.links: dict[tuple[int, str], Path] = {}
 
     def stat_of(self, priority: int, name: str) -> Stat | None:
         """The stat a cached file was read at (None: not cached, or unreadable then)."""
@@ -237,6 +239,7 @@ class SpecRegistry:
         for priority, name, stat in changed:
             files = self._files[priority]
             old = files.pop(name, None)
+            self.links.pop((priority, name), None)
             spec = given.get((priority, name))
             if old is not None and spec is not None and stat is not None and stat is not _MISSING_STAT:
                 loaded = SpecFile(old[1].path, priority, spec)
@@ -254,6 +257,8 @@ class SpecRegistry:
                 loaded = SpecFile(path, priority, spec)
             else:
                 loaded = load_spec_file(path, priority)
+                if os.path.islink(path):  # runtimes read what it points to: watched too
+                    self.links[(priority, name)] = Path(os.path.realpath(path))
             files[name] = (None if stat is _MISSING_STAT else stat, loaded)
             touched.update(self._define(loaded))
             reorder.add(priority)

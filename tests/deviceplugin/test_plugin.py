@@ -256,6 +256,27 @@ def test_a_directory_mounted_over_a_spec_dir_is_read(layout: Layout) -> None:
     run(scenario())
 
 
+def test_the_file_a_spec_file_links_to_is_followed(layout: Layout) -> None:
+    """Runtimes read a spec file that is a symbolic link through the link: when the file it points
+    to, in a directory of its own, is replaced, the devices are those of the new file, checked at
+    the nodes a runtime now injects."""
+    one, two = make_node(layout.dev / "one"), make_node(layout.dev / "two")
+    vendor = layout.root / "vendor"
+    target = write_spec(vendor, spec_of(KIND, {"a": [one]}), owned=False, name="spec.json")
+    (layout.etc / "vendor.json").symlink_to(target)
+
+    async def scenario() -> None:
+        async with FakeKubelet(layout.plugin_dir) as kubelet, running_plugin(layout.settings(kinds=(KIND,))):
+            client = await kubelet.wait_registered(KIND)
+            await client.wait_until(lambda d: healthy(d) == {"a"})
+            write_spec(vendor, spec_of(KIND, {"a": [two], "b": [two]}), owned=False, name="spec.json")
+            await client.wait_until(lambda d: healthy(d) == {"a", "b"})
+            two.unlink()  # the node both now inject
+            await client.wait_until(lambda d: healthy(d) == set())
+
+    run(scenario())
+
+
 def test_spec_changed_right_after_registration_reaches_the_stream(layout: Layout) -> None:
     n1, n2, n3 = (make_node(layout.dev / f"n{i}") for i in range(3))
     write_spec(layout.etc, spec_of(KIND, {"a": [n1]}))
