@@ -162,16 +162,16 @@ class DirWatch:
                 with contextlib.suppress(OSError):
                     self._inotify.rm_watch(watch)
             for path, mask in wanted.items():
-                if path in refused or (self._masks.get(path) == mask and self._ids[path] == _identity(path)):
+                now = _identity(path)
+                if path in refused or (self._masks.get(path) == mask and self._ids.get(path) == now):
                     continue
-                old = self._watches.pop(path, None)
-                if old is not None:  # another directory is mounted there now, or no longer
+                if path in self._watches and self._ids.get(path) != now:  # another directory now (a mount)
                     with contextlib.suppress(OSError):
-                        self._inotify.rm_watch(old)
+                        self._inotify.rm_watch(self._watches.pop(path))
                 try:
                     self._watches[path] = self._inotify.add_watch(path, mask)
                     self._masks[path] = mask
-                    self._ids[path] = _identity(path)
+                    self._ids[path] = now
                 except OSError as exc:
                     vanished = exc.errno in (errno.ENOENT, errno.ENOTDIR)
                     if not vanished:
@@ -224,6 +224,7 @@ class DirWatch:
             if path is not None and self._watches.get(path) is watch:
                 self._watches.pop(path, None)
                 self._masks.pop(path, None)
+                self._ids.pop(path, None)
             return self._replan() or path in self._targets
         if path is None:
             return False
