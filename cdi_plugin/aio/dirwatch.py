@@ -3,7 +3,9 @@
 A :class:`DirWatch` follows the entries of a set of directories: files created, deleted, renamed
 in or out, and (with ``events=FILES``) closed after writing. A directory that does not exist is
 watched through its nearest existing ancestor, so its creation (even ``mkdir -p`` of several
-levels) is noticed; one that is removed falls back to its ancestor the same way. Every relevant
+levels) is noticed; one that is removed falls back to its ancestor the same way. A file system
+mounted over a watched directory (or unmounted from it) sends that directory no event: the mount
+table is followed too, and a directory that is another one now is watched again. Every relevant
 event fires :attr:`DirWatch.pulse`; consumers re-read the state they care about (they never rely
 on single events), and a queue overflow simply fires the pulse too. No polling.
 """
@@ -37,13 +39,25 @@ _SELF_EVENTS = Mask.DELETE_SELF | Mask.MOVE_SELF
 _ANCESTOR_MASK = Mask.CREATE | Mask.MOVED_TO | _SELF_EVENTS | Mask.ONLYDIR
 
 Relevant = Callable[[Path, str], bool]
+#: Marked by the kernel (POLLPRI) whenever a file system is mounted or unmounted in this process's
+#: mount namespace.
+MOUNTINFO = "/proc/self/mountinfo"
 
 
-def _is_dir(path: Path) -> bool:
-    """Whether ``path`` is a directory this process can see: False too below a directory it may
-    not search (``Path.is_dir`` raises PermissionError there)."""
+def _identity(path: Path) -> tuple[int, int] | None:
     try:
-        return stat.S_ISDIR(os.stat(path).st_mode)
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino)
+
+
+def _is_dir(path: Path, follow: bool = True) -> bool:
+    """Whether ``path`` is a directory this process can see: False too below a directory it may
+    not search (``Path.is_dir`` raises PermissionError there); without ``follow``, False for a
+    symbolic link to one."""
+    try:
+        return stat.S_ISDIR((os.stat if follow else os.lstat)(path).st_mode)
     except OSError:
         return False
 
@@ -59,21 +73,35 @@ class DirWatch:
     """Use as ``async with DirWatch(dirs) as watch:``; wait with ``watch.pulse``."""
 
     def __init__(
-        self, dirs: Iterable[Path], *, name: str, events: Mask = ENTRIES, relevant: Relevant | None = None
+        self,
+        dirs: Iterable[Path],
+        *,
+        name: str,
+        events: Mask = ENTRIES,
+        relevant: Relevant | None = None,
+        follow_links: bool = True,
     ) -> None:
+        """Without ``follow_links``, a directory that is a symbolic link is not watched: its
+        parent is, until a directory takes the link's place."""
         self.name = name
-        self._target_mask = events | _SELF_EVENTS | Mask.ONLYDIR
+        self._follow = follow_links
+        self._target_mask = (
+            events | _SELF_EVENTS | Mask.ONLYDIR | (Mask.ZERO if follow_links else Mask.DONT_FOLLOW)
+        )
         self.pulse = Pulse()
         self._relevant = relevant
         self._targets = {Path(os.path.abspath(d)) for d in dirs}
         self._inotify: Inotify | None = None
         self._watches: dict[Path, Watch] = {}
         self._masks: dict[Path, Mask] = {}
+        self._ids: dict[Path, tuple[int, int] | None] = {}  # the directory each watch is on
+        self._mounts: tuple[int, select.epoll] | None = None
         self._reader: asyncio.Task[None] | None = None
 
     async def __aenter__(self) -> DirWatch:
         self._inotify = Inotify()
         self._plan()
+        self._follow_mounts()
         self._reader = asyncio.create_task(self._read(), name=f"inotify:{self.name}")
         return self
 
@@ -84,10 +112,17 @@ class DirWatch:
             if self._reader is not None:
                 await cancel_and_wait(self._reader)
         finally:
+            if self._mounts is not None:
+                fd, poller = self._mounts
+                asyncio.get_running_loop().remove_reader(poller.fileno())
+                poller.close()
+                os.close(fd)
+                self._mounts = None
             if self._inotify is not None:
                 self._inotify.close()
             self._watches.clear()
             self._masks.clear()
+            self._ids.clear()
 
     @property
     def targets(self) -> frozenset[Path]:
@@ -115,7 +150,7 @@ class DirWatch:
         for _ in range(32):
             wanted: dict[Path, Mask] = {}
             for target in self._targets:
-                if _is_dir(target):
+                if _is_dir(target, self._follow):
                     wanted[target] = wanted.get(target, Mask.ZERO) | self._target_mask
                 else:
                     anchor = _nearest_existing(target.parent)
@@ -123,23 +158,49 @@ class DirWatch:
             for path in set(self._watches) - set(wanted):
                 watch = self._watches.pop(path)
                 self._masks.pop(path, None)
+                self._ids.pop(path, None)
                 with contextlib.suppress(OSError):
                     self._inotify.rm_watch(watch)
             for path, mask in wanted.items():
-                if self._masks.get(path) == mask or path in refused:
+                now = _identity(path)
+                if path in refused or (self._masks.get(path) == mask and self._ids.get(path) == now):
                     continue
+                if path in self._watches and self._ids.get(path) != now:  # another directory now (a mount)
+                    with contextlib.suppress(OSError):
+                        self._inotify.rm_watch(self._watches.pop(path))
                 try:
                     self._watches[path] = self._inotify.add_watch(path, mask)
                     self._masks[path] = mask
+                    self._ids[path] = now
                 except OSError as exc:
                     vanished = exc.errno in (errno.ENOENT, errno.ENOTDIR)
                     if not vanished:
                         refused.add(path)
                     log.log(logging.DEBUG if vanished else logging.WARNING, "%s: cannot watch %s: %s",
                             self.name, path, exc.strerror or exc)  # fmt: skip
-            if all(_is_dir(t) == (t in self._watches) or t in refused for t in self._targets):
+            if all(_is_dir(t, self._follow) == (t in self._watches) or t in refused for t in self._targets):
                 return
         log.warning("%s: directories keep changing while being watched; watching what exists", self.name)
+
+    def _follow_mounts(self) -> None:
+        try:
+            fd = os.open(MOUNTINFO, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError as exc:
+            log.debug("%s: cannot follow mounts: %s", self.name, exc.strerror or exc)
+            return
+        poller = select.epoll()
+        poller.register(fd, select.EPOLLPRI | select.EPOLLERR)
+        self._mounts = (fd, poller)
+        asyncio.get_running_loop().add_reader(poller.fileno(), self._mounted)
+
+    def _mounted(self) -> None:
+        """The mount table changed: a watched directory that is another one now is watched again,
+        and consumers look again."""
+        assert self._mounts is not None
+        self._mounts[1].poll(0)  # reported once per change
+        if any(self._ids.get(path) != _identity(path) for path in self._watches):
+            self._plan()
+            self.pulse.fire()
 
     async def _read(self) -> None:
         assert self._inotify is not None
@@ -163,6 +224,7 @@ class DirWatch:
             if path is not None and self._watches.get(path) is watch:
                 self._watches.pop(path, None)
                 self._masks.pop(path, None)
+                self._ids.pop(path, None)
             return self._replan() or path in self._targets
         if path is None:
             return False

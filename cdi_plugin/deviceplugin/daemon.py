@@ -74,7 +74,11 @@ class Daemon:
             self.log.info("starting: spec dirs %s, kinds %s, grace period %gs", dirs, kinds, s.grace_period)
         async with (
             DirWatch(
-                s.spec_dirs, name="spec dirs", events=FILES, relevant=self.state.inventory.note
+                s.spec_dirs,
+                name="spec dirs",
+                events=FILES,
+                relevant=self.state.inventory.note,
+                follow_links=False,
             ) as specs,
             DirWatch([], name="device nodes", relevant=self._node_relevant) as nodes,
             DirWatch(
@@ -121,6 +125,8 @@ class Daemon:
     async def _follow_specs(self, specs: DirWatch) -> None:
         seen = specs.pulse.count
         while True:
+            # with the directories of the files spec files that are symbolic links point to
+            specs.set_dirs((*self.settings.spec_dirs, *self.source.link_dirs()))
             seen = await specs.pulse.settle(seen, DEBOUNCE_QUIET, DEBOUNCE_MAX)
             await self.state.settled()  # an Allocate may have had the change read already
 

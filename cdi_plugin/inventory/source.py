@@ -38,7 +38,7 @@ from pathlib import Path
 
 from cdi_plugin.cdi.model import Spec
 from cdi_plugin.errors import SpecLoadError
-from cdi_plugin.store.files import SPEC_SUFFIXES, read_spec_bytes
+from cdi_plugin.store.files import SPEC_SUFFIXES, open_spec_dir, read_spec_bytes
 from cdi_plugin.store.ownership import RECORD_NAME, OwnedFile, digest, read_record
 from cdi_plugin.store.registry import Snapshot, SpecRegistry, Stat, file_stat
 
@@ -65,7 +65,11 @@ def _stamp(directory: Path) -> Stamp:
     """Every spec file and the record in ``directory`` (directories named like specs left out)."""
     out: list[FileStamp] = []
     try:
-        with os.scandir(directory) as entries:
+        fd = open_spec_dir(directory)  # a directory that is a symbolic link holds no specs
+    except OSError:
+        return ()
+    try:
+        with os.scandir(fd) as entries:
             for entry in entries:
                 name = entry.name
                 if not (name.endswith(_SUFFIXES) or name == RECORD_NAME):
@@ -80,6 +84,8 @@ def _stamp(directory: Path) -> Stamp:
                 out.append((name, (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)))
     except OSError:
         return ()
+    finally:
+        os.close(fd)
     out.sort()
     return tuple(out)
 
@@ -134,6 +140,8 @@ class SpecSource:
         self._dirty: list[set[str]] = [set() for _ in self.dirs]
         self._everything = True
         self._given: dict[tuple[int, str], Spec | None] = {}
+        #: The files spec files that are symbolic links point to -> (directory index, link name).
+        self._linked: dict[Path, list[tuple[int, str]]] = {}
         #: True once an inotify watch notes every change (:meth:`note`); readings look only at those.
         self.watched = False
         #: Changes noted so far (a watch event :meth:`note` did not explain calls for a full reading).
@@ -149,14 +157,22 @@ class SpecSource:
 
     def note(self, directory: Path, name: str) -> bool:
         """The entry ``name`` of ``directory`` changed (an inotify event); False when it is neither
-        a spec file nor a record, which readings ignore."""
-        if not (name.endswith(_SUFFIXES) or name == RECORD_NAME):
+        a spec file, a record nor a file a spec file links to, which readings ignore."""
+        links = self._linked.get(directory / name, ())
+        if not (links or name.endswith(_SUFFIXES) or name == RECORD_NAME):
             return False
         with self._marks:
             for i in self._index.get(directory, ()):
                 self._dirty[i].add(name)
+            for i, link in links:
+                self._dirty[i].add(link)
         self.noted += 1
         return True
+
+    def link_dirs(self) -> frozenset[Path]:
+        """The directories holding the files that spec files which are symbolic links point to:
+        a runtime reads those files, whose changes the spec directories' watch does not see."""
+        return frozenset(target.parent for target in self._linked)
 
     def note_all(self) -> None:
         """Anything may have changed: the next reading lists every directory."""
@@ -293,6 +309,10 @@ class SpecSource:
             return after
         self.reading = Reading(snapshot, owned, recorded)
         self.generation += 1
+        linked: dict[Path, list[tuple[int, str]]] = {}
+        for (i, link), target in self._registry.links.items():
+            linked.setdefault(target, []).append((i, link))
+        self._linked = linked
         return None
 
     def _record(self, index: int, stat: Stat | None) -> dict[str, OwnedFile]:

@@ -34,8 +34,9 @@ MAX_SPEC_BYTES = 4 * 1024 * 1024
 
 def parse_spec_dirs(text: str) -> tuple[Path, ...]:
     """Directories separated by ``:``, as ``$CDI_SPEC_DIRS`` and ``--cdi-spec-dirs`` list them;
-    empty entries and repeats are dropped."""
-    return tuple(dict.fromkeys(Path(d) for d in text.split(":") if d))
+    empty entries are dropped, and a repeated directory keeps its last place: its priority in the
+    CDI library is its last index, and a name it defines resolves from it over the ones between."""
+    return tuple(reversed(dict.fromkeys(Path(d) for d in reversed(text.split(":")) if d)))
 
 
 def spec_dirs() -> tuple[Path, ...]:
@@ -69,24 +70,52 @@ def list_spec_files(directory: Path) -> list[Path]:
 
 
 def scan_spec_dir(directory: Path) -> list[Path]:
-    """Like :func:`list_spec_files`, but a directory that cannot be listed raises :class:`SpecLoadError`."""
+    """Like :func:`list_spec_files`, but a directory that cannot be listed raises :class:`SpecLoadError`.
+
+    A spec directory that is itself a symbolic link holds no specs: the CDI library walks it
+    without following the link (Go's ``filepath.Walk``), so runtimes resolve nothing from it.
+    """
     try:
-        entries = sorted(os.scandir(directory), key=lambda e: e.name)
+        fd = open_spec_dir(directory)
+        try:
+            with os.scandir(fd) as listing:
+                entries = sorted(listing, key=lambda e: e.name)
+        finally:
+            os.close(fd)
     except FileNotFoundError:
         return []
     except OSError as exc:
         if exc.errno == errno.ENOTDIR:
             with contextlib.suppress(OSError):
-                mode = os.stat(directory).st_mode
-                raise SpecLoadError(
-                    str(directory), "", "not-a-directory", f"is {file_type(mode)}, not a directory"
-                ) from None
+                mode = os.lstat(directory).st_mode
+                why = LINKED_DIR if stat.S_ISLNK(mode) else f"is {file_type(mode)}, not a directory"
+                raise SpecLoadError(str(directory), "", "not-a-directory", why) from None
         raise SpecLoadError(str(directory), "", *_os_reason(exc)) from None
     return [
-        Path(e.path)
+        directory / e.name
         for e in entries
         if not e.is_dir(follow_symlinks=False) and e.name.endswith((".json", ".yaml"))
     ]
+
+
+#: Why a spec directory that is a symbolic link is skipped.
+LINKED_DIR = (
+    "is a symbolic link, which runtimes' CDI library does not follow; name the directory it points to"
+)
+
+
+def open_spec_dir(directory: Path) -> int:
+    """A descriptor of ``directory`` for listing it, never through a symbolic link in its last
+    component (OSError ENOTDIR there: runtimes read nothing from it)."""
+    return os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+
+
+def is_linked_dir(directory: Path) -> bool:
+    """Whether ``directory`` is a symbolic link (whose files runtimes do not read)."""
+    try:
+        return stat.S_ISLNK(os.lstat(directory).st_mode)
+    except OSError:
+        return False
 
 
 def _os_reason(exc: OSError) -> tuple[str, str]:

@@ -3,7 +3,8 @@
 Resolution follows the CDI library's cache exactly:
 
 * directories are read in order; a directory's index is its priority, the later one wins;
-* only ``.json`` and ``.yaml`` files, name-sorted, no recursion;
+* only ``.json`` and ``.yaml`` files, name-sorted, no recursion; nothing from a directory that
+  is itself a symbolic link (the library's walk does not follow it);
 * a file that fails to load (an error) is reported and skipped, never hiding the others; a file
   with only warnings loads, as it does in a runtime, and keeps its warnings;
 * the same fully-qualified name twice at one priority is a conflict: it is reported for both
@@ -28,7 +29,7 @@ from cdi_plugin.cdi.names import Kind, parse_kind
 from cdi_plugin.cdi.problems import Problem, from_error
 from cdi_plugin.cdi.validate import runtime_problems
 from cdi_plugin.errors import SpecLoadError
-from cdi_plugin.store.files import list_spec_files, read_spec_bytes, spec_format
+from cdi_plugin.store.files import is_linked_dir, list_spec_files, read_spec_bytes, spec_format
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,6 +163,8 @@ class SpecRegistry:
         self._kinds: dict[str, set[str]] = {}
         self._kind_view: dict[str, frozenset[str]] = {}
         self._snapshot: Snapshot | None = None
+        #: (priority, name) -> the file a spec file that is a symbolic link resolves to.
+        self.links: dict[tuple[int, str], Path] = {}
 
     def stat_of(self, priority: int, name: str) -> Stat | None:
         """The stat a cached file was read at (None: not cached, or unreadable then)."""
@@ -210,8 +213,10 @@ class SpecRegistry:
         given = given or {}
         for priority, batch in enumerate(names):
             files = self._files[priority]
+            linked = bool(batch) and is_linked_dir(self.dirs[priority])  # it holds no specs
             for name in batch:
-                stat = file_stat(self.dirs[priority] / name) if name.endswith(_SUFFIXES) else None
+                wanted = name.endswith(_SUFFIXES) and not linked
+                stat = file_stat(self.dirs[priority] / name) if wanted else None
                 cached = files.get(name)
                 if stat is None:
                     if cached is not None:
@@ -234,6 +239,7 @@ class SpecRegistry:
         for priority, name, stat in changed:
             files = self._files[priority]
             old = files.pop(name, None)
+            self.links.pop((priority, name), None)
             spec = given.get((priority, name))
             if old is not None and spec is not None and stat is not None and stat is not _MISSING_STAT:
                 loaded = SpecFile(old[1].path, priority, spec)
@@ -251,6 +257,8 @@ class SpecRegistry:
                 loaded = SpecFile(path, priority, spec)
             else:
                 loaded = load_spec_file(path, priority)
+                if os.path.islink(path):  # runtimes read what it points to: watched too
+                    self.links[(priority, name)] = Path(os.path.realpath(path))
             files[name] = (None if stat is _MISSING_STAT else stat, loaded)
             touched.update(self._define(loaded))
             reorder.add(priority)

@@ -103,6 +103,61 @@ def test_a_directory_created_later_several_levels_deep(tmp_path: Path) -> None:
     run(scenario())
 
 
+def test_without_following_links_a_link_in_place_of_a_target_is_watched_from_its_parent(
+    tmp_path: Path,
+) -> None:
+    target, elsewhere = tmp_path / "cdi", tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    target.symlink_to(elsewhere)
+    seen_names = Seen(tmp_path / "marks")
+
+    async def scenario() -> None:
+        async with DirWatch(
+            [target, seen_names.marks], name="t", relevant=seen_names.relevant, follow_links=False
+        ) as w:
+            asked = len(seen_names.names)
+            (elsewhere / "x").write_text("")  # the link's directory is not watched
+            await seen_names.drained(w)
+            assert all(n.startswith("mark") for n in seen_names.names[asked:])
+            seen = w.pulse.count
+            target.unlink()
+            target.mkdir()  # a directory in the link's place is
+            assert await _fires(w, seen)
+            await seen_names.drained(w)
+            (target / "y").write_text("")
+            await seen_names.drained(w)
+            assert "y" in seen_names.names
+
+    run(scenario())
+
+
+@pytest.mark.root
+def test_a_directory_mounted_over_a_target_is_watched_in_its_place(tmp_path: Path) -> None:
+    target, other = tmp_path / "target", tmp_path / "other"
+    target.mkdir()
+    other.mkdir()
+    seen_names = Seen(tmp_path / "marks")
+
+    async def scenario() -> None:
+        async with DirWatch([target, seen_names.marks], name="t", relevant=seen_names.relevant) as w:
+            seen = w.pulse.count
+            subprocess.run(["mount", "--bind", str(other), str(target)], check=True)
+            try:
+                assert await _fires(w, seen)  # no inotify event: the mount table told
+                (target / "x").write_text("")  # in the mounted directory
+                await seen_names.drained(w)
+                assert "x" in seen_names.names
+                seen = w.pulse.count
+            finally:
+                subprocess.run(["umount", str(target)], check=True)
+            assert await _fires(w, seen)
+            (target / "y").write_text("")
+            await seen_names.drained(w)
+            assert "y" in seen_names.names
+
+    run(scenario())
+
+
 def test_set_dirs_moves_the_watches(tmp_path: Path) -> None:
     one, two = tmp_path / "one", tmp_path / "two"
     one.mkdir()

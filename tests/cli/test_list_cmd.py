@@ -132,6 +132,36 @@ def test_missing_default_spec_dirs_hold_no_devices(cli: Invoke, private_spec_dir
     assert result.stderr == f"no resolvable devices in {private_spec_dirs[0]}, {private_spec_dirs[1]}\n"
 
 
+def test_a_spec_dir_that_is_a_symbolic_link_overrides_nothing(tmp_path: Path) -> None:
+    """The CDI library reads nothing from a spec directory that is a link: a name it would
+    override still resolves from the directory of lower priority."""
+    etc, run = tmp_path / "etc", tmp_path / "run"
+    write_spec(etc, "gpu.json", "acme.example/gpu", "card0", "card1")
+    write_spec(tmp_path / "real-run", "gpu.json", "acme.example/gpu", "card1")
+    run.symlink_to("real-run")
+    result = run_cdi_gen("list", "--json", "--spec-dir", etc, "--spec-dir", run)
+    assert result.returncode == 0
+    assert [(d["qualifiedName"], d["path"]) for d in report(result)["devices"]] == [
+        ("acme.example/gpu=card0", str(etc / "gpu.json")),
+        ("acme.example/gpu=card1", str(etc / "gpu.json")),
+    ]
+    assert f"skipping spec directory {run}: is a symbolic link" in result.stderr
+
+
+def test_a_directory_named_twice_in_cdi_spec_dirs_has_the_priority_of_its_last_place(
+    cli: Invoke, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The CDI library gives each entry of its directory list the priority of its index: with
+    a:b:a, a name both define resolves from a."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    write_spec(a, "gpu.json", "acme.example/gpu", "card0")
+    write_spec(b, "gpu.json", "acme.example/gpu", "card0")
+    monkeypatch.setenv("CDI_SPEC_DIRS", f"{a}:{b}:{a}")
+    result = cli("list", "--json")
+    assert result.exit_code == 0
+    assert [d["path"] for d in report(result)["devices"]] == [str(a / "gpu.json")]
+
+
 def test_list_as_a_real_program(dirs: tuple[Path, Path]) -> None:
     etc, run = dirs
     done = run_cdi_gen("list", "--json", "--spec-dir", etc, "--spec-dir", run)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import os
+import subprocess
 import time
 
 import grpc
@@ -20,6 +21,7 @@ from tests.deviceplugin.helpers import (
     make_node,
     run,
     running_plugin,
+    sock,
     spec_of,
     write_spec,
 )
@@ -189,6 +191,88 @@ def test_health_watch_follows_a_node_moved_to_another_directory(layout: Layout) 
             first.unlink()
             make_node(second)
             await client.wait_until(lambda d: healthy(d) == {"a"})
+
+    run(scenario())
+
+
+def test_a_spec_dir_swapped_for_a_symbolic_link_serves_nothing_until_a_directory_is_back(
+    layout: Layout,
+) -> None:
+    """Runtimes' CDI library reads nothing from a spec directory that is a symbolic link: its
+    devices must not be served, and come back when a directory takes the link's place."""
+    node = make_node(layout.dev / "n0")
+    write_spec(layout.etc, spec_of(KIND, {"a": [node]}))
+    real = layout.root / "real-cdi"
+
+    async def scenario() -> None:
+        async with (
+            FakeKubelet(layout.plugin_dir) as kubelet,
+            running_plugin(layout.settings(grace_period=0.4)),
+        ):
+            client = await kubelet.wait_registered(KIND)
+            await client.wait_until(lambda d: healthy(d) == {"a"})
+            layout.etc.rename(real)
+            layout.etc.symlink_to(real)
+            await client.wait_until(lambda d: d.get("a") is not None and d["a"].health == api.UNHEALTHY)
+            await eventually(lambda: sock(layout, KIND) not in layout.sockets(), "the socket removed")
+            # a file written into the directory the link points to is not served either
+            write_spec(real, spec_of(KIND, {"a": [node], "b": [node]}))
+            registrations = kubelet.registrations
+            layout.etc.unlink()
+            write_spec(
+                layout.etc, spec_of(KIND, {"a": [node], "b": [node]}), name="new.json"
+            )  # a new directory
+            client = await kubelet.wait_registered(KIND, after=registrations)
+            await client.wait_until(lambda d: healthy(d) == {"a", "b"})
+
+    run(scenario())
+
+
+@pytest.mark.root
+def test_a_directory_mounted_over_a_spec_dir_is_read(layout: Layout) -> None:
+    """A mount over a watched directory sends it no inotify event, but runtimes read what is
+    mounted there: its devices replace those of the directory it hides, until it is unmounted."""
+    one, two = make_node(layout.dev / "one"), make_node(layout.dev / "two")
+    write_spec(layout.etc, spec_of(KIND, {"a": [one]}))
+    other = layout.root / "other"
+    write_spec(other, spec_of(KIND, {"a": [two], "b": [two]}))
+
+    async def scenario() -> None:
+        async with FakeKubelet(layout.plugin_dir) as kubelet, running_plugin(layout.settings()):
+            client = await kubelet.wait_registered(KIND)
+            await client.wait_until(lambda d: healthy(d) == {"a"})
+            subprocess.run(["mount", "--bind", str(other), str(layout.etc)], check=True)
+            try:
+                await client.wait_until(lambda d: healthy(d) == {"a", "b"})
+                # the device a runtime injects now is the one at /dev/two: it is checked there
+                two.unlink()
+                await client.wait_until(lambda d: healthy(d) == set())
+                make_node(two)
+                await client.wait_until(lambda d: healthy(d) == {"a", "b"})
+            finally:
+                subprocess.run(["umount", str(layout.etc)], check=True)
+            await client.wait_until(lambda d: healthy(d) == {"a"})
+
+    run(scenario())
+
+
+def test_the_file_a_spec_file_links_to_is_followed(layout: Layout) -> None:
+    """Runtimes read a spec file that is a symbolic link through the link: when the file it points
+    to, in a directory of its own, is replaced, the devices are those of the new file, checked at
+    the nodes a runtime now injects."""
+    one, two = make_node(layout.dev / "one"), make_node(layout.dev / "two")
+    vendor = layout.root / "vendor"
+    target = write_spec(vendor, spec_of(KIND, {"a": [one]}), owned=False, name="spec.json")
+    (layout.etc / "vendor.json").symlink_to(target)
+
+    async def scenario() -> None:
+        async with FakeKubelet(layout.plugin_dir) as kubelet, running_plugin(layout.settings(kinds=(KIND,))):
+            client = await kubelet.wait_registered(KIND)
+            await client.wait_until(lambda d: healthy(d) == {"a"})
+            write_spec(vendor, spec_of(KIND, {"a": [two], "b": [two]}), owned=False, name="spec.json")
+            await client.wait_until(lambda d: healthy(d) == {"a", "b"})
+            two.unlink()  # the node both now inject
+            await client.wait_until(lambda d: healthy(d) == set())
 
     run(scenario())
 

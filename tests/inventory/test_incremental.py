@@ -43,8 +43,8 @@ class Disk:
         self.hashed = 0
         scandir, load, digest = os.scandir, registry_module.load_spec_file, source_module.digest
 
-        def counted_scandir(path: Any = ".") -> Any:
-            self.listed.append(str(path))
+        def counted_scandir(path: Any = ".") -> Any:  # a directory is listed through its descriptor
+            self.listed.append(os.readlink(f"/proc/self/fd/{path}") if isinstance(path, int) else str(path))
             return scandir(path)
 
         def counted_load(path: Path, priority: int) -> registry_module.SpecFile:

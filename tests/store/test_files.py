@@ -34,7 +34,7 @@ def test_default_directories_in_priority_order() -> None:
         (":", ["/etc/cdi", "/var/run/cdi"]),
         ("/opt/cdi", ["/opt/cdi"]),
         ("/etc/cdi:/var/run/cdi:/opt/cdi", ["/etc/cdi", "/var/run/cdi", "/opt/cdi"]),
-        ("/a::/b:/a", ["/a", "/b"]),
+        ("/a::/b:/a", ["/b", "/a"]),  # /a at its last place: the CDI library gives it priority 2
     ],
 )
 def test_spec_dirs_come_from_the_environment(
@@ -170,6 +170,24 @@ def test_a_file_in_place_of_a_directory(tmp_path: Path, caplog: pytest.LogCaptur
     )
     assert files.list_spec_files(path) == []
     assert f"skipping spec directory {path}: is a regular file, not a directory" in caplog.text
+
+
+def test_a_directory_that_is_a_symbolic_link_holds_no_specs(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The CDI library walks a spec directory without following a link in its place (Go's
+    filepath.Walk lstat's it): podman resolves nothing from /etc/cdi when it is a link."""
+    (tmp_path / "real").mkdir()
+    (tmp_path / "real" / "a.json").write_text("{}")
+    link = tmp_path / "cdi"
+    link.symlink_to("real")
+    with pytest.raises(SpecLoadError) as caught:
+        files.scan_spec_dir(link)
+    assert (caught.value.rule, str(caught.value)) == ("not-a-directory", f"{link}: {files.LINKED_DIR}")
+    assert files.list_spec_files(link) == []
+    assert f"skipping spec directory {link}: is a symbolic link" in caplog.text
+    # a link higher up the path is followed, as /var/run is a link to /run
+    assert [p.name for p in files.list_spec_files(link / ".." / "real")] == ["a.json"]
 
 
 @pytest.mark.root

@@ -188,6 +188,17 @@ def test_a_symlink_to_a_spec_is_read(etc: Path, tmp_path: Path) -> None:
     assert list(load_registry([etc]).devices) == [f"{KIND}=w0"]
 
 
+def test_a_spec_directory_that_is_a_symbolic_link_resolves_nothing(etc: Path, tmp_path: Path) -> None:
+    write_spec(etc, "a.json", KIND, "w0")
+    link = tmp_path / "linked"
+    link.symlink_to(etc)
+    assert load_registry([link]).devices == {}
+    registry = SpecRegistry([link])
+    registry.refresh()
+    write_spec(etc, "b.json", KIND, "w1")  # told of by a watch of the directory it points to
+    assert registry.update([{"a.json", "b.json"}]).devices == {}
+
+
 # -- caching ---------------------------------------------------------------------------------
 
 
