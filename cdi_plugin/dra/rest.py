@@ -80,14 +80,40 @@ def _transport(exc: Exception) -> str:
     return f"{type(exc).__name__}: {_first_line(exc)}".removesuffix(": ")
 
 
-#: What lightkube's authentication raises while a request is sent: an exec plugin that fails, a
-#: token file (``tokenFile``, the service account's) gone or unreadable when read again after a 401.
-CREDENTIAL_ERRORS = (ConfigError, OSError, UnicodeError)
+class _NoCredentials(CdiPluginError):
+    """lightkube's authentication failed while a request was being sent."""
 
 
-def _no_credentials(what: str, exc: Exception) -> ApiServerError:
+class _Credentials(httpx2.Auth):
+    """lightkube's authentication, whatever it fails with (an exec plugin that fails or prints no
+    credential, a token file, the service account's, gone or unreadable when read again after a
+    401) raising :class:`_NoCredentials`, which only that can raise."""
+
+    def __init__(self, auth: httpx2.Auth) -> None:
+        self.auth = auth
+        self.requires_request_body = auth.requires_request_body
+        self.requires_response_body = auth.requires_response_body
+
+    async def async_auth_flow(
+        self, request: httpx2.Request
+    ) -> AsyncGenerator[httpx2.Request, httpx2.Response]:
+        flow = self.auth.async_auth_flow(request)
+        try:
+            request = await anext(flow)
+            while True:
+                response = yield request
+                request = await flow.asend(response)
+        except StopAsyncIteration:
+            return
+        except Exception as exc:
+            raise _NoCredentials(_transport(exc)) from exc
+        finally:
+            await flow.aclose()
+
+
+def _no_credentials(what: str, exc: _NoCredentials) -> ApiServerError:
     """The request not sent: no credentials to send it with (they may come back: retryable)."""
-    return ApiServerError(what, f"no credentials: {_transport(exc)}", result="connection-error")
+    return ApiServerError(what, f"no credentials: {exc}", result="connection-error")
 
 
 class _TooBig(CdiPluginError):
@@ -147,6 +173,8 @@ class RestClient:
                 timeout=httpx2.Timeout(REQUEST_TIMEOUT, connect=CONNECT_TIMEOUT), trust_env=kubeconfig is None
             )
             http = AsyncClient(single, params)
+            if http.auth is not None:
+                http.auth = _Credentials(http.auth)
         except (ConfigError, OSError, ValueError, KeyError, AttributeError, TypeError, yaml.YAMLError) as exc:
             where = (
                 f"--kubeconfig {kubeconfig}"
@@ -216,7 +244,7 @@ class RestClient:
             raise ApiServerError(what, f"an answer larger than {MAX_BODY >> 20} MiB") from None
         except httpx2.HTTPError as exc:
             raise ApiServerError(what, _transport(exc), result="connection-error") from None
-        except CREDENTIAL_ERRORS as exc:
+        except _NoCredentials as exc:
             raise _no_credentials(what, exc) from None
         try:
             return decode_object(data)
@@ -266,7 +294,7 @@ class RestClient:
             raise ApiServerError(what, f"no answer within {self.timeout:g} s", result="timeout") from None
         except httpx2.HTTPError as exc:
             raise ApiServerError(what, _transport(exc), result="connection-error") from None
-        except CREDENTIAL_ERRORS as exc:
+        except _NoCredentials as exc:
             raise _no_credentials(what, exc) from None
         try:
             async with contextlib.aclosing(_lines(response, what, read_timeout, deadline)) as lines:

@@ -26,6 +26,7 @@ from cdi_plugin.errors import SpecInvalidError, SpecLoadError, SpecWriteError
 from cdi_plugin.store.files import (
     DEFAULT_SPEC_DIRS,
     MAX_SPEC_BYTES,
+    is_linked_dir,
     list_spec_files,
     read_spec_bytes,
     spec_file_name,
@@ -181,10 +182,12 @@ def _spec_kind(path: Path) -> str | None:
 
 
 def _unique_dirs(dirs: Iterable[Path]) -> list[Path]:
+    """``dirs`` without repeats: two names of one directory are one, but a symbolic link is not
+    the directory it points to (runtimes read nothing from the link, which must not hide it)."""
     seen: set[Path] = set()
     out = []
     for d in dirs:
-        key = Path(os.path.realpath(d))
+        key = Path(os.path.realpath(d.parent)) / d.name if is_linked_dir(d) else Path(os.path.realpath(d))
         if key not in seen:
             seen.add(key)
             out.append(d)
@@ -214,7 +217,8 @@ def _foreign_definitions(
     handled) that define one of ``kinds``."""
     out = []
     out_key = Path(os.path.realpath(output_dir))
-    for directory in _unique_dirs([output_dir, *spec_dirs]):
+    # the files of an output directory that is a link are where cdi-gen writes, through it
+    for directory in _unique_dirs([out_key if is_linked_dir(output_dir) else output_dir, *spec_dirs]):
         here = Path(os.path.realpath(directory)) == out_key
         record = read_record(directory)
         mine = set() if here else set(_owned_now(directory, record))

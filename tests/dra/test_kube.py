@@ -277,6 +277,32 @@ async def test_credentials_that_cannot_be_had_are_one_error_naming_the_request(
     assert [c.query for c in server.calls if c.path == CLAIM_PATH] == [{}, {}]  # the 401, then the claim
 
 
+@pytest.mark.parametrize(
+    ("printed", "problem"),
+    [
+        ("not JSON", "JSONDecodeError: Expecting value"),
+        ("{}", "KeyError: 'status'"),
+        ("[1]", "TypeError: list indices"),
+    ],
+)
+async def test_an_exec_plugin_that_prints_no_credential_is_one_error_naming_the_request(
+    tmp_path: Path, server: FakeApiServer, sleeps: Sleeps, printed: str, problem: str
+) -> None:
+    plugin = tmp_path / "plugin"
+    plugin.write_text(f"#!/bin/sh\necho '{printed}'\n")
+    plugin.chmod(0o755)
+    config = kubeconfig(tmp_path / "exec", server.url, {"exec": {
+        "apiVersion": "client.authentication.k8s.io/v1beta1", "command": str(plugin),
+    }})  # fmt: skip
+    kube = KubeApi.connect(DRIVER, NODE, config, sleep=sleeps, backoff=Backoff(0.1, 1.0, 2))
+    try:
+        with pytest.raises(ApiServerError, match=rf"^GET {NODES}{NODE}: no credentials: {problem}"):
+            await kube.read_node_uid()
+    finally:
+        await kube.close()
+    assert server.calls == []
+
+
 async def test_slices_are_listed_with_field_selectors_and_checked(
     kube: KubeApi, server: FakeApiServer
 ) -> None:

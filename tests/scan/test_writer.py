@@ -149,6 +149,21 @@ def test_a_foreign_spec_of_the_same_kind_in_another_directory_is_refused(tmp_pat
     assert (out / "cdi-plugin.io-tun.json").exists()
 
 
+def test_a_link_to_a_spec_directory_hides_no_foreign_spec_in_it(tmp_path: Path) -> None:
+    """A spec directory named through a link, before its real name or as the output directory
+    cdi-gen writes through, still has its foreign specs found."""
+    etc, link = tmp_path / "etc", tmp_path / "linked"
+    etc.mkdir()
+    link.symlink_to("etc")
+    other = etc / "my-tun.yaml"
+    other.write_text(
+        "cdiVersion: 0.3.0\nkind: cdi-plugin.io/tun\ndevices: [{name: t, containerEdits: {env: [A=1]}}]\n"
+    )
+    for out, dirs in ((tmp_path / "out", (link, etc)), (link, (etc,))):
+        with pytest.raises(ConflictError, match=rf"cdi-plugin.io/tun is already defined by {other} "):
+            plan_writes([TUN], out, spec_dirs=dirs)
+
+
 def test_a_spec_cdi_gen_wrote_into_another_directory_is_reported_as_such(tmp_path: Path) -> None:
     first, second = tmp_path / "a", tmp_path / "b"
     write([TUN], first)
