@@ -10,6 +10,7 @@ import json
 import math
 import os
 import stat
+import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, Literal, NoReturn, TypeVar
@@ -32,12 +33,24 @@ def print_json_error(message: str) -> None:
     """Print ``{"error": message}`` to stdout if the running command was given ``--json``."""
     ctx = click.get_current_context(silent=True)
     if ctx is not None and ctx.meta.get(JSON_ERRORS):
-        click.echo(json.dumps({"error": message}))
+        try:
+            click.echo(json.dumps({"error": message}))
+        except BrokenPipeError:  # the line on stderr and the exit status still tell
+            _drop_stdout()
+
+
+def _drop_stdout() -> None:
+    """Send what stdout still holds, and will be given, to /dev/null: its reader is gone."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
 
 
 class JsonErrorsGroup(click.Group):
     """A group whose commands, given ``--json``, also print each error as ``{"error": MESSAGE}``
-    on stdout: their own (:func:`fail`) and usage errors, which click prints to stderr."""
+    on stdout: their own (:func:`fail`), usage errors, which click prints to stderr, and an
+    interruption (SIGINT). A reader of stdout that goes away (``| head``) ends the command
+    quietly with status 1."""
 
     def resolve_command(
         self, ctx: click.Context, args: list[str]
@@ -49,10 +62,18 @@ class JsonErrorsGroup(click.Group):
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
-            return super().invoke(ctx)
+            try:
+                return super().invoke(ctx)
+            finally:
+                sys.stdout.flush()  # here, where a closed pipe can still be told from other errors
         except click.ClickException as exc:  # a usage error: click prints it, exit 2
             print_json_error(exc.format_message())
             raise
+        except BrokenPipeError:
+            _drop_stdout()
+            raise SystemExit(1) from None
+        except KeyboardInterrupt:
+            fail(ctx.find_root().info_name or "cdi-plugin", "interrupted")
 
 
 def _asks_json(cmd: click.Command, args: list[str]) -> bool:
