@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
@@ -36,6 +36,9 @@ from cdi_plugin.cli.scanopts import (
     spec_dir_option,
     uevent_source_option,
 )
+
+if TYPE_CHECKING:
+    from cdi_plugin.store.registry import Snapshot
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -160,15 +163,16 @@ def list_(spec_dirs: tuple[Path, ...], as_json: bool, runtimes: tuple[str, ...])
     at the same priority does not resolve at all. A file with errors is broken and skipped; a
     file with only warnings (e.g. a 'v' prefix on cdiVersion, which iSulad rejects) resolves,
     and its warnings are shown. A --spec-dir that does not exist is an error; a default
-    directory that does not exist holds no specs, as for runtimes.
+    directory that does not exist holds no specs, as for runtimes. A directory that cannot be
+    read is shown as broken.
 
     On a terminal: a table; a qualified name is never broken (a narrow terminal drops the name,
     kind and priority columns, then folds the file column). Otherwise (a pipe, a file): one line per
     device, no header, tab-separated: qualified name, file, priority, kind, name; conflicts,
     broken files and warnings go to stderr.
 
-    Exit status: 0 when every file loads and no name conflicts, 1 when a file is broken, a name
-    conflicts or a --runtime does not see a device (the rest is still listed, --json too) or a
+    Exit status: 0 when every file loads and no name conflicts, 1 when a file or directory is
+    broken, a name conflicts or a --runtime does not see a device (the rest is still listed, --json too) or a
     --spec-dir does not exist, 2 on usage errors.
     """
     from cdi_plugin.cli import render
@@ -177,7 +181,7 @@ def list_(spec_dirs: tuple[Path, ...], as_json: bool, runtimes: tuple[str, ...])
     from cdi_plugin.store.registry import load_registry
 
     require_dirs(PROGRAM, spec_dirs)
-    snapshot = load_registry(list(spec_dirs or default_spec_dirs()))
+    snapshot = _with_unreadable_dirs(load_registry(list(spec_dirs or default_spec_dirs())))
     views = runtime_views(snapshot, runtimes)
     if as_json:
         render.print_json(
@@ -187,6 +191,27 @@ def list_(spec_dirs: tuple[Path, ...], as_json: bool, runtimes: tuple[str, ...])
         render.print_listing(snapshot)
         print_views(views)
     sys.exit(1 if snapshot.broken or snapshot.conflicts or any(v.unseen for v in views) else 0)
+
+
+def _with_unreadable_dirs(snapshot: Snapshot) -> Snapshot:
+    """``snapshot`` with each spec directory that cannot be read as a broken file: runtimes may
+    resolve names from it that the listing lacks. One that is no directory (a link) stays skipped
+    with a warning: runtimes read nothing from it either."""
+    from dataclasses import replace
+
+    from cdi_plugin.cdi.problems import from_error
+    from cdi_plugin.errors import SpecLoadError
+    from cdi_plugin.store.files import scan_spec_dir
+    from cdi_plugin.store.registry import SpecFile
+
+    unreadable = []
+    for priority, directory in enumerate(snapshot.dirs):
+        try:
+            scan_spec_dir(directory)
+        except SpecLoadError as exc:
+            if exc.rule == "unreadable":
+                unreadable.append(SpecFile(directory, priority, None, (from_error(exc),)))
+    return replace(snapshot, files=snapshot.files + tuple(unreadable))
 
 
 @main.command()
