@@ -267,6 +267,9 @@ def scan(
     device whose values try to inject a path, an option or a line is refused, and the scan fails
     unless --skip-refused.
 
+    The report is a table (on a terminal too narrow for it, a line per file and per device);
+    --json gives it to scripts.
+
     Exit status: 0 on success, 1 on any error, 2 on usage errors. Every check, and a full disk
     or a read-only file system, fails before any file changes.
     """
