@@ -106,7 +106,7 @@ def main(ctx: click.Context, debug: bool) -> None:
 main.add_command(inspect)
 
 
-@main.command()
+@main.command(short_help="Check CDI spec files as runtimes load them, and more strictly.")
 @click.argument("paths", nargs=-1, type=click.Path(path_type=Path, readable=False))
 @json_option
 @version_max_option
@@ -145,7 +145,7 @@ def validate(
     sys.exit(0 if report.valid else 1)
 
 
-@main.command("list")
+@main.command("list", short_help="List the device names runtimes resolve, conflicts and broken files.")
 @click.option(
     "--spec-dir",
     "spec_dirs",
@@ -306,7 +306,7 @@ def scan(
         render_scan.print_scan(report)
 
 
-@main.command()
+@main.command(short_help="Keep the specs in step with the host's devices, as a service.")
 @config_option
 @output_dir_option(OUTPUT_DIR_HELP)
 @format_option()

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 PROGRAM = "cdi-gen"
 
 
-@click.command()
+@click.command(short_help="Show what a runtime gives a container for CDI device names.")
 @click.argument("names", nargs=-1, required=True, metavar="NAME...")
 @click.option(
     "--spec-dir",

@@ -49,6 +49,10 @@ def prepared_claims(*, driver_name: str, kubelet_plugins_dir: Path, state_file: 
     \b
         cdi-plugin prepared-claims > prepared.json.new
         mv prepared.json.new prepared.json
+
+    Exit status: 0 when the record is printed (a damaged slot passed over gets a note on
+    stderr), 1 when the file cannot be read or holds no whole record (nothing is printed), 2
+    on usage errors.
     """
     from cdi_plugin.dra.names import check_driver_name
     from cdi_plugin.dra.prepared import MAX_STATE_BYTES, WHAT
