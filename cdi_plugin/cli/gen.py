@@ -35,6 +35,7 @@ from cdi_plugin.cli.scanopts import (
     source_option,
     spec_dir_option,
     uevent_source_option,
+    writing_stdout,
 )
 
 if TYPE_CHECKING:
@@ -138,10 +139,11 @@ def validate(
     from cdi_plugin.store.validation import validate_paths
 
     report = validate_paths(list(paths), cdi_version_max, strict, targets(runtimes))
-    if as_json:
-        render.print_json(report.to_json())
-    else:
-        render.print_validation(report)
+    with writing_stdout(PROGRAM):
+        if as_json:
+            render.print_json(report.to_json())
+        else:
+            render.print_validation(report)
     sys.exit(0 if report.valid else 1)
 
 
@@ -183,13 +185,14 @@ def list_(spec_dirs: tuple[Path, ...], as_json: bool, runtimes: tuple[str, ...])
     require_dirs(PROGRAM, spec_dirs)
     snapshot = _with_unreadable_dirs(load_registry(list(spec_dirs or default_spec_dirs())))
     views = runtime_views(snapshot, runtimes)
-    if as_json:
-        render.print_json(
-            render.listing_json(snapshot) | ({"runtimes": [v.to_json() for v in views]} if views else {})
-        )
-    else:
-        render.print_listing(snapshot)
-        print_views(views)
+    with writing_stdout(PROGRAM):
+        if as_json:
+            render.print_json(
+                render.listing_json(snapshot) | ({"runtimes": [v.to_json() for v in views]} if views else {})
+            )
+        else:
+            render.print_listing(snapshot)
+            print_views(views)
     sys.exit(1 if snapshot.broken or snapshot.conflicts or any(v.unseen for v in views) else 0)
 
 
@@ -276,7 +279,8 @@ def scan(
     if print_default_config:
         from cdi_plugin.generate.config import default_config_text
 
-        click.echo(default_config_text(), nl=False)
+        with writing_stdout(PROGRAM):
+            click.echo(default_config_text(), nl=False)
         return
     from cdi_plugin.cli import render_scan
     from cdi_plugin.discovery.sources import make_source
@@ -300,10 +304,11 @@ def scan(
     with render_scan.progress("scanning devices"):
         report = run_scan(options, make_source(source))
     render_scan.print_warnings(report.warnings)
-    if as_json:
-        render_scan.print_json(report)
-    else:
-        render_scan.print_scan(report)
+    with writing_stdout(PROGRAM):
+        if as_json:
+            render_scan.print_json(report)
+        else:
+            render_scan.print_scan(report)
 
 
 @main.command(short_help="Keep the specs in step with the host's devices, as a service.")

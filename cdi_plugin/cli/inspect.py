@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from cdi_plugin.cli.scanopts import PathOf, fail, require_dirs
+from cdi_plugin.cli.scanopts import PathOf, fail, require_dirs, writing_stdout
 
 if TYPE_CHECKING:
     from cdi_plugin.cdi.inject import HostNode, HostNodes, Origin, Requested
@@ -93,10 +93,11 @@ def inspect(
     if oci_path is not None:
         write_into_oci(oci_path, edits, hosts)
     report = render_inspect.Report(snapshot, requested, container, hosts, errors, oci_path)
-    if as_json:
-        render_inspect.print_json(report)
-    else:
-        render_inspect.print_report(report)
+    with writing_stdout(PROGRAM):
+        if as_json:
+            render_inspect.print_json(report)
+        else:
+            render_inspect.print_report(report)
     if errors:
         message = f"a runtime would not create the container: failed to inject devices: {errors[0]}"
         fail(PROGRAM, message, json_error=False)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from cdi_plugin.cli.scanopts import PathOf, fail
+from cdi_plugin.cli.scanopts import PathOf, fail, writing_stdout
 from cdi_plugin.dra.names import DEFAULT_DRIVER, DEFAULT_PLUGINS_DIR
 
 PROGRAM = "cdi-plugin"
@@ -68,4 +68,5 @@ def prepared_claims(*, driver_name: str, kubelet_plugins_dir: Path, state_file: 
         fail(PROGRAM, str(exc))
     if reading.damaged is not None:
         click.echo(f"{PROGRAM}: note: {path}: {reading.damaged}", err=True)
-    click.echo(encode(state, indent=1), nl=False)
+    with writing_stdout(PROGRAM):
+        click.echo(encode(state, indent=1), nl=False)

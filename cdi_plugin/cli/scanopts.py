@@ -6,12 +6,13 @@ Imports only click, the pure CDI core and the device-source names, so that ``--h
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
 import stat
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, Literal, NoReturn, TypeVar
 
@@ -35,7 +36,7 @@ def print_json_error(message: str) -> None:
     if ctx is not None and ctx.meta.get(JSON_ERRORS):
         try:
             click.echo(json.dumps({"error": message}))
-        except BrokenPipeError:  # the line on stderr and the exit status still tell
+        except OSError:  # a reader gone, a full disk: the line on stderr and the exit status still tell
             _drop_stdout()
 
 
@@ -98,6 +99,19 @@ def fail(program: str, message: str, code: int = 1, *, json_error: bool = True) 
         print_json_error(message)
     click.echo(f"{program}: error: {escape_controls(message)}", err=True)
     raise SystemExit(code)
+
+
+@contextlib.contextmanager
+def writing_stdout(program: str) -> Iterator[None]:
+    """Around a command's output: stdout that cannot be written (a full disk) is one error line
+    naming it. A reader that went away (EPIPE) is left to :class:`JsonErrorsGroup`."""
+    try:
+        yield
+    except BrokenPipeError:
+        raise
+    except OSError as exc:
+        _drop_stdout()
+        fail(program, f"cannot write to standard output: {exc.strerror or exc}", json_error=False)
 
 
 def require_dirs(program: str, spec_dirs: Iterable[Path]) -> None:

@@ -1,6 +1,6 @@
-"""What both programs do when their reader goes away (``| head -c1``) or they are interrupted:
-no traceback, no error about the pipe, the status of an error (1), and with ``--json`` still one
-JSON object on stdout for an interruption."""
+"""What both programs do when their reader goes away (``| head -c1``), their stdout is full or
+they are interrupted: no traceback, the status of an error (1), no error about a pipe closed by
+its reader, and with ``--json`` still one JSON object on stdout for an interruption."""
 
 from __future__ import annotations
 
@@ -56,6 +56,30 @@ def spec_dir(tmp_path: Path) -> Path:
 def test_a_reader_gone_ends_the_command_quietly(spec_dir: Path, args: list[str | Path]) -> None:
     done = run_into_closed_pipe(*(str(a).format(dir=spec_dir) for a in args))
     assert (done.returncode, done.stderr) == (1, "")
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        [CDI_GEN, "list", "--spec-dir", "{dir}"],
+        [CDI_GEN, "validate", "--json", "{dir}"],
+        [CDI_GEN, "inspect", "--json", "--spec-dir", "{dir}", "acme.example/gpu=card0"],
+        [CDI_GEN, "scan", "--print-default-config"],
+        [CDI_PLUGIN, "dra-objects", "--json", "--only", "rbac"],
+    ],
+    ids=lambda args: " ".join(map(str, args[1:3])),
+)
+def test_a_full_stdout_is_one_error_line(spec_dir: Path, args: list[str | Path]) -> None:
+    with open("/dev/full", "w") as full:
+        done = subprocess.run(
+            [str(a).format(dir=spec_dir) for a in args],
+            stdout=full, stderr=subprocess.PIPE, text=True, timeout=60, check=False,
+        )  # fmt: skip
+    program = Path(args[0]).name
+    assert (done.returncode, done.stderr) == (
+        1,
+        f"{program}: error: cannot write to standard output: No space left on device\n",
+    )
 
 
 def test_a_usage_error_is_told_on_stderr_when_stdout_is_gone() -> None:
