@@ -32,6 +32,15 @@ def _text(text: str) -> str:
     return escape(escape_controls(text))
 
 
+def _encodes(text: str) -> bool:
+    """Whether stdout's encoding has ``text`` (not in the C locale of a Python without UTF-8 mode)."""
+    try:
+        text.encode(sys.stdout.encoding or "ascii")
+    except (UnicodeEncodeError, LookupError):
+        return False
+    return True
+
+
 def print_json(obj: Any) -> None:
     """``obj`` as indented JSON, written as it is encoded (a report can hold many problems)."""
     json.dump(obj, sys.stdout, indent=2)
@@ -93,9 +102,10 @@ def print_validation(report: ValidationReport) -> None:
         where = ", ".join(str(p) for p in report.searched)
         _line(f"no spec files found in {_text(where)}")
         return
+    cross, tick = ("✗", "✓") if _encodes("✗✓") else ("x", "+")
     for f in report.files:
         path = _text(str(f.path))
-        mark = "[red]✗[/]" if not f.valid else "[yellow]![/]" if f.problems else "[green]✓[/]"
+        mark = f"[red]{cross}[/]" if not f.valid else "[yellow]![/]" if f.problems else f"[green]{tick}[/]"
         if f.valid and f.spec is not None:
             n = len(f.spec.devices)
             warned = f", {plural(len(f.problems), 'warning')}" if f.problems else ""

@@ -62,6 +62,8 @@ class JsonErrorsGroup(click.Group):
         return name, cmd, rest
 
     def invoke(self, ctx: click.Context) -> Any:
+        with contextlib.suppress(AttributeError):  # text a locale cannot encode is escaped, not fatal
+            sys.stdout.reconfigure(errors="backslashreplace")  # type: ignore[union-attr]
         try:
             try:
                 return super().invoke(ctx)

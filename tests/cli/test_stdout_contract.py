@@ -129,3 +129,31 @@ def test_an_interrupted_scan_is_one_error(tmp_path: Path, as_json: bool) -> None
     else:
         assert stdout == ""
     assert os.listdir(out) == [LOCK_NAME]
+
+
+def test_a_locale_without_utf8_gets_escapes_not_an_error(tmp_path: Path) -> None:
+    """The C locale of a Python without UTF-8 mode: stdout is ASCII. A name from a spec that
+    ASCII lacks is escaped, and the marks of validate are ASCII."""
+    write_spec(tmp_path, "gpu.json", "acme.example/gpu", "card0")
+    edits = {"deviceNodes": [{"path": "/dev/null"}]}
+    bad = {
+        "cdiVersion": "0.3.0",
+        "kind": "acme.example/nic",
+        "devices": [{"name": "cärd0", "containerEdits": edits}],
+    }
+    (tmp_path / "nic.json").write_text(json.dumps(bad))
+    env = {**os.environ, "LC_ALL": "C", "PYTHONUTF8": "0", "PYTHONCOERCECLOCALE": "0", "COLUMNS": "200"}
+    env.pop("PYTHONIOENCODING", None)
+    runs = {
+        command: subprocess.run(
+            [str(CDI_GEN), command, *(["--spec-dir"] if command == "list" else []), str(tmp_path)],
+            capture_output=True, text=True, encoding="ascii", timeout=60, check=False, env=env,
+        )
+        for command in ("validate", "list")
+    }  # fmt: skip
+    validate, listing = runs["validate"].stdout.splitlines(), runs["list"].stderr
+    assert runs["validate"].returncode == runs["list"].returncode == 1, runs["validate"].stderr
+    assert validate[0].startswith(f"+ {tmp_path}/gpu.json  ")
+    assert validate[1] == f"x {tmp_path}/nic.json"
+    assert any("invalid device name 'c\\xe4rd0'" in line for line in validate)
+    assert "invalid device name 'c\\xe4rd0'" in listing
