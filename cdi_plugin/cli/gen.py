@@ -174,8 +174,8 @@ def list_(spec_dirs: tuple[Path, ...], as_json: bool, runtimes: tuple[str, ...])
     broken files and warnings go to stderr.
 
     Exit status: 0 when every file loads and no name conflicts, 1 when a file or directory is
-    broken, a name conflicts or a --runtime does not see a device (the rest is still listed, --json too) or a
-    --spec-dir does not exist, 2 on usage errors.
+    broken, a name conflicts or a --runtime does not see a device (the rest is still listed,
+    --json too) or a --spec-dir does not exist, 2 on usage errors.
     """
     from cdi_plugin.cli import render
     from cdi_plugin.cli.render_runtimes import print_views, runtime_views
