@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from cdi_plugin.cli.scanopts import PathOf, fail, require_dirs
+from cdi_plugin.cli.scanopts import PathOf, fail, require_dirs, writing_stdout
 from cdi_plugin.dra.names import DEFAULT_DRIVER
 
 PROGRAM = "cdi-plugin"
@@ -261,12 +261,13 @@ def dra_objects(
         fail(PROGRAM, str(exc))
     for kind, problem in left_out.items():
         click.echo(f"{PROGRAM}: warning: left out kind {shown(kind)}: {escape_controls(problem)}", err=True)
-    if as_json:
-        click.echo(json.dumps({"apiVersion": "v1", "kind": "List", "items": out}, indent=2))
-    else:
-        import yaml
+    with writing_stdout(PROGRAM):
+        if as_json:
+            click.echo(json.dumps({"apiVersion": "v1", "kind": "List", "items": out}, indent=2))
+        else:
+            import yaml
 
-        click.echo(yaml.safe_dump_all(out, sort_keys=False, explicit_start=True, width=4096), nl=False)
+            click.echo(yaml.safe_dump_all(out, sort_keys=False, explicit_start=True, width=4096), nl=False)
     if left_out:
         raise SystemExit(1)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
@@ -35,7 +35,11 @@ from cdi_plugin.cli.scanopts import (
     source_option,
     spec_dir_option,
     uevent_source_option,
+    writing_stdout,
 )
+
+if TYPE_CHECKING:
+    from cdi_plugin.store.registry import Snapshot
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -103,7 +107,7 @@ def main(ctx: click.Context, debug: bool) -> None:
 main.add_command(inspect)
 
 
-@main.command()
+@main.command(short_help="Check CDI spec files as runtimes load them, and more strictly.")
 @click.argument("paths", nargs=-1, type=click.Path(path_type=Path, readable=False))
 @json_option
 @version_max_option
@@ -135,14 +139,15 @@ def validate(
     from cdi_plugin.store.validation import validate_paths
 
     report = validate_paths(list(paths), cdi_version_max, strict, targets(runtimes))
-    if as_json:
-        render.print_json(report.to_json())
-    else:
-        render.print_validation(report)
+    with writing_stdout(PROGRAM):
+        if as_json:
+            render.print_json(report.to_json())
+        else:
+            render.print_validation(report)
     sys.exit(0 if report.valid else 1)
 
 
-@main.command("list")
+@main.command("list", short_help="List the device names runtimes resolve, conflicts and broken files.")
 @click.option(
     "--spec-dir",
     "spec_dirs",
@@ -160,16 +165,17 @@ def list_(spec_dirs: tuple[Path, ...], as_json: bool, runtimes: tuple[str, ...])
     at the same priority does not resolve at all. A file with errors is broken and skipped; a
     file with only warnings (e.g. a 'v' prefix on cdiVersion, which iSulad rejects) resolves,
     and its warnings are shown. A --spec-dir that does not exist is an error; a default
-    directory that does not exist holds no specs, as for runtimes.
+    directory that does not exist holds no specs, as for runtimes. A directory that cannot be
+    read is shown as broken.
 
     On a terminal: a table; a qualified name is never broken (a narrow terminal drops the name,
     kind and priority columns, then folds the file column). Otherwise (a pipe, a file): one line per
     device, no header, tab-separated: qualified name, file, priority, kind, name; conflicts,
     broken files and warnings go to stderr.
 
-    Exit status: 0 when every file loads and no name conflicts, 1 when a file is broken, a name
-    conflicts or a --runtime does not see a device (the rest is still listed, --json too) or a
-    --spec-dir does not exist, 2 on usage errors.
+    Exit status: 0 when every file loads and no name conflicts, 1 when a file or directory is
+    broken, a name conflicts or a --runtime does not see a device (the rest is still listed,
+    --json too) or a --spec-dir does not exist, 2 on usage errors.
     """
     from cdi_plugin.cli import render
     from cdi_plugin.cli.render_runtimes import print_views, runtime_views
@@ -177,16 +183,38 @@ def list_(spec_dirs: tuple[Path, ...], as_json: bool, runtimes: tuple[str, ...])
     from cdi_plugin.store.registry import load_registry
 
     require_dirs(PROGRAM, spec_dirs)
-    snapshot = load_registry(list(spec_dirs or default_spec_dirs()))
+    snapshot = _with_unreadable_dirs(load_registry(list(spec_dirs or default_spec_dirs())))
     views = runtime_views(snapshot, runtimes)
-    if as_json:
-        render.print_json(
-            render.listing_json(snapshot) | ({"runtimes": [v.to_json() for v in views]} if views else {})
-        )
-    else:
-        render.print_listing(snapshot)
-        print_views(views)
+    with writing_stdout(PROGRAM):
+        if as_json:
+            render.print_json(
+                render.listing_json(snapshot) | ({"runtimes": [v.to_json() for v in views]} if views else {})
+            )
+        else:
+            render.print_listing(snapshot)
+            print_views(views)
     sys.exit(1 if snapshot.broken or snapshot.conflicts or any(v.unseen for v in views) else 0)
+
+
+def _with_unreadable_dirs(snapshot: Snapshot) -> Snapshot:
+    """``snapshot`` with each spec directory that cannot be read as a broken file: runtimes may
+    resolve names from it that the listing lacks. One that is no directory (a link) stays skipped
+    with a warning: runtimes read nothing from it either."""
+    from dataclasses import replace
+
+    from cdi_plugin.cdi.problems import from_error
+    from cdi_plugin.errors import SpecLoadError
+    from cdi_plugin.store.files import scan_spec_dir
+    from cdi_plugin.store.registry import SpecFile
+
+    unreadable = []
+    for priority, directory in enumerate(snapshot.dirs):
+        try:
+            scan_spec_dir(directory)
+        except SpecLoadError as exc:
+            if exc.rule == "unreadable":
+                unreadable.append(SpecFile(directory, priority, None, (from_error(exc),)))
+    return replace(snapshot, files=snapshot.files + tuple(unreadable))
 
 
 @main.command()
@@ -242,13 +270,17 @@ def scan(
     device whose values try to inject a path, an option or a line is refused, and the scan fails
     unless --skip-refused.
 
+    The report is a table (on a terminal too narrow for it, a line per file and per device);
+    --json gives it to scripts.
+
     Exit status: 0 on success, 1 on any error, 2 on usage errors. Every check, and a full disk
     or a read-only file system, fails before any file changes.
     """
     if print_default_config:
         from cdi_plugin.generate.config import default_config_text
 
-        click.echo(default_config_text(), nl=False)
+        with writing_stdout(PROGRAM):
+            click.echo(default_config_text(), nl=False)
         return
     from cdi_plugin.cli import render_scan
     from cdi_plugin.discovery.sources import make_source
@@ -272,13 +304,14 @@ def scan(
     with render_scan.progress("scanning devices"):
         report = run_scan(options, make_source(source))
     render_scan.print_warnings(report.warnings)
-    if as_json:
-        render_scan.print_json(report)
-    else:
-        render_scan.print_scan(report)
+    with writing_stdout(PROGRAM):
+        if as_json:
+            render_scan.print_json(report)
+        else:
+            render_scan.print_scan(report)
 
 
-@main.command()
+@main.command(short_help="Keep the specs in step with the host's devices, as a service.")
 @config_option
 @output_dir_option(OUTPUT_DIR_HELP)
 @format_option()

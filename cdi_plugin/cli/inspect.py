@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from cdi_plugin.cli.scanopts import PathOf, fail, require_dirs
+from cdi_plugin.cli.scanopts import PathOf, fail, require_dirs, writing_stdout
 
 if TYPE_CHECKING:
     from cdi_plugin.cdi.inject import HostNode, HostNodes, Origin, Requested
@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 PROGRAM = "cdi-gen"
 
 
-@click.command()
+@click.command(short_help="Show what a runtime gives a container for CDI device names.")
 @click.argument("names", nargs=-1, required=True, metavar="NAME...")
 @click.option(
     "--spec-dir",
@@ -93,10 +93,11 @@ def inspect(
     if oci_path is not None:
         write_into_oci(oci_path, edits, hosts)
     report = render_inspect.Report(snapshot, requested, container, hosts, errors, oci_path)
-    if as_json:
-        render_inspect.print_json(report)
-    else:
-        render_inspect.print_report(report)
+    with writing_stdout(PROGRAM):
+        if as_json:
+            render_inspect.print_json(report)
+        else:
+            render_inspect.print_report(report)
     if errors:
         message = f"a runtime would not create the container: failed to inject devices: {errors[0]}"
         fail(PROGRAM, message, json_error=False)

@@ -85,7 +85,11 @@ def main() -> None:
     """
 
 
-@main.command(cls=SectionedCommand, sections=SERVE_SECTIONS)
+@main.command(
+    cls=SectionedCommand,
+    sections=SERVE_SECTIONS,
+    short_help="Serve CDI devices to the kubelet as a device plugin and a DRA driver.",
+)
 @click.option(
     "--spec-dir",
     "spec_dirs",

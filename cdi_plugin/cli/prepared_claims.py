@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from cdi_plugin.cli.scanopts import PathOf, fail
+from cdi_plugin.cli.scanopts import PathOf, fail, writing_stdout
 from cdi_plugin.dra.names import DEFAULT_DRIVER, DEFAULT_PLUGINS_DIR
 
 PROGRAM = "cdi-plugin"
@@ -49,6 +49,10 @@ def prepared_claims(*, driver_name: str, kubelet_plugins_dir: Path, state_file: 
     \b
         cdi-plugin prepared-claims > prepared.json.new
         mv prepared.json.new prepared.json
+
+    Exit status: 0 when the record is printed (a damaged slot passed over gets a note on
+    stderr), 1 when the file cannot be read or holds no whole record (nothing is printed), 2
+    on usage errors.
     """
     from cdi_plugin.dra.names import check_driver_name
     from cdi_plugin.dra.prepared import MAX_STATE_BYTES, WHAT
@@ -64,4 +68,5 @@ def prepared_claims(*, driver_name: str, kubelet_plugins_dir: Path, state_file: 
         fail(PROGRAM, str(exc))
     if reading.damaged is not None:
         click.echo(f"{PROGRAM}: note: {path}: {reading.damaged}", err=True)
-    click.echo(encode(state, indent=1), nl=False)
+    with writing_stdout(PROGRAM):
+        click.echo(encode(state, indent=1), nl=False)

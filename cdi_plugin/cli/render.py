@@ -32,6 +32,15 @@ def _text(text: str) -> str:
     return escape(escape_controls(text))
 
 
+def _encodes(text: str) -> bool:
+    """Whether stdout's encoding has ``text`` (not in the C locale of a Python without UTF-8 mode)."""
+    try:
+        text.encode(sys.stdout.encoding or "ascii")
+    except (UnicodeEncodeError, LookupError):
+        return False
+    return True
+
+
 def print_json(obj: Any) -> None:
     """``obj`` as indented JSON, written as it is encoded (a report can hold many problems)."""
     json.dump(obj, sys.stdout, indent=2)
@@ -48,20 +57,44 @@ def _more(problems: Sequence[Problem]) -> str:
     return f"{plural(more, 'more problem')} (--json lists them all)" if more > 0 else ""
 
 
-def _problem_table(problems: list[Problem]) -> Table:
+_PROBLEM_COLUMNS = ("where", "severity", "rule", "problem", "hint")
+_MIN_TEXT = 20  # the problem and hint columns, narrower than this, give way to one line per problem
+
+
+def _print_problems(out: Console, problems: Sequence[Problem]) -> None:
+    """A table of the problems whose pointers, severities and rules are never broken; on a
+    terminal too narrow for it, one line per problem, which the terminal wraps."""
+    shown = problems[:MAX_SHOWN_PROBLEMS]
+    rows = [
+        tuple(
+            escape(escape_controls(text))
+            for text in (p.pointer or "-", str(p.severity), p.rule, p.message, p.hint)
+        )
+        for p in shown
+    ]
+    natural = [
+        max(cell_len(head), *(cell_len(r[i]) for r in rows)) for i, head in enumerate(_PROBLEM_COLUMNS[:3])
+    ]
+    if sum(natural) + _GAP * 4 + 2 * _MIN_TEXT > out.width:
+        for p, (where, severity, rule, message, hint) in zip(shown, rows, strict=True):
+            style = "red" if p.is_error else "yellow"
+            out.print(
+                f"  {where}: [{style}]{severity} {rule}[/]: {message}{'; ' * bool(hint)}{hint}",
+                soft_wrap=True,
+            )
+        if _more(problems):
+            out.print(f"  {_more(problems)}", soft_wrap=True)
+        return
     table = Table(box=None, show_header=True, header_style="bold", pad_edge=False)
-    for name in ("where", "severity", "rule", "problem", "hint"):
-        table.add_column(name, overflow="fold")
+    for i, name in enumerate(_PROBLEM_COLUMNS):
+        table.add_column(name, no_wrap=i < 3, overflow="fold")
     if _more(problems):
         table.caption = _more(problems)
         table.caption_justify = "left"
-    for p in problems[:MAX_SHOWN_PROBLEMS]:
+    for p, (where, severity, rule, message, hint) in zip(shown, rows, strict=True):
         style = "red" if p.is_error else "yellow"
-        table.add_row(
-            _text(p.pointer or "-"), f"[{style}]{p.severity}[/]", f"[{style}]{p.rule}[/]",
-            _text(p.message), _text(p.hint),
-        )  # fmt: skip
-    return table
+        table.add_row(where, f"[{style}]{severity}[/]", f"[{style}]{rule}[/]", message, hint)
+    out.print(table)
 
 
 def print_validation(report: ValidationReport) -> None:
@@ -69,9 +102,10 @@ def print_validation(report: ValidationReport) -> None:
         where = ", ".join(str(p) for p in report.searched)
         _line(f"no spec files found in {_text(where)}")
         return
+    cross, tick = ("✗", "✓") if _encodes("✗✓") else ("x", "+")
     for f in report.files:
         path = _text(str(f.path))
-        mark = "[red]✗[/]" if not f.valid else "[yellow]![/]" if f.problems else "[green]✓[/]"
+        mark = f"[red]{cross}[/]" if not f.valid else "[yellow]![/]" if f.problems else f"[green]{tick}[/]"
         if f.valid and f.spec is not None:
             n = len(f.spec.devices)
             warned = f", {plural(len(f.problems), 'warning')}" if f.problems else ""
@@ -87,7 +121,7 @@ def print_validation(report: ValidationReport) -> None:
         else:
             _line(f"{mark} {path}")
         if f.problems:
-            _out.print(_problem_table(f.problems))
+            _print_problems(_out, f.problems)
     bad = sum(not f.valid for f in report.files)
     total = len(report.files)
     summary = f"{plural(total, 'file')}: {total - bad} valid, {bad} invalid"
@@ -155,11 +189,11 @@ def print_listing(snapshot: Snapshot) -> None:
         out.print(f"[red]conflict[/] {escape(_conflict_line(c))}", soft_wrap=True)
     for f in snapshot.broken:
         out.print(f"[red]broken[/] {_text(str(f.path))}", soft_wrap=True)
-        out.print(_problem_table(list(f.problems)))
+        _print_problems(out, f.problems)
     for f in snapshot.warned:
         warned = f"loads, with {plural(len(f.problems), 'warning')}"
         out.print(f"[yellow]warning[/] {_text(str(f.path))}: {warned}", soft_wrap=True)
-        out.print(_problem_table(list(f.problems)))
+        _print_problems(out, f.problems)
 
 
 def _one_field(text: str) -> str:

@@ -11,6 +11,7 @@ import json
 import sys
 from collections.abc import Iterator
 
+from rich.cells import cell_len
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
@@ -64,29 +65,47 @@ def _diff_text(diff: str) -> Text:
     return text
 
 
+#: The columns of the scan's table: only the file column is ever narrower than its cells (it folds).
+_COLUMNS = ("kind", "device", "host nodes", "file", "status")
+_GAP = 2  # between two columns of a table without a box
+_MIN_FOLDED_FILE = 12  # a narrower file column gives way to one line per file and per device
+
+
+def _rows(report: ScanReport) -> list[tuple[str, str, str, str, str]]:
+    """The table's cells, unstyled: a file's kind, path and status on its first device's row."""
+    rows = []
+    for f in report.files:
+        status = _WOULD[f.action] if report.options.dry_run else f.action
+        devices = [(d.name, " ".join(d.host_nodes)) for d in f.spec.devices] if f.spec else [("-", "-")]
+        for i, (name, nodes) in enumerate(devices):
+            rows.append((f.kind, name, nodes, str(f.path), status) if i == 0 else ("", name, nodes, "", ""))
+    return rows
+
+
 def print_scan(report: ScanReport) -> None:
+    """A table; on a terminal too narrow for it without breaking a name, a device or its nodes,
+    a line per file (kind, path, status) and per device (name, nodes), which the terminal wraps."""
     dry = report.options.dry_run
     if not report.files:
         _out.print(f"no matching devices; nothing to write in {escape(str(report.options.output_dir))}")
         return
-    table = Table(box=None, header_style="bold", pad_edge=False)
-    for name in ("kind", "device", "host nodes", "file", "status"):
-        table.add_column(name, overflow="fold")
-    for f in report.files:
-        status = _WOULD[f.action] if dry else f.action
-        styled = f"[{_STYLE[f.action]}]{status}[/]"
-        if f.spec is None:
-            table.add_row(escape(f.kind), "-", "-", escape(str(f.path)), styled)
-            continue
-        for i, d in enumerate(f.spec.devices):
-            table.add_row(
-                escape(f.kind) if i == 0 else "",
-                escape(d.name),
-                escape(" ".join(d.host_nodes)),
-                escape(str(f.path)) if i == 0 else "",
-                styled if i == 0 else "",
-            )
-    _out.print(table)
+    rows = _rows(report)
+    natural = [max(cell_len(head), *(cell_len(r[i]) for r in rows)) for i, head in enumerate(_COLUMNS)]
+    fixed = sum(natural) - natural[3] + _GAP * (len(_COLUMNS) - 1)
+    styles = iter(_STYLE[f.action] for f in report.files)
+    if fixed + min(natural[3], _MIN_FOLDED_FILE) <= _out.width:
+        table = Table(box=None, header_style="bold", pad_edge=False)
+        for i, name in enumerate(_COLUMNS):
+            table.add_column(name, no_wrap=i != 3, overflow="fold")
+        for kind, name, nodes, path, status in rows:
+            styled = f"[{next(styles)}]{status}[/]" if status else ""
+            table.add_row(escape(kind), escape(name), escape(nodes), escape(path), styled)
+        _out.print(table)
+    else:
+        for kind, name, nodes, path, status in rows:
+            if kind:
+                _out.print(f"{escape(kind)}  {escape(path)}  [{next(styles)}]{status}[/]", soft_wrap=True)
+            _out.print(f"  {escape(name)}  {escape(nodes)}", soft_wrap=True)
     for line in report.forced:
         _out.print(
             f"[yellow]--force:[/] {'would write' if dry else 'wrote'} over {escape(line)}", soft_wrap=True
@@ -102,5 +121,5 @@ def print_scan(report: ScanReport) -> None:
     if dry:
         for f in report.files:
             if f.diff:
-                _out.print(_diff_text(f.diff), end="")
+                _out.print(_diff_text(f.diff), end="", soft_wrap=True)
         _out.print("[bold]dry run:[/] nothing was written")

@@ -6,11 +6,13 @@ Imports only click, the pure CDI core and the device-source names, so that ``--h
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
 import stat
-from collections.abc import Callable, Iterable
+import sys
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, Literal, NoReturn, TypeVar
 
@@ -32,12 +34,24 @@ def print_json_error(message: str) -> None:
     """Print ``{"error": message}`` to stdout if the running command was given ``--json``."""
     ctx = click.get_current_context(silent=True)
     if ctx is not None and ctx.meta.get(JSON_ERRORS):
-        click.echo(json.dumps({"error": message}))
+        try:
+            click.echo(json.dumps({"error": message}))
+        except OSError:  # a reader gone, a full disk: the line on stderr and the exit status still tell
+            _drop_stdout()
+
+
+def _drop_stdout() -> None:
+    """Send what stdout still holds, and will be given, to /dev/null: its reader is gone."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
 
 
 class JsonErrorsGroup(click.Group):
     """A group whose commands, given ``--json``, also print each error as ``{"error": MESSAGE}``
-    on stdout: their own (:func:`fail`) and usage errors, which click prints to stderr."""
+    on stdout: their own (:func:`fail`), usage errors, which click prints to stderr, and an
+    interruption (SIGINT). A reader of stdout that goes away (``| head``) ends the command
+    quietly with status 1."""
 
     def resolve_command(
         self, ctx: click.Context, args: list[str]
@@ -48,11 +62,21 @@ class JsonErrorsGroup(click.Group):
         return name, cmd, rest
 
     def invoke(self, ctx: click.Context) -> Any:
+        with contextlib.suppress(AttributeError):  # text a locale cannot encode is escaped, not fatal
+            sys.stdout.reconfigure(errors="backslashreplace")  # type: ignore[union-attr]
         try:
-            return super().invoke(ctx)
+            try:
+                return super().invoke(ctx)
+            finally:
+                sys.stdout.flush()  # here, where a closed pipe can still be told from other errors
         except click.ClickException as exc:  # a usage error: click prints it, exit 2
             print_json_error(exc.format_message())
             raise
+        except BrokenPipeError:
+            _drop_stdout()
+            raise SystemExit(1) from None
+        except KeyboardInterrupt:
+            fail(ctx.find_root().info_name or "cdi-plugin", "interrupted")
 
 
 def _asks_json(cmd: click.Command, args: list[str]) -> bool:
@@ -77,6 +101,19 @@ def fail(program: str, message: str, code: int = 1, *, json_error: bool = True) 
         print_json_error(message)
     click.echo(f"{program}: error: {escape_controls(message)}", err=True)
     raise SystemExit(code)
+
+
+@contextlib.contextmanager
+def writing_stdout(program: str) -> Iterator[None]:
+    """Around a command's output: stdout that cannot be written (a full disk) is one error line
+    naming it. A reader that went away (EPIPE) is left to :class:`JsonErrorsGroup`."""
+    try:
+        yield
+    except BrokenPipeError:
+        raise
+    except OSError as exc:
+        _drop_stdout()
+        fail(program, f"cannot write to standard output: {exc.strerror or exc}", json_error=False)
 
 
 def require_dirs(program: str, spec_dirs: Iterable[Path]) -> None:

@@ -74,3 +74,23 @@ def test_serve_help_shows_the_scanner_defaults_of_watch() -> None:
     serve, watch = _defaults(plugin.main, ["serve"]), _defaults(gen.main, ["watch"])
     for option in ["--format", "--cdi-version-max", "--source", "--uevent-source"]:
         assert serve.get(option) == watch[option], option
+
+
+SUBCOMMANDS = {
+    f"{name} {command}": (program, command)
+    for name, program in (("cdi-gen", gen.main), ("cdi-plugin", plugin.main))
+    for command in program.commands
+}
+
+
+@pytest.mark.parametrize("name", SUBCOMMANDS)
+def test_every_command_states_its_exit_status(name: str) -> None:
+    program, command = SUBCOMMANDS[name]
+    assert "exit status" in " ".join(_help(program, [command], 1000).split()).lower()
+
+
+@pytest.mark.parametrize("program", [gen.main, plugin.main], ids=["cdi-gen", "cdi-plugin"])
+def test_the_list_of_commands_cuts_no_summary(program: click.Group) -> None:
+    commands = _help(program, [], 80).partition("Commands:\n")[2]
+    assert commands.count("\n") >= len(program.commands)
+    assert "..." not in commands

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli.conftest import Invoke, report, run_cdi_gen, run_on_terminal
+from tests.cli.conftest import CDI_GEN, Invoke, report, run_cdi_gen, run_on_terminal
 from tests.store.specfiles import write_spec
+from tests.store.unprivileged import run_as_nobody, world_dir
 
 
 @pytest.fixture
@@ -146,6 +147,34 @@ def test_a_spec_dir_that_is_a_symbolic_link_overrides_nothing(tmp_path: Path) ->
         ("acme.example/gpu=card1", str(etc / "gpu.json")),
     ]
     assert f"skipping spec directory {run}: is a symbolic link" in result.stderr
+
+
+@pytest.mark.root
+def test_an_unreadable_spec_dir_is_broken_and_exits_1() -> None:
+    """A runtime (root) may resolve names from a directory this user cannot read: the listing
+    lacks them, so it does not pass for complete."""
+    with world_dir() as d:
+        readable, private = d / "etc", d / "run"
+        write_spec(readable, "gpu.json", "acme.example/gpu", "card0")
+        write_spec(private, "gpu.json", "acme.example/gpu", "card1")
+        private.chmod(0o700)
+        plain = run_as_nobody([str(CDI_GEN), "list", "--spec-dir", str(readable), "--spec-dir", str(private)])
+        done = run_as_nobody(
+            [str(CDI_GEN), "list", "--json", "--spec-dir", str(readable), "--spec-dir", str(private)]
+        )
+    assert (plain.returncode, plain.stdout) == (
+        1,
+        f"acme.example/gpu=card0\t{readable}/gpu.json\t0\tacme.example/gpu\tcard0\n",
+    )
+    assert f"broken {private}: permission denied\n" in plain.stderr
+    assert done.returncode == 1, done.stderr
+    listed = report(done)
+    assert [d["qualifiedName"] for d in listed["devices"]] == ["acme.example/gpu=card0"]
+    [broken] = listed["broken"]
+    assert (broken["path"], broken["priority"]) == (str(private), 1)
+    assert [(p["rule"], p["severity"], p["message"]) for p in broken["problems"]] == [
+        ("unreadable", "error", "permission denied")
+    ]
 
 
 def test_a_directory_named_twice_in_cdi_spec_dirs_has_the_priority_of_its_last_place(

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli.conftest import SPECS, Invoke, report, run_cdi_gen
+from tests.cli.conftest import SPECS, Invoke, report, run_cdi_gen, run_on_terminal
 from tests.store.specfiles import write_spec
 
 GOOD = sorted(p for p in (SPECS / "good").glob("*") if p.is_file())
@@ -267,3 +267,20 @@ def test_validate_as_a_real_program() -> None:
     assert bad.stderr == ""
     rules = [p["rule"] for f in json.loads(bad.stdout)["files"] for p in f["problems"]]
     assert rules == ["conflict", "conflict", "no-devices"]
+
+
+@pytest.mark.parametrize("columns", [40, 80])
+def test_on_a_narrow_terminal_each_problem_is_one_whole_line(tmp_path: Path, columns: int) -> None:
+    """Pointers, rules and messages are not broken into a table's narrow columns: the terminal
+    wraps each problem's line."""
+    spec = {"cdiVersion": "v0.3.0", "kind": "acme.example/gpu",
+            "devices": [{"name": "card0", "containerEdits": {"env": ["NO_VALUE"]}}]}  # fmt: skip
+    (tmp_path / "gpu.json").write_text(json.dumps(spec))
+    status, lines, _ = run_on_terminal("validate", tmp_path, columns=columns)
+    assert status == 1
+    assert (
+        "  /devices/0/containerEdits/env/0: error env-format: invalid env entry 'NO_VALUE'; use NAME=VALUE"
+        in lines
+    )
+    [prefix] = [line for line in lines if line.startswith("  /cdiVersion: warning version-prefix: ")]
+    assert prefix.endswith("; write the bare version")

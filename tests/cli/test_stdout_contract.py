@@ -1,0 +1,159 @@
+"""What both programs do when their reader goes away (``| head -c1``), their stdout is full or
+they are interrupted: no traceback, the status of an error (1), no error about a pipe closed by
+its reader, and with ``--json`` still one JSON object on stdout for an interruption."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from cdi_plugin.store.dirlock import LOCK_NAME
+from tests.cli.conftest import CDI_GEN
+from tests.store.specfiles import write_spec
+from tests.store.unprivileged import VENV_BIN
+
+CDI_PLUGIN = VENV_BIN / "cdi-plugin"
+
+
+def run_into_closed_pipe(*args: str | Path) -> subprocess.CompletedProcess[str]:
+    """Run a program whose stdout is a pipe nobody reads any more: every write fails with EPIPE."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        return subprocess.run(
+            list(map(str, args)), stdout=write_end, stderr=subprocess.PIPE, text=True, timeout=60, check=False
+        )
+    finally:
+        os.close(write_end)
+
+
+@pytest.fixture
+def spec_dir(tmp_path: Path) -> Path:
+    write_spec(tmp_path, "gpu.json", "acme.example/gpu", *(f"card{i}" for i in range(50)))
+    return tmp_path
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        [CDI_GEN, "list", "--spec-dir", "{dir}"],
+        [CDI_GEN, "list", "--json", "--spec-dir", "{dir}"],
+        [CDI_GEN, "validate", "{dir}"],
+        [CDI_GEN, "inspect", "--spec-dir", "{dir}", "acme.example/gpu=card0"],
+        [CDI_GEN, "scan", "--print-default-config"],
+        [CDI_PLUGIN, "dra-objects", "--only", "rbac"],
+    ],
+    ids=lambda args: " ".join(map(str, args[1:3])),
+)
+def test_a_reader_gone_ends_the_command_quietly(spec_dir: Path, args: list[str | Path]) -> None:
+    done = run_into_closed_pipe(*(str(a).format(dir=spec_dir) for a in args))
+    assert (done.returncode, done.stderr) == (1, "")
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        [CDI_GEN, "list", "--spec-dir", "{dir}"],
+        [CDI_GEN, "validate", "--json", "{dir}"],
+        [CDI_GEN, "inspect", "--json", "--spec-dir", "{dir}", "acme.example/gpu=card0"],
+        [CDI_GEN, "scan", "--print-default-config"],
+        [CDI_PLUGIN, "dra-objects", "--json", "--only", "rbac"],
+    ],
+    ids=lambda args: " ".join(map(str, args[1:3])),
+)
+def test_a_full_stdout_is_one_error_line(spec_dir: Path, args: list[str | Path]) -> None:
+    with open("/dev/full", "w") as full:
+        done = subprocess.run(
+            [str(a).format(dir=spec_dir) for a in args],
+            stdout=full, stderr=subprocess.PIPE, text=True, timeout=60, check=False,
+        )  # fmt: skip
+    program = Path(args[0]).name
+    assert (done.returncode, done.stderr) == (
+        1,
+        f"{program}: error: cannot write to standard output: No space left on device\n",
+    )
+
+
+def test_a_usage_error_is_told_on_stderr_when_stdout_is_gone() -> None:
+    done = run_into_closed_pipe(CDI_GEN, "list", "--json", "--no-such-option")
+    assert done.returncode == 2
+    assert done.stderr.endswith("Error: No such option '--no-such-option'.\n")
+
+
+def _has_open(pid: int, name: str) -> bool:
+    """Whether process ``pid`` holds a file called ``name`` open."""
+    fds = Path(f"/proc/{pid}/fd")
+    for fd in os.listdir(fds):
+        with contextlib.suppress(FileNotFoundError):  # closed since it was listed
+            if os.readlink(fds / fd).endswith(f"/{name}"):
+                return True
+    return False
+
+
+@pytest.mark.parametrize("as_json", [True, False], ids=["json", "text"])
+def test_an_interrupted_scan_is_one_error(tmp_path: Path, as_json: bool) -> None:
+    """SIGINT while the scan waits for the lock another scan holds."""
+    out = tmp_path / "out"
+    out.mkdir()
+    lock = os.open(out / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    json_arg = ["--json"] if as_json else []
+    args = [str(CDI_GEN), "scan", *json_arg, "--source", "simulated", "--output-dir", str(out)]
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not _has_open(proc.pid, LOCK_NAME):
+            assert proc.poll() is None, "the scan ended without waiting for the lock"
+            assert time.monotonic() < deadline, "the scan never waited for the lock"
+            time.sleep(0.01)
+        proc.send_signal(signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=60)
+    finally:
+        os.close(lock)
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 1
+    assert stderr.endswith("cdi-gen: error: interrupted\n")
+    assert "Traceback" not in stderr
+    if as_json:
+        assert json.loads(stdout) == {"error": "interrupted"}
+    else:
+        assert stdout == ""
+    assert os.listdir(out) == [LOCK_NAME]
+
+
+def test_a_locale_without_utf8_gets_escapes_not_an_error(tmp_path: Path) -> None:
+    """The C locale of a Python without UTF-8 mode: stdout is ASCII. A name from a spec that
+    ASCII lacks is escaped, and the marks of validate are ASCII."""
+    write_spec(tmp_path, "gpu.json", "acme.example/gpu", "card0")
+    edits = {"deviceNodes": [{"path": "/dev/null"}]}
+    bad = {
+        "cdiVersion": "0.3.0",
+        "kind": "acme.example/nic",
+        "devices": [{"name": "cärd0", "containerEdits": edits}],
+    }
+    (tmp_path / "nic.json").write_text(json.dumps(bad))
+    env = {**os.environ, "LC_ALL": "C", "PYTHONUTF8": "0", "PYTHONCOERCECLOCALE": "0", "COLUMNS": "200"}
+    env.pop("PYTHONIOENCODING", None)
+    runs = {
+        command: subprocess.run(
+            [str(CDI_GEN), command, *(["--spec-dir"] if command == "list" else []), str(tmp_path)],
+            capture_output=True, text=True, encoding="ascii", timeout=60, check=False, env=env,
+        )
+        for command in ("validate", "list")
+    }  # fmt: skip
+    validate, listing = runs["validate"].stdout.splitlines(), runs["list"].stderr
+    assert runs["validate"].returncode == runs["list"].returncode == 1, runs["validate"].stderr
+    assert validate[0].startswith(f"+ {tmp_path}/gpu.json  ")
+    assert validate[1] == f"x {tmp_path}/nic.json"
+    assert any("invalid device name 'c\\xe4rd0'" in line for line in validate)
+    assert "invalid device name 'c\\xe4rd0'" in listing
