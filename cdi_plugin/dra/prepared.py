@@ -85,10 +85,15 @@ class PreparedClaims:
             return True
         try:
             reading = slotfile.read(self.path, MAX_STATE_BYTES, WHAT)
-            self.state = decode(reading.record, str(self.path))
+            state = decode(reading.record, str(self.path))
         except (SpecLoadError, PreparedStateError) as exc:
             self.problem = str(exc)
             return False
+        older = _older(reading.seen, self._seen)
+        if older is not None:
+            self.problem = f"{self.path}: {older}"
+            return False
+        self.state = state
         if reading.damaged is not None and reading.damaged != self._damaged:
             log.warning("%s: %s", self.path, reading.damaged)
         self.problem, self._seen, self._damaged = None, reading.seen, reading.damaged
@@ -171,3 +176,19 @@ class PreparedClaims:
             raise StateWriteError(str(exc)) from None
         except OSError as exc:
             raise StateWriteError(f"{exc.filename or self.path}: {exc.strerror or exc}") from None
+
+
+def _older(found: slotfile.Seen, last: slotfile.Seen | None) -> str | None:
+    """Why the record found is not as new as the one this process last read or wrote (a copy
+    put back: it forgets the claims prepared since and keeps those released since), or None.
+    Each write, by any instance, numbers its record one more than the newest it knows."""
+    if last is None or found.sequence > last.sequence or not last.sequence:
+        return None
+    if found.sequence < last.sequence:
+        what = f"record {found.sequence}" if found.slot_size else "a file without record numbers"
+        return f"{what}, older than record {last.sequence} this driver last read or wrote (a copy put back?)"
+    if found.headers[found.newest] != last.headers[last.newest]:
+        return (
+            f"another record {found.sequence} than the one this driver last read or wrote (a copy put back?)"
+        )
+    return None

@@ -544,3 +544,46 @@ async def test_a_device_prepared_for_one_claim_is_refused_to_another_unless_admi
     ]
     state = state_doc(paths.state_file)["claims"]  # written before the reply
     assert [d["admin_access"] for d in state["uid-admin"]] == [True]
+
+
+@pytest.mark.parametrize("put_back", ["renamed", "copied"])
+async def test_a_copy_of_an_older_record_put_back_is_refused_until_moved_away(
+    kubelet: FakeKubelet, claims: Claims, paths: Paths, plugin: KubeletPlugin, put_back: str
+) -> None:
+    """Believed, the copy would hand a device prepared since to a second claim and refuse one
+    released since; it is refused in one line instead, and moved away, the driver's own record
+    is written again."""
+    early, held, rival, other = (api.Claim("ns", n, f"uid-{n}") for n in ("early", "held", "rival", "other"))
+    for ref, device in (
+        (early, "gpu-card1"),
+        (held, "fuse-fuse"),
+        (rival, "fuse-fuse"),
+        (other, "gpu-card1"),
+    ):
+        claims.add(claim_obj(ref, ("r", NODE, device)))
+    assert isinstance((await kubelet.prepare(early))["uid-early"], tuple)
+    copy = paths.state_file.read_bytes()
+    assert isinstance((await kubelet.prepare(held))["uid-held"], tuple)
+    assert await kubelet.unprepare(early) == {"uid-early": ""}
+    if put_back == "renamed":
+        paths.state_file.with_name("copy").write_bytes(copy)
+        os.replace(paths.state_file.with_name("copy"), paths.state_file)
+    else:
+        paths.state_file.write_bytes(copy)  # in place: same inode, same size
+    why = (
+        f"{paths.state_file}: record 1, older than record 3 this driver last read or wrote (a copy put "
+        "back?); nothing is prepared or released until it is repaired or moved away"
+    )
+    assert await kubelet.prepare(rival, other) == {
+        "uid-rival": f"claim ns/rival: {why}",
+        "uid-other": f"claim ns/other: {why}",
+    }
+    assert await kubelet.unprepare(held) == {"uid-held": f"claim ns/held: {why}"}
+    assert paths.state_file.read_bytes() == copy  # never overwritten
+    paths.state_file.rename(paths.state_file.with_name("prepared.json.bad"))
+    assert await kubelet.prepare(rival, other) == {
+        "uid-rival": "claim ns/rival: device node-a/fuse-fuse (cdi-plugin.io/fuse=fuse): "
+        "already prepared for claim uid-held",
+        "uid-other": (api.PreparedDevice(("r",), NODE, "gpu-card1", ("cdi-plugin.io/gpu=card1",)),),
+    }
+    assert sorted(state_doc(paths.state_file)["claims"]) == ["uid-held", "uid-other"]
