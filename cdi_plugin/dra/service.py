@@ -36,8 +36,9 @@ from cdi_plugin.wording import escape_controls, plural, shown
 
 log = logging.getLogger(__name__)
 
-#: How long a Prepare call may take before it stops waiting for the lock of the node's instances:
-#: its claims' reads and that wait together stay inside the kubelet's 45 s.
+#: How long a call may take before it stops waiting for its turn (the calls before it in this
+#: process, then the lock of the node's instances): a Prepare's claim reads and that wait together
+#: stay inside the kubelet's 45 s.
 CALL_BUDGET = 40.0
 #: Claims read from the API server at once, by all calls together: a call naming thousands of
 #: claims reads them in turn instead of sending thousands of requests that time out together.
@@ -155,15 +156,28 @@ class DraService:
         """One call at a time on the node, with the prepared claims as the last change left them:
         read again when another instance changed them (else one lstat). A file that cannot be used
         is read again by :meth:`PreparedClaims.unusable` instead, which says when it is usable.
-        The node's lock is waited for until ``until`` (event loop time) at most."""
+        The calls before it in this process, then the node's lock, are waited for until ``until``
+        (event loop time) at most: a call never starts its change after the kubelet stopped waiting
+        for it (and may have called Unprepare, or Prepare, since)."""
+        try:
+            async with asyncio.timeout_at(until):
+                await self._lock.acquire()
+        except TimeoutError:
+            raise SerializeError(
+                "its turn did not come within the time the kubelet gives the call: the calls before it "
+                "wait for the node's lock"
+            ) from None
         held = self.serializer.hold(until) if self.serializer else contextlib.nullcontext()
-        async with self._lock, held:
-            if self.prepared.problem is None and not self.prepared.reload():
-                log.error("%s; %s", self.prepared.problem, UNTIL_REPAIRED)
-            try:
-                yield
-            finally:
-                self.report.claims_prepared(len(self.prepared.state.claims))
+        try:
+            async with held:
+                if self.prepared.problem is None and not self.prepared.reload():
+                    log.error("%s; %s", self.prepared.problem, UNTIL_REPAIRED)
+                try:
+                    yield
+                finally:
+                    self.report.claims_prepared(len(self.prepared.state.claims))
+        finally:
+            self._lock.release()
 
     async def prepare(self, refs: list[api.Claim]) -> dict[str, Result]:
         if not refs:
@@ -245,9 +259,10 @@ class DraService:
         if not refs:
             return {}
         started = time.perf_counter()
+        until = asyncio.get_running_loop().time() + self.call_budget
         cause: UnprepareResult = "state-error"
         try:
-            out = await _completed(self._unprepare(refs))
+            out = await _completed(self._unprepare(refs, until))
         except SerializeError as exc:
             log.error("unprepare failed: %s", exc)
             out = {ref.uid: f"{_claim(ref)}: still prepared: {exc}" for ref in refs}
@@ -256,8 +271,8 @@ class DraService:
         self.report.unprepare(results, time.perf_counter() - started)
         return out
 
-    async def _unprepare(self, refs: list[api.Claim]) -> dict[str, str]:
-        async with self._serialized():
+    async def _unprepare(self, refs: list[api.Claim], until: float) -> dict[str, str]:
+        async with self._serialized(until):
             unusable = self.prepared.unusable()
             if unusable is not None:
                 return {ref.uid: f"{_claim(ref)}: {unusable}" for ref in refs}

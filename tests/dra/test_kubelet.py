@@ -8,6 +8,7 @@ import logging
 import os
 import re
 import socket
+import subprocess
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -27,10 +28,11 @@ from cdi_plugin.dra.serialize import SerializeError, Serializer
 from cdi_plugin.dra.service import DraService
 from cdi_plugin.inventory import SpecInventory
 from cdi_plugin.store import slotfile
-from tests.deviceplugin.helpers import make_node
+from tests.deviceplugin.helpers import eventually, make_node
 from tests.dra.conftest import DRIVER, NODE, write_spec
 from tests.dra.fakekubelet import FakeKubelet, RegistrationRefused
 from tests.dra.specinventory import spec_inventory
+from tests.dra.test_serialize import locked_elsewhere
 
 pytestmark = pytest.mark.asyncio
 
@@ -587,3 +589,44 @@ async def test_a_copy_of_an_older_record_put_back_is_refused_until_moved_away(
         "uid-other": (api.PreparedDevice(("r",), NODE, "gpu-card1", ("cdi-plugin.io/gpu=card1",)),),
     }
     assert sorted(state_doc(paths.state_file)["claims"]) == ["uid-held", "uid-other"]
+
+
+async def test_calls_queued_behind_a_hung_instance_end_within_their_budget_and_change_nothing_later(
+    paths: Paths, inventory: SpecInventory, claims: Claims
+) -> None:
+    """Another instance of the driver holds the node's lock (it hangs). An Unprepare waits for it,
+    a Prepare waits behind the Unprepare: each is answered within its budget, before the kubelet's
+    deadline, and neither takes effect once the lock is free (the kubelet may have called again
+    since: released and prepared again, or the other way round)."""
+    held, late = api.Claim("ns", "held", "uid-held"), api.Claim("ns", "late", "uid-late")
+    claims.add(claim_obj(held, ("r", NODE, "fuse-fuse")))
+    claims.add(claim_obj(late, ("r", NODE, "gpu-card0")))
+    serializer = Serializer(paths.lock_file, timeout=600)  # the budget ends the wait
+    prepared = PreparedClaims(paths.state_file)
+    service = DraService(DRIVER, NODE, inventory, claims, prepared, serializer=serializer, call_budget=2.0)
+    async with KubeletPlugin(paths, service):
+        kubelet = FakeKubelet(paths.registry_dir)
+        await kubelet.register(kubelet.sockets()[0], DRIVER)
+        assert isinstance((await kubelet.prepare(held))["uid-held"], tuple)
+        hung = subprocess.Popen(["flock", str(paths.lock_file), "cat"], stdin=subprocess.PIPE)
+        try:
+            await eventually(lambda: locked_elsewhere(paths.lock_file), "the other instance holds the lock")
+            unprepare = asyncio.create_task(kubelet.unprepare(held))
+            await eventually(service._lock.locked, "the Unprepare has its turn in this instance")
+            prepare = asyncio.create_task(kubelet.prepare(late))
+            answers = await asyncio.wait_for(asyncio.gather(unprepare, prepare), 30)
+        finally:
+            hung.communicate(timeout=30)  # the lock is free again
+        assert answers[0] == {
+            "uid-held": f"claim ns/held: still prepared: {paths.lock_file}: held by another instance of "
+            "the driver for more than 2s"
+        }
+        assert re.fullmatch(
+            rf"claim ns/late: not prepared: ({re.escape(str(paths.lock_file))}: held by another instance "
+            r"of the driver for more than [\d.]+s|its turn did not come within the time the kubelet gives "
+            "the call: the calls before it wait for the node's lock)",
+            answers[1]["uid-late"],  # type: ignore[arg-type]
+        ), answers[1]
+        nothing = api.Claim("ns", "none", "uid-none")
+        assert await kubelet.unprepare(nothing) == {"uid-none": ""}  # its turn comes after any queued
+    assert sorted(state_doc(paths.state_file)["claims"]) == ["uid-held"]
