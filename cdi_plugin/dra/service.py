@@ -26,13 +26,13 @@ from typing import Any, Protocol, TypeVar
 
 from cdi_plugin.dra import api
 from cdi_plugin.dra.inventory import Inventory, ServedDevice
-from cdi_plugin.dra.names import claim_ref_problem
+from cdi_plugin.dra.names import LABEL_MAX, SUBDOMAIN_MAX, claim_ref_problem
 from cdi_plugin.dra.prepare import ClaimReadError, Refusal, by_device_name, prepare_claim
 from cdi_plugin.dra.prepared import UNTIL_REPAIRED, PreparedClaims, StateWriteError
 from cdi_plugin.dra.preparedstate import claim_problem
 from cdi_plugin.dra.report import UNREPORTED, PrepareResult, Report, UnprepareResult
 from cdi_plugin.dra.serialize import SerializeError, Serializer
-from cdi_plugin.wording import escape_controls, plural, shown
+from cdi_plugin.wording import clipped, plural, shown
 
 log = logging.getLogger(__name__)
 
@@ -59,8 +59,9 @@ T = TypeVar("T")
 
 
 def _claim(ref: api.Claim) -> str:
-    """The claim the kubelet names, for a message (its names escaped: they may not be valid)."""
-    return f"claim {escape_controls(f'{ref.namespace}/{ref.name}')}"
+    """The claim the kubelet names, for a message (its names escaped and cut past the longest
+    valid ones: they may not be valid)."""
+    return f"claim {clipped(f'{ref.namespace}/{ref.name}', LABEL_MAX + 1 + SUBDOMAIN_MAX)}"
 
 
 def _ref_problem(ref: api.Claim) -> Refusal | None:

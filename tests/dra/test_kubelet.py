@@ -630,3 +630,34 @@ async def test_calls_queued_behind_a_hung_instance_end_within_their_budget_and_c
         nothing = api.Claim("ns", "none", "uid-none")
         assert await kubelet.unprepare(nothing) == {"uid-none": ""}  # its turn comes after any queued
     assert sorted(state_doc(paths.state_file)["claims"]) == ["uid-held"]
+
+
+async def test_names_of_10_kb_get_answers_of_one_line_of_bounded_length(
+    paths: Paths, inventory: SpecInventory, claims: Claims
+) -> None:
+    """Whatever the kubelet names, each answer is one line that never repeats 10 KB of it: here
+    when the node's lock cannot be taken (a directory at its path), or the UID is named twice."""
+    paths.lock_file.mkdir(parents=True)
+    service = DraService(
+        DRIVER,
+        NODE,
+        inventory,
+        claims,
+        PreparedClaims(paths.state_file),
+        serializer=Serializer(paths.lock_file),
+    )
+    long = api.Claim("ns\n" + "n" * 10240, "c" * 10240, "u" * 10240)
+    twice = [api.Claim("ns", "a" * 10240, "uid-1"), api.Claim("ns", "b" * 10240, "uid-1")]
+    async with KubeletPlugin(paths, service):
+        kubelet = FakeKubelet(paths.registry_dir)
+        await kubelet.register(kubelet.sockets()[0], DRIVER)
+        answers = [
+            *(await kubelet.prepare(long)).values(),
+            *(await kubelet.unprepare(long)).values(),
+            *(await kubelet.prepare(*twice)).values(),
+        ]
+    for answer in answers:
+        assert isinstance(answer, str)
+        assert "\n" not in answer
+        assert len(answer) < 1000, answer[:200]
+    assert answers[1].startswith("claim ns\\n" + "n" * 314 + "... (20484 characters): still prepared: ")
