@@ -16,7 +16,7 @@ import contextlib
 import fcntl
 import logging
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 from cdi_plugin.errors import CdiPluginError, SpecWriteError
@@ -63,9 +63,13 @@ class Serializer:
         return (st.st_dev, st.st_ino) == (now.st_dev, now.st_ino)
 
     @contextlib.asynccontextmanager
-    async def hold(self, until: float | None = None) -> AsyncIterator[None]:
+    async def hold(self, until: float | None = None) -> AsyncIterator[Callable[[], None]]:
         """Hold the lock; SerializeError when it cannot be opened or is still held by another
-        process after :attr:`timeout` seconds, or at ``until`` (event loop time) if sooner."""
+        process after :attr:`timeout` seconds, or at ``until`` (event loop time) if sooner.
+        The file may be removed or replaced meanwhile (a wiped directory), and whoever opens the
+        new one takes the lock beside this holder: the function the block gets raises
+        SerializeError then (call it before a change is written), and so does the block's end
+        (what it changed must not be answered as done)."""
         loop = asyncio.get_running_loop()
         start = loop.time()
         deadline = start + self.timeout if until is None else min(start + self.timeout, until)
@@ -91,7 +95,17 @@ class Serializer:
                     )
                 await asyncio.sleep(min(delay, deadline - loop.time()))
                 delay = min(delay * 2, _POLL_MAX)
-            yield
+            held = fd
+
+            def still_held() -> None:
+                if not self._current(held):  # whoever opened the new file took the lock beside us
+                    raise SerializeError(
+                        f"{self.path}: removed or replaced while this call held it, so another call "
+                        "may have run beside it (the kubelet calls again)"
+                    )
+
+            yield still_held
+            still_held()
         finally:
             if fd >= 0:
                 os.close(fd)

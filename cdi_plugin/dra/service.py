@@ -21,7 +21,7 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import AsyncIterator, Awaitable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any, Protocol, TypeVar
 
 from cdi_plugin.dra import api
@@ -153,13 +153,15 @@ class DraService:
         return [ref for ref in refs if ref.uid not in found and self.prepared.get(ref.uid) is None]
 
     @contextlib.asynccontextmanager
-    async def _serialized(self, until: float | None = None) -> AsyncIterator[None]:
+    async def _serialized(self, until: float | None = None) -> AsyncIterator[Callable[[], None]]:
         """One call at a time on the node, with the prepared claims as the last change left them:
         read again when another instance changed them (else one lstat). A file that cannot be used
         is read again by :meth:`PreparedClaims.unusable` instead, which says when it is usable.
         The calls before it in this process, then the node's lock, are waited for until ``until``
         (event loop time) at most: a call never starts its change after the kubelet stopped waiting
-        for it (and may have called Unprepare, or Prepare, since)."""
+        for it (and may have called Unprepare, or Prepare, since). The block gets a function that
+        raises SerializeError when the node's lock no longer excludes the other instances: call it
+        before writing a change."""
         try:
             async with asyncio.timeout_at(until):
                 await self._lock.acquire()
@@ -168,13 +170,13 @@ class DraService:
                 "its turn did not come within the time the kubelet gives the call: the calls before it "
                 "wait for the node's lock"
             ) from None
-        held = self.serializer.hold(until) if self.serializer else contextlib.nullcontext()
+        held = self.serializer.hold(until) if self.serializer else contextlib.nullcontext(_alone)
         try:
-            async with held:
+            async with held as still_held:
                 if self.prepared.problem is None and not self.prepared.reload():
                     log.error("%s; %s", self.prepared.problem, UNTIL_REPAIRED)
                 try:
-                    yield
+                    yield still_held
                 finally:
                     self.report.claims_prepared(len(self.prepared.state.claims))
         finally:
@@ -203,7 +205,7 @@ class DraService:
         self, refs: list[api.Claim], found: dict[str, Found], until: float
     ) -> dict[str, Result]:
         out: dict[str, Result] = {}
-        async with self._serialized(until):
+        async with self._serialized(until) as still_held:
             # Released by another instance since it was looked at: read it now.
             await self._look_up(self._unprepared(refs, found), found, until)
             unusable = self.prepared.unusable()
@@ -245,6 +247,7 @@ class DraService:
                     state = state.with_claims({ref.uid: result})
                 out[ref.uid] = result
             if added:
+                still_held()
                 try:
                     await self.prepared.put(added)
                 except StateWriteError as exc:
@@ -273,10 +276,11 @@ class DraService:
         return out
 
     async def _unprepare(self, refs: list[api.Claim], until: float) -> dict[str, str]:
-        async with self._serialized(until):
+        async with self._serialized(until) as still_held:
             unusable = self.prepared.unusable()
             if unusable is not None:
                 return {ref.uid: f"{_claim(ref)}: {unusable}" for ref in refs}
+            still_held()
             try:
                 await self.prepared.drop(ref.uid for ref in refs)
             except StateWriteError as exc:
@@ -294,7 +298,8 @@ class DraService:
         to write, and the lock is not taken."""
         if os.path.lexists(self.prepared.path) or not self.prepared.state.claims:
             return False
-        async with self._serialized():  # another instance may have written it again already
+        async with self._serialized() as still_held:  # another instance may have written it again
+            still_held()
             return await self.prepared.restore()
 
     async def NodePrepareResources(self, request: Any, context: Any) -> Any:
@@ -302,6 +307,10 @@ class DraService:
 
     async def NodeUnprepareResources(self, request: Any, context: Any) -> Any:
         return api.unprepare_response(api.version_of(request), await self.unprepare(api.claims_of(request)))
+
+
+def _alone() -> None:
+    """Calls of a driver without a node's lock take turns in this process alone."""
 
 
 async def _completed(change: Awaitable[T]) -> T:

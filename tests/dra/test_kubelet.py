@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 import os
 import re
+import shutil
 import socket
 import subprocess
-from collections.abc import AsyncIterator, Mapping
+import tempfile
+from collections.abc import AsyncIterator, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -661,3 +664,71 @@ async def test_names_of_10_kb_get_answers_of_one_line_of_bounded_length(
         assert "\n" not in answer
         assert len(answer) < 1000, answer[:200]
     assert answers[1].startswith("claim ns\\n" + "n" * 314 + "... (20484 characters): still prepared: ")
+
+
+class GatedClaims(Claims):
+    """Reads of the claims in :attr:`gated` wait for :attr:`gate` (an API server slow to answer)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gated: set[tuple[str, str]] = set()
+        self.gate = asyncio.Event()
+        self.waiting = asyncio.Event()
+
+    async def read_claim(self, namespace: str, name: str) -> Mapping[str, Any] | None:
+        if (namespace, name) in self.gated:
+            self.waiting.set()
+            await self.gate.wait()
+        return await super().read_claim(namespace, name)
+
+
+@pytest.fixture
+def short_paths() -> Iterator[Paths]:
+    """Paths short enough for sockets named after a pod UID."""
+    root = Path(tempfile.mkdtemp(prefix="dra-"))
+    try:
+        yield Paths(DRIVER, registry_dir=root / "registry", plugins_dir=root / "plugins")
+    finally:
+        shutil.rmtree(root)
+
+
+async def test_a_lock_file_removed_while_held_fails_that_call_and_never_prepares_a_device_twice(
+    short_paths: Paths, inventory: SpecInventory
+) -> None:
+    """Two instances (an update). The old one holds the node's lock, reading a claim the new one
+    released; the lock file is removed (the kubelet wiped the directory), and the new instance
+    takes the file created in its place and prepares the device for another claim. The old one's
+    call fails instead of handing out the same device; called again, it is refused."""
+    claims = GatedClaims()
+    x, y = api.Claim("ns", "x", "uid-x"), api.Claim("ns", "y", "uid-y")
+    for ref in (x, y):
+        claims.add(claim_obj(ref, ("r", NODE, "fuse-fuse")))
+
+    def instance(uid: str) -> KubeletPlugin:
+        own = dataclasses.replace(short_paths, pod_uid=uid)
+        prepared = PreparedClaims(own.state_file)
+        return KubeletPlugin(
+            own, DraService(DRIVER, NODE, inventory, claims, prepared, serializer=Serializer(own.lock_file))
+        )
+
+    async with instance("old") as old, instance("new") as new:
+        to_old, to_new = FakeKubelet(short_paths.registry_dir), FakeKubelet(short_paths.registry_dir)
+        await to_old.register(old.paths.registration_socket, DRIVER)
+        await to_new.register(new.paths.registration_socket, DRIVER)
+        assert isinstance((await to_old.prepare(x))["uid-x"], tuple)
+        assert await to_new.unprepare(x) == {"uid-x": ""}  # the old instance's memory still has it
+        claims.gated.add(("ns", "x"))
+        call = asyncio.create_task(to_old.prepare(x))  # reads it again, holding the lock
+        await asyncio.wait_for(claims.waiting.wait(), 30)
+        short_paths.lock_file.unlink()
+        assert isinstance((await to_new.prepare(y))["uid-y"], tuple)  # beside the old instance
+        claims.gate.set()
+        assert await asyncio.wait_for(call, 30) == {
+            "uid-x": f"claim ns/x: not prepared: {short_paths.lock_file}: removed or replaced while this "
+            "call held it, so another call may have run beside it (the kubelet calls again)"
+        }
+        assert await to_old.prepare(x) == {
+            "uid-x": "claim ns/x: device node-a/fuse-fuse (cdi-plugin.io/fuse=fuse): already prepared for "
+            "claim uid-y"
+        }
+    assert sorted(state_doc(short_paths.state_file)["claims"]) == ["uid-y"]
