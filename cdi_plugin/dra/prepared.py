@@ -179,16 +179,19 @@ class PreparedClaims:
 
 
 def _older(found: slotfile.Seen, last: slotfile.Seen | None) -> str | None:
-    """Why the record found is not as new as the one this process last read or wrote (a copy
-    put back: it forgets the claims prepared since and keeps those released since), or None.
-    Each write, by any instance, numbers its record one more than the newest it knows."""
+    """Why the record found is not as new as the one this process last read or wrote, or None: a
+    copy put back, or the file written again by another instance that missed changes since (the
+    directory wiped during an update); believed, it forgets the claims prepared since and keeps
+    those released since. Each write, by any instance, numbers its record one more than the
+    newest it knows."""
     if last is None or found.sequence > last.sequence or not last.sequence:
         return None
     if found.sequence < last.sequence:
         what = f"record {found.sequence}" if found.slot_size else "a file without record numbers"
-        return f"{what}, older than record {last.sequence} this driver last read or wrote (a copy put back?)"
+        return f"{what}, older than record {last.sequence} this driver last read or wrote ({_WHY_OLDER})"
     if found.headers[found.newest] != last.headers[last.newest]:
-        return (
-            f"another record {found.sequence} than the one this driver last read or wrote (a copy put back?)"
-        )
+        return f"another record {found.sequence} than the one this driver last read or wrote ({_WHY_OLDER})"
     return None
+
+
+_WHY_OLDER = "a copy put back, or another instance's older state?"

@@ -577,7 +577,8 @@ async def test_a_copy_of_an_older_record_put_back_is_refused_until_moved_away(
         paths.state_file.write_bytes(copy)  # in place: same inode, same size
     why = (
         f"{paths.state_file}: record 1, older than record 3 this driver last read or wrote (a copy put "
-        "back?); nothing is prepared or released until it is repaired or moved away"
+        "back, or another instance's older state?); nothing is prepared or released until it is "
+        "repaired or moved away"
     )
     assert await kubelet.prepare(rival, other) == {
         "uid-rival": f"claim ns/rival: {why}",
