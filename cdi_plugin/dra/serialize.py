@@ -2,7 +2,8 @@
 the node take turns (two instances run side by side during an update).
 
 The lock is ``flock`` on a regular file of its own (mode 0600, never followed through a link,
-never removed: a lock file that is unlinked while held no longer excludes anyone); the kernel
+never removed: a lock file that is unlinked while held no longer excludes anyone, so a holder
+that finds it gone fails its call); the kernel
 releases it when its holder ends, however it ends. It is taken without blocking the event loop:
 a busy lock is tried again after a few milliseconds, at most :data:`LOCK_TIMEOUT` seconds, less
 than the kubelet waits for a call (45 s), so that a holder that hangs fails the call in one line
@@ -95,10 +96,9 @@ class Serializer:
                     )
                 await asyncio.sleep(min(delay, deadline - loop.time()))
                 delay = min(delay * 2, _POLL_MAX)
-            held = fd
 
             def still_held() -> None:
-                if not self._current(held):  # whoever opened the new file took the lock beside us
+                if not self._current(fd):  # whoever opened the new file took the lock beside us
                     raise SerializeError(
                         f"{self.path}: removed or replaced while this call held it, so another call "
                         "may have run beside it (the kubelet calls again)"
