@@ -3,16 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
 import logging
 import os
 import re
-import shutil
 import socket
-import subprocess
-import tempfile
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -31,11 +27,10 @@ from cdi_plugin.dra.serialize import SerializeError, Serializer
 from cdi_plugin.dra.service import DraService
 from cdi_plugin.inventory import SpecInventory
 from cdi_plugin.store import slotfile
-from tests.deviceplugin.helpers import eventually, make_node
+from tests.deviceplugin.helpers import make_node
 from tests.dra.conftest import DRIVER, NODE, write_spec
 from tests.dra.fakekubelet import FakeKubelet, RegistrationRefused
 from tests.dra.specinventory import spec_inventory
-from tests.dra.test_serialize import locked_elsewhere
 
 pytestmark = pytest.mark.asyncio
 
@@ -549,187 +544,3 @@ async def test_a_device_prepared_for_one_claim_is_refused_to_another_unless_admi
     ]
     state = state_doc(paths.state_file)["claims"]  # written before the reply
     assert [d["admin_access"] for d in state["uid-admin"]] == [True]
-
-
-@pytest.mark.parametrize("put_back", ["renamed", "copied"])
-async def test_a_copy_of_an_older_record_put_back_is_refused_until_moved_away(
-    kubelet: FakeKubelet, claims: Claims, paths: Paths, plugin: KubeletPlugin, put_back: str
-) -> None:
-    """Believed, the copy would hand a device prepared since to a second claim and refuse one
-    released since; it is refused in one line instead, and moved away, the driver's own record
-    is written again."""
-    early, held, rival, other = (api.Claim("ns", n, f"uid-{n}") for n in ("early", "held", "rival", "other"))
-    for ref, device in (
-        (early, "gpu-card1"),
-        (held, "fuse-fuse"),
-        (rival, "fuse-fuse"),
-        (other, "gpu-card1"),
-    ):
-        claims.add(claim_obj(ref, ("r", NODE, device)))
-    assert isinstance((await kubelet.prepare(early))["uid-early"], tuple)
-    copy = paths.state_file.read_bytes()
-    assert isinstance((await kubelet.prepare(held))["uid-held"], tuple)
-    assert await kubelet.unprepare(early) == {"uid-early": ""}
-    if put_back == "renamed":
-        paths.state_file.with_name("copy").write_bytes(copy)
-        os.replace(paths.state_file.with_name("copy"), paths.state_file)
-    else:
-        paths.state_file.write_bytes(copy)  # in place: same inode, same size
-    why = (
-        f"{paths.state_file}: record 1, older than record 3 this driver last read or wrote (a copy put "
-        "back, or another instance's older state?); nothing is prepared or released until it is "
-        "repaired or moved away"
-    )
-    assert await kubelet.prepare(rival, other) == {
-        "uid-rival": f"claim ns/rival: {why}",
-        "uid-other": f"claim ns/other: {why}",
-    }
-    assert await kubelet.unprepare(held) == {"uid-held": f"claim ns/held: {why}"}
-    assert paths.state_file.read_bytes() == copy  # never overwritten
-    paths.state_file.rename(paths.state_file.with_name("prepared.json.bad"))
-    assert await kubelet.prepare(rival, other) == {
-        "uid-rival": "claim ns/rival: device node-a/fuse-fuse (cdi-plugin.io/fuse=fuse): "
-        "already prepared for claim uid-held",
-        "uid-other": (api.PreparedDevice(("r",), NODE, "gpu-card1", ("cdi-plugin.io/gpu=card1",)),),
-    }
-    assert sorted(state_doc(paths.state_file)["claims"]) == ["uid-held", "uid-other"]
-
-
-async def test_calls_queued_behind_a_hung_instance_end_within_their_budget_and_change_nothing_later(
-    paths: Paths, inventory: SpecInventory, claims: Claims
-) -> None:
-    """Another instance of the driver holds the node's lock (it hangs). An Unprepare waits for it,
-    a Prepare waits behind the Unprepare: each is answered within its budget, before the kubelet's
-    deadline, and neither takes effect once the lock is free (the kubelet may have called again
-    since: released and prepared again, or the other way round)."""
-    held, late = api.Claim("ns", "held", "uid-held"), api.Claim("ns", "late", "uid-late")
-    claims.add(claim_obj(held, ("r", NODE, "fuse-fuse")))
-    claims.add(claim_obj(late, ("r", NODE, "gpu-card0")))
-    serializer = Serializer(paths.lock_file, timeout=600)  # the budget ends the wait
-    prepared = PreparedClaims(paths.state_file)
-    service = DraService(DRIVER, NODE, inventory, claims, prepared, serializer=serializer, call_budget=2.0)
-    async with KubeletPlugin(paths, service):
-        kubelet = FakeKubelet(paths.registry_dir)
-        await kubelet.register(kubelet.sockets()[0], DRIVER)
-        assert isinstance((await kubelet.prepare(held))["uid-held"], tuple)
-        hung = subprocess.Popen(["flock", str(paths.lock_file), "cat"], stdin=subprocess.PIPE)
-        try:
-            await eventually(lambda: locked_elsewhere(paths.lock_file), "the other instance holds the lock")
-            unprepare = asyncio.create_task(kubelet.unprepare(held))
-            await eventually(service._lock.locked, "the Unprepare has its turn in this instance")
-            prepare = asyncio.create_task(kubelet.prepare(late))
-            answers = await asyncio.wait_for(asyncio.gather(unprepare, prepare), 30)
-        finally:
-            hung.communicate(timeout=30)  # the lock is free again
-        assert answers[0] == {
-            "uid-held": f"claim ns/held: still prepared: {paths.lock_file}: held by another instance of "
-            "the driver for more than 2s"
-        }
-        assert re.fullmatch(
-            rf"claim ns/late: not prepared: ({re.escape(str(paths.lock_file))}: held by another instance "
-            r"of the driver for more than [\d.]+s|its turn did not come within the time the kubelet gives "
-            "the call: the calls before it wait for the node's lock)",
-            answers[1]["uid-late"],  # type: ignore[arg-type]
-        ), answers[1]
-        nothing = api.Claim("ns", "none", "uid-none")
-        assert await kubelet.unprepare(nothing) == {"uid-none": ""}  # its turn comes after any queued
-    assert sorted(state_doc(paths.state_file)["claims"]) == ["uid-held"]
-
-
-async def test_names_of_10_kb_get_answers_of_one_line_of_bounded_length(
-    paths: Paths, inventory: SpecInventory, claims: Claims
-) -> None:
-    """Whatever the kubelet names, each answer is one line that never repeats 10 KB of it: here
-    when the node's lock cannot be taken (a directory at its path), or the UID is named twice."""
-    paths.lock_file.mkdir(parents=True)
-    service = DraService(
-        DRIVER,
-        NODE,
-        inventory,
-        claims,
-        PreparedClaims(paths.state_file),
-        serializer=Serializer(paths.lock_file),
-    )
-    long = api.Claim("ns\n" + "n" * 10240, "c" * 10240, "u" * 10240)
-    twice = [api.Claim("ns", "a" * 10240, "uid-1"), api.Claim("ns", "b" * 10240, "uid-1")]
-    async with KubeletPlugin(paths, service):
-        kubelet = FakeKubelet(paths.registry_dir)
-        await kubelet.register(kubelet.sockets()[0], DRIVER)
-        answers = [
-            *(await kubelet.prepare(long)).values(),
-            *(await kubelet.unprepare(long)).values(),
-            *(await kubelet.prepare(*twice)).values(),
-        ]
-    for answer in answers:
-        assert isinstance(answer, str)
-        assert "\n" not in answer
-        assert len(answer) < 1000, answer[:200]
-    assert answers[1].startswith("claim ns\\n" + "n" * 314 + "... (20484 characters): still prepared: ")
-
-
-class GatedClaims(Claims):
-    """Reads of the claims in :attr:`gated` wait for :attr:`gate` (an API server slow to answer)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.gated: set[tuple[str, str]] = set()
-        self.gate = asyncio.Event()
-        self.waiting = asyncio.Event()
-
-    async def read_claim(self, namespace: str, name: str) -> Mapping[str, Any] | None:
-        if (namespace, name) in self.gated:
-            self.waiting.set()
-            await self.gate.wait()
-        return await super().read_claim(namespace, name)
-
-
-@pytest.fixture
-def short_paths() -> Iterator[Paths]:
-    """Paths short enough for sockets named after a pod UID."""
-    root = Path(tempfile.mkdtemp(prefix="dra-"))
-    try:
-        yield Paths(DRIVER, registry_dir=root / "registry", plugins_dir=root / "plugins")
-    finally:
-        shutil.rmtree(root)
-
-
-async def test_a_lock_file_removed_while_held_fails_that_call_and_never_prepares_a_device_twice(
-    short_paths: Paths, inventory: SpecInventory
-) -> None:
-    """Two instances (an update). The old one holds the node's lock, reading a claim the new one
-    released; the lock file is removed (the kubelet wiped the directory), and the new instance
-    takes the file created in its place and prepares the device for another claim. The old one's
-    call fails instead of handing out the same device; called again, it is refused."""
-    claims = GatedClaims()
-    x, y = api.Claim("ns", "x", "uid-x"), api.Claim("ns", "y", "uid-y")
-    for ref in (x, y):
-        claims.add(claim_obj(ref, ("r", NODE, "fuse-fuse")))
-
-    def instance(uid: str) -> KubeletPlugin:
-        own = dataclasses.replace(short_paths, pod_uid=uid)
-        prepared = PreparedClaims(own.state_file)
-        return KubeletPlugin(
-            own, DraService(DRIVER, NODE, inventory, claims, prepared, serializer=Serializer(own.lock_file))
-        )
-
-    async with instance("old") as old, instance("new") as new:
-        to_old, to_new = FakeKubelet(short_paths.registry_dir), FakeKubelet(short_paths.registry_dir)
-        await to_old.register(old.paths.registration_socket, DRIVER)
-        await to_new.register(new.paths.registration_socket, DRIVER)
-        assert isinstance((await to_old.prepare(x))["uid-x"], tuple)
-        assert await to_new.unprepare(x) == {"uid-x": ""}  # the old instance's memory still has it
-        claims.gated.add(("ns", "x"))
-        call = asyncio.create_task(to_old.prepare(x))  # reads it again, holding the lock
-        await asyncio.wait_for(claims.waiting.wait(), 30)
-        short_paths.lock_file.unlink()
-        assert isinstance((await to_new.prepare(y))["uid-y"], tuple)  # beside the old instance
-        claims.gate.set()
-        assert await asyncio.wait_for(call, 30) == {
-            "uid-x": f"claim ns/x: not prepared: {short_paths.lock_file}: removed or replaced while this "
-            "call held it, so another call may have run beside it (the kubelet calls again)"
-        }
-        assert await to_old.prepare(x) == {
-            "uid-x": "claim ns/x: device node-a/fuse-fuse (cdi-plugin.io/fuse=fuse): already prepared for "
-            "claim uid-y"
-        }
-    assert sorted(state_doc(short_paths.state_file)["claims"]) == ["uid-y"]
