@@ -11,9 +11,9 @@ driver or of the kubelet loses none (the document: :mod:`cdi_plugin.dra.prepared
 * The file is read with the project's bounded reader: a regular file (no symbolic link, FIFO or
   device) of at most :data:`MAX_STATE_BYTES`, never blocking, then checked field by field. A file
   that cannot be used is never overwritten: :attr:`PreparedClaims.problem` says why, and nothing
-  is prepared or released until it is repaired or moved away (it is read again at each call). A
-  plain JSON file (as written before slots) is read, and replaced by a slot file at the first
-  change.
+  is prepared or released until it is repaired or moved away (it is read again at each call); so
+  is a record older than the one this process last read or wrote (a copy put back). A plain JSON
+  file (as written before slots) is read, and replaced by a slot file at the first change.
 * :meth:`PreparedClaims.restore` writes the claims again when the file is gone (the kubelet wiped
   its directory).
 * :meth:`PreparedClaims.reload` reads the file again only when it changed since this process last
@@ -85,10 +85,15 @@ class PreparedClaims:
             return True
         try:
             reading = slotfile.read(self.path, MAX_STATE_BYTES, WHAT)
-            self.state = decode(reading.record, str(self.path))
+            state = decode(reading.record, str(self.path))
         except (SpecLoadError, PreparedStateError) as exc:
             self.problem = str(exc)
             return False
+        older = _older(reading.seen, self._seen)
+        if older is not None:
+            self.problem = f"{self.path}: {older}"
+            return False
+        self.state = state
         if reading.damaged is not None and reading.damaged != self._damaged:
             log.warning("%s: %s", self.path, reading.damaged)
         self.problem, self._seen, self._damaged = None, reading.seen, reading.damaged
@@ -171,3 +176,22 @@ class PreparedClaims:
             raise StateWriteError(str(exc)) from None
         except OSError as exc:
             raise StateWriteError(f"{exc.filename or self.path}: {exc.strerror or exc}") from None
+
+
+_WHY_OLDER = "a copy put back, or another instance's older state?"
+
+
+def _older(found: slotfile.Seen, last: slotfile.Seen | None) -> str | None:
+    """Why the record found is not as new as the one this process last read or wrote, or None: a
+    copy put back, or the file written again by another instance that missed changes since (the
+    directory wiped during an update); believed, it forgets the claims prepared since and keeps
+    those released since. Each write, by any instance, numbers its record one more than the
+    newest it knows."""
+    if last is None or found.sequence > last.sequence or not last.sequence:
+        return None
+    if found.sequence < last.sequence:
+        what = f"record {found.sequence}" if found.slot_size else "a file without record numbers"
+        return f"{what}, older than record {last.sequence} this driver last read or wrote ({_WHY_OLDER})"
+    if found.headers[found.newest] != last.headers[last.newest]:
+        return f"another record {found.sequence} than the one this driver last read or wrote ({_WHY_OLDER})"
+    return None

@@ -2,7 +2,8 @@
 the node take turns (two instances run side by side during an update).
 
 The lock is ``flock`` on a regular file of its own (mode 0600, never followed through a link,
-never removed: a lock file that is unlinked while held no longer excludes anyone); the kernel
+never removed: a lock file that is unlinked while held no longer excludes anyone, so a holder
+that finds it gone fails its call); the kernel
 releases it when its holder ends, however it ends. It is taken without blocking the event loop:
 a busy lock is tried again after a few milliseconds, at most :data:`LOCK_TIMEOUT` seconds, less
 than the kubelet waits for a call (45 s), so that a holder that hangs fails the call in one line
@@ -16,7 +17,7 @@ import contextlib
 import fcntl
 import logging
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 from cdi_plugin.errors import CdiPluginError, SpecWriteError
@@ -63,9 +64,13 @@ class Serializer:
         return (st.st_dev, st.st_ino) == (now.st_dev, now.st_ino)
 
     @contextlib.asynccontextmanager
-    async def hold(self, until: float | None = None) -> AsyncIterator[None]:
+    async def hold(self, until: float | None = None) -> AsyncIterator[Callable[[], None]]:
         """Hold the lock; SerializeError when it cannot be opened or is still held by another
-        process after :attr:`timeout` seconds, or at ``until`` (event loop time) if sooner."""
+        process after :attr:`timeout` seconds, or at ``until`` (event loop time) if sooner.
+        The file may be removed or replaced meanwhile (a wiped directory), and whoever opens the
+        new one takes the lock beside this holder: the function the block gets raises
+        SerializeError then (call it before a change is written), and so does the block's end
+        (what it changed must not be answered as done)."""
         loop = asyncio.get_running_loop()
         start = loop.time()
         deadline = start + self.timeout if until is None else min(start + self.timeout, until)
@@ -91,7 +96,16 @@ class Serializer:
                     )
                 await asyncio.sleep(min(delay, deadline - loop.time()))
                 delay = min(delay * 2, _POLL_MAX)
-            yield
+
+            def still_held() -> None:
+                if not self._current(fd):  # whoever opened the new file took the lock beside us
+                    raise SerializeError(
+                        f"{self.path}: removed or replaced while this call held it, so another call "
+                        "may have run beside it (the kubelet calls again)"
+                    )
+
+            yield still_held
+            still_held()
         finally:
             if fd >= 0:
                 os.close(fd)

@@ -21,23 +21,24 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import AsyncIterator, Awaitable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any, Protocol, TypeVar
 
 from cdi_plugin.dra import api
 from cdi_plugin.dra.inventory import Inventory, ServedDevice
-from cdi_plugin.dra.names import claim_ref_problem
+from cdi_plugin.dra.names import LABEL_MAX, SUBDOMAIN_MAX, claim_ref_problem
 from cdi_plugin.dra.prepare import ClaimReadError, Refusal, by_device_name, prepare_claim
 from cdi_plugin.dra.prepared import UNTIL_REPAIRED, PreparedClaims, StateWriteError
 from cdi_plugin.dra.preparedstate import claim_problem
 from cdi_plugin.dra.report import UNREPORTED, PrepareResult, Report, UnprepareResult
 from cdi_plugin.dra.serialize import SerializeError, Serializer
-from cdi_plugin.wording import escape_controls, plural, shown
+from cdi_plugin.wording import clipped, plural, shown
 
 log = logging.getLogger(__name__)
 
-#: How long a Prepare call may take before it stops waiting for the lock of the node's instances:
-#: its claims' reads and that wait together stay inside the kubelet's 45 s.
+#: How long a call may take before it stops waiting for its turn (the calls before it in this
+#: process, then the lock of the node's instances): a Prepare's claim reads and that wait together
+#: stay inside the kubelet's 45 s.
 CALL_BUDGET = 40.0
 #: Claims read from the API server at once, by all calls together: a call naming thousands of
 #: claims reads them in turn instead of sending thousands of requests that time out together.
@@ -58,8 +59,9 @@ T = TypeVar("T")
 
 
 def _claim(ref: api.Claim) -> str:
-    """The claim the kubelet names, for a message (its names escaped: they may not be valid)."""
-    return f"claim {escape_controls(f'{ref.namespace}/{ref.name}')}"
+    """The claim the kubelet names, for a message (its names escaped and cut past the longest
+    valid ones: they may not be valid)."""
+    return f"claim {clipped(f'{ref.namespace}/{ref.name}', LABEL_MAX + 1 + SUBDOMAIN_MAX)}"
 
 
 def _ref_problem(ref: api.Claim) -> Refusal | None:
@@ -151,19 +153,34 @@ class DraService:
         return [ref for ref in refs if ref.uid not in found and self.prepared.get(ref.uid) is None]
 
     @contextlib.asynccontextmanager
-    async def _serialized(self, until: float | None = None) -> AsyncIterator[None]:
+    async def _serialized(self, until: float | None = None) -> AsyncIterator[Callable[[], None]]:
         """One call at a time on the node, with the prepared claims as the last change left them:
         read again when another instance changed them (else one lstat). A file that cannot be used
         is read again by :meth:`PreparedClaims.unusable` instead, which says when it is usable.
-        The node's lock is waited for until ``until`` (event loop time) at most."""
-        held = self.serializer.hold(until) if self.serializer else contextlib.nullcontext()
-        async with self._lock, held:
-            if self.prepared.problem is None and not self.prepared.reload():
-                log.error("%s; %s", self.prepared.problem, UNTIL_REPAIRED)
-            try:
-                yield
-            finally:
-                self.report.claims_prepared(len(self.prepared.state.claims))
+        The calls before it in this process, then the node's lock, are waited for until ``until``
+        (event loop time) at most: a call never starts its change after the kubelet stopped waiting
+        for it (and may have called Unprepare, or Prepare, since). The block gets a function that
+        raises SerializeError when the node's lock no longer excludes the other instances: call it
+        before writing a change."""
+        try:
+            async with asyncio.timeout_at(until):
+                await self._lock.acquire()
+        except TimeoutError:
+            raise SerializeError(
+                "its turn did not come within the time the kubelet gives the call: the calls before it "
+                "wait for the node's lock"
+            ) from None
+        held = self.serializer.hold(until) if self.serializer else contextlib.nullcontext(_alone)
+        try:
+            async with held as still_held:
+                if self.prepared.problem is None and not self.prepared.reload():
+                    log.error("%s; %s", self.prepared.problem, UNTIL_REPAIRED)
+                try:
+                    yield still_held
+                finally:
+                    self.report.claims_prepared(len(self.prepared.state.claims))
+        finally:
+            self._lock.release()
 
     async def prepare(self, refs: list[api.Claim]) -> dict[str, Result]:
         if not refs:
@@ -188,7 +205,7 @@ class DraService:
         self, refs: list[api.Claim], found: dict[str, Found], until: float
     ) -> dict[str, Result]:
         out: dict[str, Result] = {}
-        async with self._serialized(until):
+        async with self._serialized(until) as still_held:
             # Released by another instance since it was looked at: read it now.
             await self._look_up(self._unprepared(refs, found), found, until)
             unusable = self.prepared.unusable()
@@ -230,6 +247,7 @@ class DraService:
                     state = state.with_claims({ref.uid: result})
                 out[ref.uid] = result
             if added:
+                still_held()
                 try:
                     await self.prepared.put(added)
                 except StateWriteError as exc:
@@ -245,9 +263,10 @@ class DraService:
         if not refs:
             return {}
         started = time.perf_counter()
+        until = asyncio.get_running_loop().time() + self.call_budget
         cause: UnprepareResult = "state-error"
         try:
-            out = await _completed(self._unprepare(refs))
+            out = await _completed(self._unprepare(refs, until))
         except SerializeError as exc:
             log.error("unprepare failed: %s", exc)
             out = {ref.uid: f"{_claim(ref)}: still prepared: {exc}" for ref in refs}
@@ -256,11 +275,12 @@ class DraService:
         self.report.unprepare(results, time.perf_counter() - started)
         return out
 
-    async def _unprepare(self, refs: list[api.Claim]) -> dict[str, str]:
-        async with self._serialized():
+    async def _unprepare(self, refs: list[api.Claim], until: float) -> dict[str, str]:
+        async with self._serialized(until) as still_held:
             unusable = self.prepared.unusable()
             if unusable is not None:
                 return {ref.uid: f"{_claim(ref)}: {unusable}" for ref in refs}
+            still_held()
             try:
                 await self.prepared.drop(ref.uid for ref in refs)
             except StateWriteError as exc:
@@ -278,7 +298,8 @@ class DraService:
         to write, and the lock is not taken."""
         if os.path.lexists(self.prepared.path) or not self.prepared.state.claims:
             return False
-        async with self._serialized():  # another instance may have written it again already
+        async with self._serialized() as still_held:  # another instance may have written it again
+            still_held()
             return await self.prepared.restore()
 
     async def NodePrepareResources(self, request: Any, context: Any) -> Any:
@@ -286,6 +307,10 @@ class DraService:
 
     async def NodeUnprepareResources(self, request: Any, context: Any) -> Any:
         return api.unprepare_response(api.version_of(request), await self.unprepare(api.claims_of(request)))
+
+
+def _alone() -> None:
+    """Calls of a driver without a node's lock take turns in this process alone."""
 
 
 async def _completed(change: Awaitable[T]) -> T:

@@ -1,7 +1,8 @@
 """A fake kubelet: the plugin watcher's registration and the DRA manager's calls, over real sockets.
 
 As strict as the 1.36 kubelet: it ignores dot-files and non-sockets in the registry directory,
-requires type DRAPlugin, a driver name equal to the one it expects, an absolute endpoint, and a
+wants GetInfo answered within 1 s of connecting (trying again with the kubelet's backoff), requires
+type DRAPlugin, a driver name equal to the one it expects, an absolute endpoint, and a
 known version (taking the first it knows in the plugin's order); it tells the plugin the outcome
 with NotifyRegistrationStatus, and checks that every requested claim UID is answered.
 
@@ -27,6 +28,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 import grpc
 
@@ -67,6 +69,25 @@ def _file_id(path: Path) -> tuple[int, int, int] | None:
     except FileNotFoundError:
         return None
     return st.st_dev, st.st_ino, st.st_ctime_ns
+
+
+async def _get_info(channel: grpc.aio.Channel, stub: api.RegistrationStub, within: float = 60.0) -> Any:
+    """GetInfo as the plugin watcher calls it: a connection within 10 s (a socket that exists
+    but does not listen yet is waited for: gRPC binds it before it listens), then an answer
+    within 1 s; a failed attempt is made again after 0.5 s, doubling, until ``within`` seconds
+    have passed."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within
+    delay = 0.5
+    while True:
+        try:
+            await asyncio.wait_for(channel.channel_ready(), 10)
+            return await stub.GetInfo(api.InfoRequest(), timeout=1)
+        except (TimeoutError, grpc.aio.AioRpcError):
+            if loop.time() + delay > deadline:
+                raise
+        await asyncio.sleep(delay)  # the kubelet's backoff, not a wait for a state
+        delay *= 2
 
 
 class FakeKubelet:
@@ -125,9 +146,7 @@ class FakeKubelet:
         assert registration_id is not None, f"{socket}: no such socket"
         async with grpc.aio.insecure_channel(f"unix://{socket}", options=OPTIONS) as channel:
             stub = api.RegistrationStub(channel)
-            # like the kubelet, wait for a socket that exists but does not listen yet (gRPC binds
-            # it before it listens)
-            info = await stub.GetInfo(api.InfoRequest(), timeout=60, wait_for_ready=True)
+            info = await _get_info(channel, stub)
             self.infos.append(info)
             error = ""
             version = next((v for v in info.supported_versions if v in self.known), "")

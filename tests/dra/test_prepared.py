@@ -198,7 +198,9 @@ def test_reload_reads_what_another_process_wrote(path: Path) -> None:
     asyncio.run(prepared.put({"uid-1": CARD0}))
     assert prepared.reload()
     assert prepared.state == PreparedState({"uid-1": CARD0})
-    write_atomic(path, encode(PreparedState({"uid-2": CARD1})))  # another instance of the driver
+    other = PreparedClaims(path)  # another instance of the driver
+    asyncio.run(other.put({"uid-2": CARD1}))
+    asyncio.run(other.drop(["uid-1"]))
     assert prepared.reload()
     assert prepared.state == PreparedState({"uid-2": CARD1})
     path.write_text("[]")
@@ -290,3 +292,58 @@ def test_a_reader_in_another_process_sees_each_change(path: Path) -> None:
         child.stdin.close()
         assert child.wait(30) == 0
         child.stdout.close()
+
+
+def test_a_record_not_as_new_as_the_last_one_seen_is_refused_and_memory_kept(path: Path) -> None:
+    prepared = PreparedClaims(path)
+    asyncio.run(prepared.put({"uid-1": CARD0}))
+    asyncio.run(prepared.put({"uid-2": CARD1}))  # record 2
+    kept = prepared.state
+    elsewhere = PreparedClaims(path.with_name("elsewhere.json"))
+    asyncio.run(elsewhere.put({"uid-3": CARD0}))
+    asyncio.run(elsewhere.put({"uid-4": CARD1}))  # another record 2
+    os.replace(elsewhere.path, path)
+    assert not prepared.reload()
+    assert prepared.problem == (
+        f"{path}: another record 2 than the one this driver last read or wrote (a copy put back, or "
+        "another instance's older state?)"
+    )
+    write_atomic(path, encode(PreparedState({"uid-3": CARD0})))  # as an earlier release wrote it
+    assert not prepared.reload()
+    assert prepared.problem == (
+        f"{path}: a file without record numbers, older than record 2 this driver last read or wrote "
+        "(a copy put back, or another instance's older state?)"
+    )
+    assert prepared.state == kept
+    path.unlink()  # moved away: the claims are the driver's own again
+    assert prepared.reload()
+    assert prepared.problem is None
+    assert prepared.state == kept
+
+
+def test_a_file_written_again_by_an_instance_that_missed_changes_is_refused_by_the_other(
+    path: Path,
+) -> None:
+    """The directory wiped during an update: the old instance writes the file again from what it
+    last read; the new one, which prepared a claim since, refuses it rather than forget that claim."""
+    new, old = PreparedClaims(path), PreparedClaims(path)
+
+    async def scenario() -> None:
+        await new.put({"uid-1": CARD0})
+        assert old.reload()
+        await new.put({"uid-2": CARD1})
+        path.unlink()
+        assert await old.restore()
+
+    asyncio.run(scenario())
+    assert on_disk(path) == PreparedState({"uid-1": CARD0})
+    assert not new.reload()
+    assert new.problem == (
+        f"{path}: another record 2 than the one this driver last read or wrote (a copy put back, or "
+        "another instance's older state?)"
+    )
+    assert new.state == PreparedState({"uid-1": CARD0, "uid-2": CARD1})
+    path.unlink()  # moved away once the old instance has stopped
+    assert new.reload()
+    assert asyncio.run(new.restore())
+    assert on_disk(path) == PreparedState({"uid-1": CARD0, "uid-2": CARD1})

@@ -24,12 +24,14 @@ from cdi_plugin.dra import api
 from cdi_plugin.dra.prepared import read_prepared
 from tests.deviceplugin.fake_kubelet import FakeKubelet as DevicePluginKubelet
 from tests.deviceplugin.helpers import make_node, run
+from tests.dra import faults
 from tests.dra.conftest import DRIVER, NODE, write_spec
 from tests.dra.fakeapiserver import running
 from tests.dra.fakekubelet import FakeKubelet, RegistrationRefused
 from tests.dra.serving import DraNode, Serve, dra_node, free_port, published
 from tests.dra.test_kubelet import claim_obj
 from tests.dra.test_serialize import locked_elsewhere
+from tests.dra.test_serve import claim_path
 
 __all__ = ["dra_node"]
 
@@ -395,3 +397,48 @@ def test_a_pod_uid_that_cannot_name_a_socket_is_refused_in_one_line(dra_node: Dr
         "cdi-plugin: error: --pod-uid: pod UID '../x': not a UID (at most 64 letters, digits and inner "
         "'-'; the DaemonSet sets $POD_UID from metadata.uid)\n",
     )
+
+
+def test_a_lock_file_removed_while_one_instance_holds_it_never_prepares_a_device_twice(
+    dra_node: DraNode,
+) -> None:
+    """The old instance holds the node's lock while the API server is slow to answer it (a claim
+    the new one released meanwhile, read again under the lock); the lock file is removed (the
+    kubelet's directory wiped), and the new instance, taking the file created in its place,
+    prepares the device for another claim. The old instance's call fails rather than hand out the
+    same device; called again, it is refused."""
+    card_node(dra_node)
+    lock = dra_node.plugins / DRIVER / "serialize.lock"
+
+    async def scenario() -> None:
+        args = [dra_node.args("dra", *config(dra_node), "-v", "--pod-uid", uid) for uid in (OLD, NEW)]
+        serves = [await Serve.start(a) for a in args]
+        try:
+            to_old, to_new = FakeKubelet(dra_node.registry), FakeKubelet(dra_node.registry)
+            for serve, kubelet, uid in zip(serves, (to_old, to_new), (OLD, NEW), strict=True):
+                await registered(dra_node, serve, kubelet, uid)
+            x, y = new_claim(dra_node, "x", "d0"), new_claim(dra_node, "y", "d0")
+            assert await to_old.prepare(x) == {x.uid: card("d0")}
+            assert await to_new.unprepare(x) == {x.uid: ""}  # the old instance's memory still has it
+            dra_node.api.misbehave("GET", claim_path(x), faults.hang())  # 10 s, then read again
+            call = asyncio.create_task(to_old.prepare(x))
+            await serves[0].wait_for(
+                lambda: dra_node.api.count("GET", claim_path(x)) == 2, "the claim read again under the lock"
+            )
+            lock.unlink()
+            assert await to_new.prepare(y) == {y.uid: card("d0")}
+            assert await asyncio.wait_for(call, 60) == {
+                x.uid: f"claim default/x: not prepared: {lock}: removed or replaced while this call held it, "
+                "so another call may have run beside it (the kubelet calls again)"
+            }
+            assert await to_old.prepare(x) == {
+                x.uid: f"claim default/x: device {NODE}/card-d0 ({CARD}=d0): already prepared for claim "
+                f"{y.uid}"
+            }
+            assert held(dra_node) == {y.uid: ["card-d0"]}
+        finally:
+            for serve in serves:
+                assert await serve.stop() == 0, serve.lines
+
+    with running(dra_node.api):
+        run(scenario(), timeout=120)

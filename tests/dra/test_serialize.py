@@ -90,14 +90,49 @@ def test_a_lock_file_removed_while_waited_for_is_created_again_and_locked(
                 got.set()
                 await release.wait()
 
-        async with Serializer(lock).hold():
-            task = asyncio.create_task(waiter())
-            await eventually(lambda: "waiting for" in caplog.text, "waiting for the lock")
-            lock.unlink()  # e.g. a kubelet restart that wiped the plugin directory
+        waiting: list[asyncio.Task[None]] = []
+
+        async def holder() -> None:
+            async with Serializer(lock).hold():
+                waiting.append(asyncio.create_task(waiter()))
+                await eventually(lambda: "waiting for" in caplog.text, "waiting for the lock")
+                lock.unlink()  # e.g. a kubelet restart that wiped the plugin directory
+
+        with pytest.raises(SerializeError, match="removed or replaced while this call held it"):
+            await holder()
         await got.wait()
         assert locked_elsewhere(lock)  # the new file, not the unlinked one
         release.set()
-        await task
+        await waiting[0]
+
+    run(scenario())
+
+
+def test_a_lock_file_replaced_while_held_fails_the_block_that_held_it(tmp_path: Path) -> None:
+    """Whoever opens the new file takes the lock beside the holder: the holder's change may have
+    run beside another, and must not be answered as done."""
+    lock = tmp_path / "serialize.lock"
+
+    replaced = (
+        f"{lock}: removed or replaced while this call held it, so another call may have run beside "
+        "it (the kubelet calls again)"
+    )
+
+    async def scenario() -> None:
+        async def holder() -> None:
+            async with Serializer(lock).hold() as still_held:
+                still_held()
+                lock.unlink()
+                async with Serializer(lock, timeout=30).hold():  # the new file: taken at once
+                    with pytest.raises(SerializeError) as caught:
+                        still_held()
+                    assert str(caught.value) == replaced
+
+        with pytest.raises(SerializeError) as caught:
+            await holder()
+        assert str(caught.value) == replaced
+        async with Serializer(lock).hold() as still_held:  # the file there now is taken as usual
+            still_held()
 
     run(scenario())
 
