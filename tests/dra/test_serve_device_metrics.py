@@ -48,7 +48,11 @@ def test_the_devices_published_are_counted_by_kind_and_health(dra_node: DraNode)
             found = await metrics_until(base, lambda s: _health(s, TTY) == (2, 0), "two healthy ttys")
             assert _health(found, FUSE) == (None, None)  # the device plugin's: not published
             assert value(found, "cdi_plugin_devices", resource=TTY, health="Healthy") is None
-            assert sorted(published(dra_node)) == ["tty-ttyusb0", "tty-ttyusb1"]
+            # the metric follows the inventory, the slices follow it through the API server
+            assert sorted(await serve.wait_for(lambda: published(dra_node), "slices")) == [
+                "tty-ttyusb0",
+                "tty-ttyusb1",
+            ]
 
             tty.unlink()  # the host's device node is gone: unhealthy
             await metrics_until(base, lambda s: _health(s, TTY) == (1, 1), "one tty unhealthy")
