@@ -249,7 +249,14 @@ def run_scan(
         config_source,
         plan,
         _file_reports(plan, build, options.dry_run),
-        tuple(discovery.warnings) + build.warnings + build.refused,
+        tuple(discovery.warnings)
+        + build.warnings
+        + build.refused
+        + tuple(
+            f"{c.path}: {c.kind} has no devices now, but this file, {c.reason}, is left as it is "
+            "(runtimes still read it): remove it if its devices are gone"
+            for c in plan.left
+        ),
         applied,
         tuple(line for was_replaced, line in overridden if was_replaced),
         tuple(line for was_replaced, line in overridden if not was_replaced),

@@ -213,6 +213,29 @@ def test_a_link_retargeted_anywhere_along_the_configuration_s_chain_of_links_is_
     run(scenario())
 
 
+def test_a_spec_edited_by_hand_is_left_and_said_to_be_stale_once_its_devices_are_gone(
+    setup: tuple[Path, Path, Path], caplog: pytest.LogCaptureFixture
+) -> None:
+    config, host, out = setup
+    caplog.set_level(logging.INFO, "cdi_plugin")
+
+    async def scenario() -> None:
+        watcher = Watcher(watch_options(out, config, source=f"fixture:{host}"))
+        async with running(watcher):
+            edited = (out / TUN).read_text() + "\n"
+            (out / TUN).write_text(edited)  # in place: no batch
+            write_host(host, without("tun"))
+            await eventually(lambda: "devices removed: cdi-plugin.io/tun=tun" in caplog.text, "tun removed")
+            assert (out / TUN).read_text() == edited
+
+    run(scenario())
+    stale = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert [r.getMessage() for r in stale] == [
+        f"{out / TUN}: cdi-plugin.io/tun has no devices now, but this file, edited since cdi-gen wrote it, "
+        "is left as it is (runtimes still read it): remove it if its devices are gone"
+    ]
+
+
 def test_a_deleted_spec_or_output_directory_is_written_again(setup: tuple[Path, Path, Path]) -> None:
     config, host, out = setup
 
