@@ -307,8 +307,11 @@ def plan_writes(
     left = tuple(
         KindConflict(entry.kind, output_dir / name, "edited since cdi-gen wrote it")
         for name, entry in sorted(record.items())
-        if name not in wanted and name not in owned and name not in kept and entry.kind not in wanted_kinds
-        if os.path.lexists(output_dir / name)
+        if name not in wanted
+        and name not in owned
+        and name not in kept
+        and entry.kind not in wanted_kinds
+        and os.path.lexists(output_dir / name)
     )
     after = dict(kept)
     for change in changes:
