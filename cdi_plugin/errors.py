@@ -10,6 +10,7 @@ CdiPluginError
  ├── SpecWriteError        a spec could not be written; nothing on disk was changed
  │    ├── SpecInvalidError  a generated spec failed validation, so it was not written
  │    ├── LockTimeoutError  (store.dirlock) another scan held the directory's lock too long
+ │    │    └── LockWaitStopped  (store.dirlock) the process stopped while it waited for the lock
  │    ├── ConflictError     (store.plan) a kind to write is defined by a spec cdi-gen does not own
  │    └── PartialWriteError (store.writer) applying stopped half-way; names what was done
  ├── DiscoveryError        udev or sysfs could not be read

@@ -7,7 +7,8 @@ file, the key and the reason, and the last good classes stay in force.
 
 Editors replace a file by renaming a new one over it, and Kubernetes ConfigMaps swap a ``..data``
 symlink in the file's directory: so the directory is watched, not the file, and also the
-directory of the file the path resolves to (a symlink's target).
+directories of the links the path goes through (``update-alternatives`` retargets a link in
+``/etc/alternatives``) and of the file it resolves to.
 """
 
 from __future__ import annotations
@@ -33,6 +34,9 @@ from cdi_plugin.generate.config import (
 from cdi_plugin.store.configfile import ConfigFile, read_config
 
 log = logging.getLogger(__name__)
+
+#: Links followed from the configured path, as the kernel follows them (then ELOOP).
+MAX_LINKS = 40
 
 
 class ConfigFollower:
@@ -98,11 +102,20 @@ class ConfigFollower:
             self.on_invalid()
 
     def dirs(self) -> frozenset[Path]:
-        """The directories to watch: the path's own and, for a symlink, its target's."""
+        """The directories to watch: the path's own and, for a symlink, that of each link along
+        its chain (``/etc/alternatives``) and of the file it ends at."""
         if self.path is None:
             return frozenset()
-        path = Path(os.path.abspath(self.path))
-        return frozenset({path.parent, Path(os.path.realpath(path)).parent})
+        hop = os.path.abspath(self.path)
+        out = {Path(hop).parent}
+        for _ in range(MAX_LINKS):
+            parent = os.path.realpath(os.path.dirname(hop))
+            out.add(Path(parent))
+            try:
+                hop = os.path.join(parent, os.readlink(hop))
+            except OSError:  # not a link (the file, or nothing yet)
+                break
+        return frozenset(out)
 
     def reload(self) -> bool:
         """Read the file again if it changed; True when the device classes changed."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,7 +25,7 @@ from cdi_plugin.generate.config import DeviceClass, classes_of, runtimes_of
 from cdi_plugin.generate.match import query_for
 from cdi_plugin.store import files
 from cdi_plugin.store.configfile import read_config
-from cdi_plugin.store.dirlock import DEFAULT_LOCK_TIMEOUT, locked
+from cdi_plugin.store.dirlock import DEFAULT_LOCK_TIMEOUT, DirLock, locked
 from cdi_plugin.store.plan import DONE, FileChange, Plan, plan_writes
 from cdi_plugin.store.registry import Stat, file_stat
 from cdi_plugin.store.writer import Applied, apply
@@ -91,6 +92,12 @@ class ScanOptions:
 
     #: Seconds to wait for another scan of the output directory before giving up.
     lock_timeout: float = DEFAULT_LOCK_TIMEOUT
+    #: Set when the process stops (a watcher): a wait for that scan ends at once.
+    stopping: threading.Event | None = field(default=None, compare=False)
+
+    def lock(self) -> contextlib.AbstractContextManager[DirLock]:
+        """The output directory's lock, waited for as the options say."""
+        return locked(self.output_dir, self.lock_timeout, stopping=self.stopping)
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,9 +229,7 @@ def run_scan(
             "written: " + "; ".join(build.refused) + " (--skip-refused writes the other devices)"
         )
     _check_runtimes([s.spec for s in build.specs], runtimes, options.fmt)
-    lock = (
-        contextlib.nullcontext(None) if options.dry_run else locked(options.output_dir, options.lock_timeout)
-    )
+    lock = contextlib.nullcontext(None) if options.dry_run else options.lock()
     with lock as held:
         plan = plan_writes(
             [s.spec for s in build.specs],
@@ -244,7 +249,14 @@ def run_scan(
         config_source,
         plan,
         _file_reports(plan, build, options.dry_run),
-        tuple(discovery.warnings) + build.warnings + build.refused,
+        tuple(discovery.warnings)
+        + build.warnings
+        + build.refused
+        + tuple(
+            f"{c.path}: {c.kind} has no devices now, but this file, {c.reason}, is left as it is "
+            "(runtimes still read it): remove it if its devices are gone"
+            for c in plan.left
+        ),
         applied,
         tuple(line for was_replaced, line in overridden if was_replaced),
         tuple(line for was_replaced, line in overridden if not was_replaced),

@@ -7,9 +7,11 @@
 
 A uevent touches a class when its subsystem is one the class matches (or the class matches every
 subsystem) and its kernel name one the class matches (unless the class has siblings, whose names
-it matches otherwise), or when its device node matches one of the class's globs; a node appearing or vanishing
-touches the classes whose globs match its path. Which of those classes can be updated one device
-at a time, and which are rescanned whole, is :mod:`.livespecs`'s business.
+it matches otherwise, or the event is a ``move``: a renamed device's event gives only its new
+name, and the device may leave the class by it), or when its device node matches one of the
+class's globs; a node appearing or vanishing touches the classes whose globs match its path. Which
+of those classes can be updated one device at a time, and which are rescanned whole, is
+:mod:`.livespecs`'s business.
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ class Targets:
 
     def kinds_for_event(self, event: UdevEvent) -> Kinds:
         kinds = self.any_event | self.by_subsystem.get(event.subsystem, frozenset())
-        if self.kernels:
+        if self.kernels and event.action != "move":  # a move gives the new name only
             kernels = self.kernels
             kinds = frozenset(k for k in kinds if k not in kernels or match_any(kernels[k], event.sys_name))
         if event.devnode is not None:

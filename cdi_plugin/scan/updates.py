@@ -34,7 +34,6 @@ from cdi_plugin.generate.config import DeviceClass
 from cdi_plugin.generate.match import query_for
 from cdi_plugin.scan.livespecs import Change, Entry, LiveSpec, Uncertain, index_class
 from cdi_plugin.scan.pipeline import FileReport, Placed, ScanOptions, ScanReport, placing, run_scan
-from cdi_plugin.store.dirlock import locked
 from cdi_plugin.store.files import spec_file_name
 from cdi_plugin.store.ownership import digest, read_record
 from cdi_plugin.store.plan import DONE, ConflictError, Plan, plan_updates
@@ -246,7 +245,7 @@ class BatchWork:
                 placed(path, spec, stat)
 
         try:
-            with locked(out, self.options.lock_timeout) as held:
+            with self.options.lock() as held:
                 plan = plan_updates(out, updates, known)
                 applied = apply(plan, tidy=held.held, placed=placing(tell, specs))
         except CdiPluginError as exc:

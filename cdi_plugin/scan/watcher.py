@@ -31,6 +31,7 @@ import contextlib
 import dataclasses
 import logging
 import os
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -57,7 +58,7 @@ from cdi_plugin.scan.targets import Kinds, targets_for
 from cdi_plugin.scan.uevents import Uevents
 from cdi_plugin.scan.updates import BatchWork, DeviceEvent
 from cdi_plugin.scan.watchoptions import OnApplied, OnWritten, WatchOptions
-from cdi_plugin.store.dirlock import LockTimeoutError
+from cdi_plugin.store.dirlock import LockTimeoutError, LockWaitStopped
 from cdi_plugin.store.registry import Stat
 from cdi_plugin.wording import plural
 
@@ -111,8 +112,14 @@ class Watcher:
         self.targets = targets_for(self.config.classes)
         #: The classes and scan options of the next batch: the configuration as last reloaded.
         self.classes = list(self.config.classes)
+        #: Set once the watcher stops: a batch waiting for another scan's lock gives up.
+        self.stopping = threading.Event()
         self.scan_options = dataclasses.replace(
-            options.scan, skip_refused=True, dry_run=False, runtimes=self.config.runtimes
+            options.scan,
+            skip_refused=True,
+            dry_run=False,
+            runtimes=self.config.runtimes,
+            stopping=self.stopping,
         )
         self.work = BatchWork(self.scan_options, source)
         self.gathering = Gathering(self.work, options.quiet, options.max_delay)
@@ -150,6 +157,7 @@ class Watcher:
         output_dir = self.options.scan.output_dir
         async with contextlib.AsyncExitStack() as stack:
             stack.callback(self._close)
+            stack.callback(asyncio.ensure_future(self._stop_waiting(stop)).cancel)
             nodes = await stack.enter_async_context(
                 DirWatch(self._node_dirs(), name="device nodes", relevant=self._node_relevant)
             )
@@ -221,6 +229,10 @@ class Watcher:
             f"; device nodes {', '.join(g for g, _ in self.targets.globs)}" if self.targets.globs else "",
             f"; configuration {self.config.path}" if self.config.path else "",
         )
+
+    async def _stop_waiting(self, stop: asyncio.Event) -> None:
+        await stop.wait()
+        self.stopping.set()
 
     def _close(self) -> None:
         self.retries.cancel()
@@ -368,7 +380,9 @@ class Watcher:
                     outcome.report, outcome.scope, events, seconds * 1000, initial, updated=outcome.updated
                 )
                 self._applied(outcome.report)
-            if isinstance(exc, CdiPluginError):
+            if isinstance(exc, LockWaitStopped):
+                log.info("%s", exc)
+            elif isinstance(exc, CdiPluginError):
                 self.retries.failed(wanted, scope, str(exc))
             elif exc is not None:
                 log.error("rescan failed unexpectedly", exc_info=exc)
@@ -385,6 +399,7 @@ class Watcher:
             await asyncio.wait([work])  # never cancels the work, which never raises
         except asyncio.CancelledError:
             # stopping: the files are being written anyway; finish, and say what was done
+            self.stopping.set()
             await asyncio.wait([work])
             finish()
             raise

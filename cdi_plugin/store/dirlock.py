@@ -4,7 +4,8 @@ The lock is ``.cdi-gen.lock`` beside the ownership record: a regular file mode 0
 writer (root), opened without following links. Only its owner can open it, so no other local user
 can hold it (the directory itself, mode 0755, can be opened and ``flock``-ed by anyone). Runtimes
 never read it (not ``*.json``/``*.yaml``). The wait is bounded: a process of the owner that holds
-it longer than the timeout makes the scan fail with a one-line error instead of hanging.
+it longer than the timeout makes the scan fail with a one-line error instead of hanging, and a
+process that is stopping gives up waiting at once.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import errno
 import fcntl
 import os
 import stat
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -29,6 +31,10 @@ _POLL_FIRST, _POLL_MAX = 0.01, 0.25
 
 class LockTimeoutError(SpecWriteError):
     """The lock was not free within the timeout."""
+
+
+class LockWaitStopped(LockTimeoutError):
+    """The process stopped while it waited for the lock."""
 
 
 @dataclass(slots=True)
@@ -69,12 +75,16 @@ def open_lock(directory: Path, name: str = LOCK_NAME) -> int | None:
 
 @contextlib.contextmanager
 def locked(
-    directory: Path, timeout: float = DEFAULT_LOCK_TIMEOUT, clock: Callable[[], float] = time.monotonic
+    directory: Path,
+    timeout: float = DEFAULT_LOCK_TIMEOUT,
+    clock: Callable[[], float] = time.monotonic,
+    stopping: threading.Event | None = None,
 ) -> Iterator[DirLock]:
     """Hold the lock of ``directory`` (see the module's docstring) for the ``with`` block.
 
-    Raises :class:`LockTimeoutError` when it is not free within ``timeout`` seconds. A directory
-    that does not exist yet, or that this process may not write, is not locked (``held`` False).
+    Raises :class:`LockTimeoutError` when it is not free within ``timeout`` seconds, and
+    :class:`LockWaitStopped` once ``stopping`` is set while it waits. A directory that does not
+    exist yet, or that this process may not write, is not locked (``held`` False).
     """
     lock = DirLock(directory / LOCK_NAME)
     fd = open_lock(directory)
@@ -95,7 +105,13 @@ def locked(
                         f"{lock.path}: another scan has held the lock for more than {timeout:g}s; nothing "
                         "was written (--lock-timeout sets how long to wait)"
                     ) from None
-                time.sleep(min(delay, timeout - waited))
+                pause = min(delay, timeout - waited)
+                if stopping is None:
+                    time.sleep(pause)
+                elif stopping.wait(pause):
+                    raise LockWaitStopped(
+                        f"{lock.path}: stopped while another scan held the lock; nothing was written"
+                    ) from None
                 delay = min(delay * 2, _POLL_MAX)
         lock.held, lock.waited = True, clock() - start
         yield lock

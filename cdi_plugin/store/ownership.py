@@ -25,6 +25,9 @@ log = logging.getLogger(__name__)
 
 RECORD_NAME = ".cdi-gen-owned"
 _FORMAT_VERSION = 1
+#: The warning last logged for each unusable record (a watcher reads it several times per batch,
+#: and retries): logged again only once it changes or the record was usable in between.
+_warned: dict[Path, str] = {}
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,26 +51,37 @@ def read_record(directory: Path) -> dict[str, OwnedFile]:
     """The files recorded as cdi-gen's in ``directory``; empty if there is no usable record.
 
     An unreadable or corrupt record counts as owning nothing, the safe side: cdi-gen then treats
-    every existing file as foreign. cdi-gen writes the record as a regular file, so anything else
-    in its place (a symbolic link, a FIFO, a device) is not read.
+    every existing file as foreign (said once per record and fault). cdi-gen writes the record as a
+    regular file, so anything else in its place (a symbolic link, a FIFO, a device) is not read.
     """
     path = directory / RECORD_NAME
     try:
         data = read_file(path, MAX_SPEC_BYTES, "an ownership record", follow_links=False)
         raw, _ = parse(data, str(path), "json", "ownership record")
         files = raw["files"]
-        return {
+        record = {
             name: OwnedFile(name, str(entry["kind"]), str(entry["sha256"]), _previous(entry))
             for name, entry in files.items()
             if "/" not in name and "\x00" not in name and name not in {"", ".", ".."}
         }
     except SpecLoadError as exc:
         if exc.rule != "not-found":
-            log.warning("ignoring unusable ownership record %s; treating every spec as foreign", exc)
+            _unusable(path, f"ignoring unusable ownership record {exc}")
+        else:
+            _warned.pop(path, None)
         return {}
-    except (KeyError, TypeError, AttributeError) as exc:
-        log.warning("%s: ignoring unusable ownership record (%r); treating every spec as foreign", path, exc)
+    except (KeyError, TypeError, AttributeError):
+        why = "not an object whose 'files' maps each file name to its 'kind' and 'sha256'"
+        _unusable(path, f"{path}: ignoring unusable ownership record ({why})")
         return {}
+    _warned.pop(path, None)
+    return record
+
+
+def _unusable(path: Path, message: str) -> None:
+    level = logging.DEBUG if _warned.get(path) == message else logging.WARNING
+    _warned[path] = message
+    log.log(level, "%s; treating every spec as foreign", message)
 
 
 def _previous(entry: Mapping[str, object]) -> str | None:

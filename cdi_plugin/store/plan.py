@@ -110,6 +110,8 @@ class Plan:
     record_before: Mapping[str, OwnedFile] = field(default_factory=dict)
     record_after: Mapping[str, OwnedFile] = field(default_factory=dict)
     overridden: tuple[KindConflict, ...] = ()  # conflicts --force wrote over
+    #: Files cdi-gen wrote and someone edited since, of kinds left without a spec: not removed.
+    left: tuple[KindConflict, ...] = ()
 
     @property
     def record_changed(self) -> bool:
@@ -302,11 +304,20 @@ def plan_writes(
         if name not in wanted:
             path = output_dir / name
             changes.append(FileChange(path, entry.kind, "remove", None, read_existing(path)))
+    left = tuple(
+        KindConflict(entry.kind, output_dir / name, "edited since cdi-gen wrote it")
+        for name, entry in sorted(record.items())
+        if name not in wanted
+        and name not in owned
+        and name not in kept
+        and entry.kind not in wanted_kinds
+        and os.path.lexists(output_dir / name)
+    )
     after = dict(kept)
     for change in changes:
         if change.data is not None:
             after[change.path.name] = _entry(change, record.get(change.path.name), change.path.name in owned)
-    return Plan(output_dir, tuple(changes), dict(record), after, tuple(conflicts))
+    return Plan(output_dir, tuple(changes), dict(record), after, tuple(conflicts), left)
 
 
 def _entry(change: FileChange, before: OwnedFile | None, owned: bool) -> OwnedFile:

@@ -181,6 +181,7 @@ def test_a_file_edited_by_a_user_becomes_foreign(tmp_path: Path) -> None:
     # without the kind, cdi-gen does not remove the edited file: it is no longer cdi-gen's
     plan = plan_writes([FUSE], tmp_path, spec_dirs=())
     assert actions(plan) == {"cdi-plugin.io-fuse.json": "unchanged"}
+    assert [(c.kind, c.path.name) for c in plan.left] == [("cdi-plugin.io/tun", "cdi-plugin.io-tun.json")]
     apply(plan)
     assert snapshot(tmp_path)["cdi-plugin.io-tun.json"] == edited
     assert set(read_record(tmp_path)) == {"cdi-plugin.io-fuse.json"}

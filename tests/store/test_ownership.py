@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import stat
 from pathlib import Path
 
@@ -83,6 +84,35 @@ def test_corrupt_record_owns_nothing(tmp_path: Path, data: bytes, caplog: pytest
     assert ownership.read_record(tmp_path) == {}
     assert ownership.owned_kinds([tmp_path]) == set()
     assert "ignoring unusable ownership record" in caplog.text
+
+
+def test_an_unusable_record_is_reported_once_in_words_until_it_changes_or_is_mended(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    a = own(tmp_path, "a.json", "example.com/a", b"A")
+
+    def warnings() -> list[str]:
+        found = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+        caplog.clear()
+        return found
+
+    caplog.set_level(logging.DEBUG, "cdi_plugin")
+    (tmp_path / RECORD_NAME).write_bytes(b'{"files": []}')
+    for _ in range(3):  # a watcher's batch reads it several times
+        assert ownership.read_record(tmp_path) == {}
+    assert warnings() == [
+        f"{tmp_path / RECORD_NAME}: ignoring unusable ownership record (not an object whose 'files' maps "
+        "each file name to its 'kind' and 'sha256'); treating every spec as foreign"
+    ]
+    (tmp_path / RECORD_NAME).write_bytes(b"{")
+    ownership.read_record(tmp_path)
+    ownership.read_record(tmp_path)
+    assert len(warnings()) == 1, "another fault"
+    ownership.write_record(tmp_path, {a.name: a})
+    assert ownership.read_record(tmp_path) == {"a.json": a}
+    (tmp_path / RECORD_NAME).write_bytes(b"{")
+    ownership.read_record(tmp_path)
+    assert len(warnings()) == 1, "broken again after it was mended"
 
 
 def test_unreadable_record_owns_nothing(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:

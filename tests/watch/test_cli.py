@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -13,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from cdi_plugin.store.dirlock import LOCK_NAME
 from tests.deviceplugin.fake_kubelet import FakeKubelet
 from tests.deviceplugin.helpers import Layout, run
 from tests.generate.hosts import WORKSTATION
@@ -100,6 +103,38 @@ def test_watch_follows_a_fixture_and_stops_cleanly_on_a_signal(tmp_path: Path, s
         assert all({"time", "level", "logger", "msg"} <= set(e) for e in logs.lines)
 
     run(scenario())
+
+
+def test_watch_stops_at_once_on_a_signal_while_another_scan_holds_the_lock(tmp_path: Path) -> None:
+    host = tmp_path / "host.json"
+    write_host(host, WORKSTATION)
+    out = tmp_path / "out"
+    out.mkdir()
+    lock = os.open(out / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+
+    async def scenario() -> None:
+        proc = await asyncio.create_subprocess_exec(
+            *CDI_GEN, "watch", "--source", f"fixture:{host}", "--output-dir", str(out),
+            "--spec-dir", str(out), "--lock-timeout", "3600", "--log-format", "json",
+            stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        logs = Logs(proc)
+        try:
+            await logs.until(_starts("watching "))
+        finally:
+            code = await _stop(proc)  # within 60 s, not the hour the lock may be waited for
+        assert code == 0
+        messages = await logs.rest()
+        assert f"{out / LOCK_NAME}: stopped while another scan held the lock; nothing was written" in messages
+        assert messages[-1] == "stopped watching"
+        assert not [e for e in logs.lines if e["level"] in ("WARNING", "ERROR")]
+
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # another scan, writing
+        run(scenario())
+    finally:
+        os.close(lock)
+    assert sorted(p.name for p in out.iterdir()) == [LOCK_NAME]
 
 
 def _run(*argv: str) -> subprocess.CompletedProcess[str]:

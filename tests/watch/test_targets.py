@@ -90,3 +90,13 @@ def test_glob_dirs_follow_wildcard_directories(tmp_path: Path) -> None:
     assert host_path(tmp_path / "bus/usb/001", "004", root) == "/dev/bus/usb/001/004"
     assert host_path(Path("/elsewhere"), "x", root) is None
     assert host_path(Path(os.sep + "dev"), "fuse") == "/dev/fuse"
+
+
+def test_a_move_touches_the_classes_of_its_subsystem_whatever_the_new_name() -> None:
+    targets = targets_for(
+        classes('classes:\n  - {vendor: example.com, class: nic, match: {subsystem: net, kernel: "eth*"}}\n')
+    )
+    assert targets.kinds_for_event(UdevEvent("add", "net", "enp3s0")) == set()
+    # renamed from eth0 (a name of the class) or not: the event says only the new name
+    assert targets.kinds_for_event(UdevEvent("move", "net", "enp3s0")) == {"example.com/nic"}
+    assert targets.kinds_for_event(UdevEvent("move", "block", "sda")) == set()

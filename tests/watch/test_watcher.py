@@ -184,6 +184,58 @@ def test_a_configmap_update_swaps_the_data_symlink(tmp_path: Path) -> None:
     run(scenario())
 
 
+def test_a_link_retargeted_anywhere_along_the_configuration_s_chain_of_links_is_followed(
+    tmp_path: Path,
+) -> None:
+    """``update-alternatives`` style: the configured path is a link to a link in another directory
+    (``/etc/alternatives``), which is what is retargeted, to a file in a third directory."""
+    for d in ("etc", "alternatives", "v1", "v2"):
+        (tmp_path / d).mkdir()
+    (tmp_path / "v1" / "config.yaml").write_text(MISC3)
+    (tmp_path / "v2" / "config.yaml").write_text(
+        MISC3.split("  - {vendor: cdi-plugin.io, class: tun", maxsplit=1)[0]
+    )
+    current = tmp_path / "alternatives" / "cdi-gen-config"
+    current.symlink_to(tmp_path / "v1" / "config.yaml")
+    config = tmp_path / "etc" / "config.yaml"
+    config.symlink_to("../alternatives/cdi-gen-config")
+    host = tmp_path / "host.json"
+    write_host(host, WORKSTATION)
+    out = tmp_path / "out"
+
+    async def scenario() -> None:
+        async with running(Watcher(watch_options(out, config, source=f"fixture:{host}"))):
+            assert specs(out) == {FUSE, TUN, KVM}
+            (tmp_path / "alternatives" / "new").symlink_to(tmp_path / "v2" / "config.yaml")
+            (tmp_path / "alternatives" / "new").rename(current)
+            await eventually(lambda: specs(out) == {FUSE}, "the link in the middle retargeted")
+
+    run(scenario())
+
+
+def test_a_spec_edited_by_hand_is_left_and_said_to_be_stale_once_its_devices_are_gone(
+    setup: tuple[Path, Path, Path], caplog: pytest.LogCaptureFixture
+) -> None:
+    config, host, out = setup
+    caplog.set_level(logging.INFO, "cdi_plugin")
+
+    async def scenario() -> None:
+        watcher = Watcher(watch_options(out, config, source=f"fixture:{host}"))
+        async with running(watcher):
+            edited = (out / TUN).read_text() + "\n"
+            (out / TUN).write_text(edited)  # in place: no batch
+            write_host(host, without("tun"))
+            await eventually(lambda: "devices removed: cdi-plugin.io/tun=tun" in caplog.text, "tun removed")
+            assert (out / TUN).read_text() == edited
+
+    run(scenario())
+    stale = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert [r.getMessage() for r in stale] == [
+        f"{out / TUN}: cdi-plugin.io/tun has no devices now, but this file, edited since cdi-gen wrote it, "
+        "is left as it is (runtimes still read it): remove it if its devices are gone"
+    ]
+
+
 def test_a_deleted_spec_or_output_directory_is_written_again(setup: tuple[Path, Path, Path]) -> None:
     config, host, out = setup
 
