@@ -33,6 +33,7 @@ CdiPluginError
  ├── Uncertain             (scan.livespecs) internal: a device's update needs a rescan of its class
  ├── _Ended                (aio.run) internal: ends a run loop's task group
  ├── _Err                  (cdi.codec) internal: a decoding problem before the source is attached
+ ├── _NoCredentials        (dra.rest) internal: lightkube's authentication failed during a request
  ├── _TooBig               (dra.rest) internal: an answer passed its size bound
  ├── _Wrong                (dra.preparedstate) internal: a wrong field before the file is attached
  ├── _YamlRefused          (cdi.textparse) internal: a YAML construct a spec may not use
