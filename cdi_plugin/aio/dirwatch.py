@@ -100,8 +100,12 @@ class DirWatch:
 
     async def __aenter__(self) -> DirWatch:
         self._inotify = Inotify()
-        self._plan()
-        self._follow_mounts()
+        try:
+            self._plan()
+            self._follow_mounts()
+        except BaseException:
+            await self.__aexit__(None, None, None)
+            raise
         self._reader = asyncio.create_task(self._read(), name=f"inotify:{self.name}")
         return self
 
@@ -188,7 +192,12 @@ class DirWatch:
         except OSError as exc:
             log.debug("%s: cannot follow mounts: %s", self.name, exc.strerror or exc)
             return
-        poller = select.epoll()
+        try:
+            poller = select.epoll()
+        except OSError as exc:  # out of descriptors: the directories are watched all the same
+            os.close(fd)
+            log.warning("%s: cannot follow mounts: %s", self.name, exc.strerror or exc)
+            return
         poller.register(fd, select.EPOLLPRI | select.EPOLLERR)
         self._mounts = (fd, poller)
         asyncio.get_running_loop().add_reader(poller.fileno(), self._mounted)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -217,3 +218,39 @@ def test_a_directory_below_one_that_cannot_be_searched_is_reported_once() -> Non
         assert done.returncode == 0, done.stderr
         assert done.stdout == f"[{str(private / 'sub')!r}]\n"
         assert done.stderr == f"WARNING plugin dir: cannot watch {private}: Permission denied\n"
+
+
+#: Run in a child: descriptors limited so that the mount table opens and no epoll can be made.
+_OUT_OF_DESCRIPTORS = """
+import asyncio, logging, os, resource, sys
+from pathlib import Path
+from cdi_plugin.aio.dirwatch import DirWatch
+logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(message)s", stream=sys.stderr)
+target = Path(sys.argv[1])
+
+async def main():
+    before = len(os.listdir("/proc/self/fd"))
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    # os.listdir's own descriptor is closed again: the inotify and the mount table take the two left
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(int(n) for n in os.listdir("/proc/self/fd")) + 3, hard))
+    async with DirWatch([target], name="spec dirs") as watch:
+        seen = watch.pulse.count
+        (target / "a.json").touch()
+        assert await watch.pulse.wait_after(seen, 60.0)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    print(len(os.listdir("/proc/self/fd")) - before)
+
+asyncio.run(main())
+"""
+
+
+def test_out_of_descriptors_for_the_mount_table_the_directories_are_watched_all_the_same(
+    tmp_path: Path,
+) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", _OUT_OF_DESCRIPTORS, str(tmp_path)],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "0\n"  # no descriptor left open
+    assert done.stderr == "WARNING spec dirs: cannot follow mounts: Too many open files\n"
