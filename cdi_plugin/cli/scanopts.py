@@ -61,6 +61,12 @@ class JsonErrorsGroup(click.Group):
             ctx.meta[JSON_ERRORS] = True
         return name, cmd, rest
 
+    def make_context(
+        self, info_name: str | None, args: list[str], parent: click.Context | None = None, **extra: Any
+    ) -> click.Context:
+        with writing_stdout(info_name or self.name or "cdi-plugin"):  # --help and --version print here
+            return super().make_context(info_name, args, parent, **extra)
+
     def invoke(self, ctx: click.Context) -> Any:
         with contextlib.suppress(AttributeError):  # text a locale cannot encode is escaped, not fatal
             sys.stdout.reconfigure(errors="backslashreplace")  # type: ignore[union-attr]

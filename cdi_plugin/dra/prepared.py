@@ -15,7 +15,7 @@ driver or of the kubelet loses none (the document: :mod:`cdi_plugin.dra.prepared
   is a record older than the one this process last read or wrote (a copy put back). A plain JSON
   file (as written before slots) is read, and replaced by a slot file at the first change.
 * :meth:`PreparedClaims.restore` writes the claims again when the file is gone (the kubelet wiped
-  its directory).
+  its directory, or a file refused was moved away).
 * :meth:`PreparedClaims.reload` reads the file again only when it changed since this process last
   read or wrote it (else an ``lstat`` and the two slot headers): a process sharing the file reloads
   before each change.
@@ -125,9 +125,10 @@ class PreparedClaims:
         await self._change(lambda state: state.without(gone))
 
     async def restore(self) -> bool:
-        """Write the claims again if their file is gone; True when it was written."""
+        """Write the claims again if their file is gone; True when it was written. A file refused
+        (an older record) and moved away is written again too, not left until the next change."""
         async with self._lock:
-            if self.problem is not None or not self.state.claims or os.path.lexists(self.path):
+            if not self.state.claims or os.path.lexists(self.path) or self.unusable() is not None:
                 return False
             await self._written(self.state)
         log.warning(

@@ -3,11 +3,10 @@ the node take turns (two instances run side by side during an update).
 
 The lock is ``flock`` on a regular file of its own (mode 0600, never followed through a link,
 never removed: a lock file that is unlinked while held no longer excludes anyone, so a holder
-that finds it gone fails its call); the kernel
-releases it when its holder ends, however it ends. It is taken without blocking the event loop:
-a busy lock is tried again after a few milliseconds, at most :data:`LOCK_TIMEOUT` seconds, less
-than the kubelet waits for a call (45 s), so that a holder that hangs fails the call in one line
-instead of stalling it.
+that finds it gone fails its call); the kernel releases it when its holder ends, however it
+ends. It is taken without blocking the event loop: a busy lock is tried again after a few
+milliseconds, at most :data:`LOCK_TIMEOUT` seconds, less than the kubelet waits for a call
+(45 s), so that a holder that hangs fails the call in one line instead of stalling it.
 """
 
 from __future__ import annotations

@@ -66,6 +66,8 @@ def test_a_reader_gone_ends_the_command_quietly(spec_dir: Path, args: list[str |
         [CDI_GEN, "inspect", "--json", "--spec-dir", "{dir}", "acme.example/gpu=card0"],
         [CDI_GEN, "scan", "--print-default-config"],
         [CDI_PLUGIN, "dra-objects", "--json", "--only", "rbac"],
+        [CDI_GEN, "--help"],
+        [CDI_PLUGIN, "--version"],
     ],
     ids=lambda args: " ".join(map(str, args[1:3])),
 )
