@@ -14,6 +14,7 @@ import os
 import stat
 import subprocess
 import urllib.request
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -105,6 +106,22 @@ async def registered(node: DraNode, serve: Serve, kubelet: FakeKubelet, uid: str
     await serve.wait_for(lambda: someone_listens(socket), f"registration socket {socket.name}")
     await kubelet.register(socket, DRIVER)
     return kubelet.endpoints[-1].path
+
+
+@contextlib.asynccontextmanager
+async def two_instances(node: DraNode) -> AsyncIterator[tuple[list[Serve], list[FakeKubelet]]]:
+    """The old and the new instance side by side, each registered with a kubelet of its own that
+    calls it directly; both stopped at the end, each with status 0."""
+    args = [node.args("dra", *config(node), "-v", "--pod-uid", uid) for uid in (OLD, NEW)]
+    serves = [await Serve.start(a) for a in args]
+    try:
+        kubelets = [FakeKubelet(node.registry) for _ in serves]
+        for serve, kubelet, uid in zip(serves, kubelets, (OLD, NEW), strict=True):
+            await registered(node, serve, kubelet, uid)
+        yield serves, kubelets
+    finally:
+        for serve in serves:
+            assert await serve.stop() == 0, serve.lines
 
 
 @dataclass
@@ -247,12 +264,7 @@ def test_two_instances_calling_prepare_at_once_take_turns(dra_node: DraNode) -> 
     lock = dra_node.plugins / DRIVER / "serialize.lock"
 
     async def scenario() -> None:
-        args = [dra_node.args("dra", *config(dra_node), "-v", "--pod-uid", uid) for uid in (OLD, NEW)]
-        serves = [await Serve.start(a) for a in args]
-        try:
-            kubelets = [FakeKubelet(dra_node.registry) for _ in serves]
-            for serve, kubelet, uid in zip(serves, kubelets, (OLD, NEW), strict=True):
-                await registered(dra_node, serve, kubelet, uid)
+        async with two_instances(dra_node) as (serves, kubelets):
             for round_, device in enumerate(CARDS):
                 claims = [new_claim(dra_node, f"c{round_}-{i}", device) for i in range(2)]
                 fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
@@ -277,9 +289,6 @@ def test_two_instances_calling_prepare_at_once_take_turns(dra_node: DraNode) -> 
                 }
             state = held(dra_node)  # one claim per device, each device once
             assert sorted(d for ds in state.values() for d in ds) == [f"card-{d}" for d in CARDS]
-        finally:
-            for serve in serves:
-                assert await serve.stop() == 0, serve.lines
 
     with running(dra_node.api):
         run(scenario(), timeout=120)
@@ -411,12 +420,7 @@ def test_a_lock_file_removed_while_one_instance_holds_it_never_prepares_a_device
     lock = dra_node.plugins / DRIVER / "serialize.lock"
 
     async def scenario() -> None:
-        args = [dra_node.args("dra", *config(dra_node), "-v", "--pod-uid", uid) for uid in (OLD, NEW)]
-        serves = [await Serve.start(a) for a in args]
-        try:
-            to_old, to_new = FakeKubelet(dra_node.registry), FakeKubelet(dra_node.registry)
-            for serve, kubelet, uid in zip(serves, (to_old, to_new), (OLD, NEW), strict=True):
-                await registered(dra_node, serve, kubelet, uid)
+        async with two_instances(dra_node) as (serves, (to_old, to_new)):
             x, y = new_claim(dra_node, "x", "d0"), new_claim(dra_node, "y", "d0")
             assert await to_old.prepare(x) == {x.uid: card("d0")}
             assert await to_new.unprepare(x) == {x.uid: ""}  # the old instance's memory still has it
@@ -436,9 +440,6 @@ def test_a_lock_file_removed_while_one_instance_holds_it_never_prepares_a_device
                 f"{y.uid}"
             }
             assert held(dra_node) == {y.uid: ["card-d0"]}
-        finally:
-            for serve in serves:
-                assert await serve.stop() == 0, serve.lines
 
     with running(dra_node.api):
         run(scenario(), timeout=120)
