@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from cdi_plugin.cli.scanopts import PathOf, fail, require_dirs, writing_stdout
+from cdi_plugin.cli.scanopts import HelpCommand, PathOf, fail, require_dirs, writing_stdout
 from cdi_plugin.dra.names import DEFAULT_DRIVER
 
 PROGRAM = "cdi-plugin"
@@ -103,7 +103,9 @@ def _served_kinds(
 
 
 @click.command(
-    "dra-objects", short_help="Print DeviceClasses, RBAC, admission policy and example claims for DRA."
+    "dra-objects",
+    cls=HelpCommand,
+    short_help="Print DeviceClasses, RBAC, admission policy and example claims for DRA.",
 )
 @click.option(
     "--spec-dir",

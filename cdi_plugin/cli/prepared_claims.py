@@ -9,13 +9,17 @@ from pathlib import Path
 
 import click
 
-from cdi_plugin.cli.scanopts import PathOf, fail, writing_stdout
+from cdi_plugin.cli.scanopts import HelpCommand, PathOf, fail, writing_stdout
 from cdi_plugin.dra.names import DEFAULT_DRIVER, DEFAULT_PLUGINS_DIR
 
 PROGRAM = "cdi-plugin"
 
 
-@click.command("prepared-claims", short_help="Print the claims the DRA driver records as prepared, as JSON.")
+@click.command(
+    "prepared-claims",
+    cls=HelpCommand,
+    short_help="Print the claims the DRA driver records as prepared, as JSON.",
+)
 @click.option(
     "--driver-name",
     default=DEFAULT_DRIVER,

@@ -47,11 +47,25 @@ def _drop_stdout() -> None:
     os.close(devnull)
 
 
-class JsonErrorsGroup(click.Group):
+class HelpCommand(click.Command):
+    """A command whose ``--help`` (and ``--version``) into a stdout that cannot be written (a
+    full disk) is one error line naming it, status 1, as every output of the programs is."""
+
+    def make_context(
+        self, info_name: str | None, args: list[str], parent: click.Context | None = None, **extra: Any
+    ) -> click.Context:
+        program = parent.find_root().info_name if parent is not None else info_name
+        with writing_stdout(program or self.name or "cdi-plugin"):
+            return super().make_context(info_name, args, parent, **extra)
+
+
+class JsonErrorsGroup(HelpCommand, click.Group):
     """A group whose commands, given ``--json``, also print each error as ``{"error": MESSAGE}``
     on stdout: their own (:func:`fail`), usage errors, which click prints to stderr, and an
     interruption (SIGINT). A reader of stdout that goes away (``| head``) ends the command
-    quietly with status 1."""
+    quietly with status 1. Its commands are each a :class:`HelpCommand`."""
+
+    command_class = HelpCommand
 
     def resolve_command(
         self, ctx: click.Context, args: list[str]
@@ -60,12 +74,6 @@ class JsonErrorsGroup(click.Group):
         if cmd is not None and any(p.name == "as_json" for p in cmd.params) and _asks_json(cmd, rest):
             ctx.meta[JSON_ERRORS] = True
         return name, cmd, rest
-
-    def make_context(
-        self, info_name: str | None, args: list[str], parent: click.Context | None = None, **extra: Any
-    ) -> click.Context:
-        with writing_stdout(info_name or self.name or "cdi-plugin"):  # --help and --version print here
-            return super().make_context(info_name, args, parent, **extra)
 
     def invoke(self, ctx: click.Context) -> Any:
         with contextlib.suppress(AttributeError):  # text a locale cannot encode is escaped, not fatal

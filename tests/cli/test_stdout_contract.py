@@ -84,6 +84,31 @@ def test_a_full_stdout_is_one_error_line(spec_dir: Path, args: list[str | Path])
     )
 
 
+def _subcommands() -> list[tuple[Path, str]]:
+    from cdi_plugin.cli import gen, plugin
+
+    return [(CDI_GEN, name) for name in gen.main.commands] + [
+        (CDI_PLUGIN, name) for name in plugin.main.commands
+    ]
+
+
+@pytest.mark.parametrize(("program", "command"), _subcommands(), ids=lambda v: getattr(v, "name", v))
+def test_a_subcommands_help_into_a_full_stdout_is_one_error_line(program: Path, command: str) -> None:
+    with open("/dev/full", "w") as full:
+        done = subprocess.run(
+            [program, command, "--help"],
+            stdout=full,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    assert (done.returncode, done.stderr) == (
+        1,
+        f"{program.name}: error: cannot write to standard output: No space left on device\n",
+    )
+
+
 def test_a_usage_error_is_told_on_stderr_when_stdout_is_gone() -> None:
     done = run_into_closed_pipe(CDI_GEN, "list", "--json", "--no-such-option")
     assert done.returncode == 2
