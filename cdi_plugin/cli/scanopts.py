@@ -20,6 +20,7 @@ import click
 
 from cdi_plugin.cdi.runtimes import NAMES as RUNTIME_NAMES
 from cdi_plugin.cdi.version import SUPPORTED_VERSIONS
+from cdi_plugin.cli.output import buffer_stdout
 from cdi_plugin.wording import escape_controls, file_type
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -78,6 +79,7 @@ class JsonErrorsGroup(HelpCommand, click.Group):
     def invoke(self, ctx: click.Context) -> Any:
         with contextlib.suppress(AttributeError):  # text a locale cannot encode is escaped, not fatal
             sys.stdout.reconfigure(errors="backslashreplace")  # type: ignore[union-attr]
+        buffer_stdout()
         try:
             try:
                 return super().invoke(ctx)

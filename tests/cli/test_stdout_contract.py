@@ -58,6 +58,70 @@ def test_a_reader_gone_ends_the_command_quietly(spec_dir: Path, args: list[str |
     assert (done.returncode, done.stderr) == (1, "")
 
 
+@pytest.fixture(scope="module")
+def many_kinds(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A spec directory whose listings, reports and objects are larger than a small pipe's buffer."""
+    directory = tmp_path_factory.mktemp("many")
+    for i in range(100):
+        write_spec(directory, f"gpu{i}.json", f"acme.example/gpu{i}", "card0")
+    return directory
+
+
+@pytest.mark.parametrize("unbuffered", [True, False], ids=["PYTHONUNBUFFERED", "buffered"])
+@pytest.mark.parametrize(
+    "args",
+    [
+        [CDI_GEN, "list", "--spec-dir", "{dir}"],
+        [CDI_GEN, "list", "--json", "--spec-dir", "{dir}"],
+        [CDI_GEN, "validate", "{dir}"],
+        [CDI_GEN, "validate", "--json", "{dir}"],
+        [
+            CDI_GEN,
+            "inspect",
+            "--json",
+            "--spec-dir",
+            "{dir}",
+            *(f"acme.example/gpu{i}=card0" for i in range(100)),
+        ],
+        [CDI_GEN, "scan", "--dry-run", "--source", "simulated", "--output-dir", "{dir}/out"],
+        [CDI_GEN, "scan", "--json", "--dry-run", "--source", "simulated", "--output-dir", "{dir}/out"],
+        [CDI_PLUGIN, "dra-objects", "--spec-dir", "{dir}", "--kind", "acme.example/*", "--examples"],
+        [
+            CDI_PLUGIN,
+            "dra-objects",
+            "--json",
+            "--spec-dir",
+            "{dir}",
+            "--kind",
+            "acme.example/*",
+            "--examples",
+        ],
+    ],
+    ids=lambda args: " ".join(map(str, args[1:3])),
+)
+def test_a_reader_gone_in_the_middle_ends_the_command_quietly(
+    many_kinds: Path, args: list[str | Path], unbuffered: bool
+) -> None:
+    """The reader takes one byte and goes away while the command still writes: the rest of the
+    output cannot be written, which is an error (status 1), not a success with output cut."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    if unbuffered:
+        env["PYTHONUNBUFFERED"] = "1"
+    read_end, write_end = os.pipe()
+    fcntl.fcntl(write_end, fcntl.F_SETPIPE_SZ, 4096)  # the output does not fit: the command must wait
+    with os.fdopen(read_end, "rb", buffering=0) as reader:
+        proc = subprocess.Popen(
+            [str(a).format(dir=many_kinds) for a in args],
+            stdout=write_end, stderr=subprocess.PIPE, text=True, env=env,
+        )  # fmt: skip
+        os.close(write_end)
+        assert reader.read(1)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 1
+    program = Path(args[0]).name
+    assert [line for line in stderr.splitlines() if not line.startswith(f"{program}: warning: ")] == []
+
+
 @pytest.mark.parametrize(
     "args",
     [
