@@ -13,6 +13,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from cdi_plugin.cdi.problems import Problem, Severity
+from cdi_plugin.cli.output import write_document
 from cdi_plugin.store.registry import NameConflict, Snapshot, SpecFile
 from cdi_plugin.store.validation import ValidationReport
 from cdi_plugin.wording import defined_in, escape_controls, plural
@@ -42,9 +43,8 @@ def _encodes(text: str) -> bool:
 
 
 def print_json(obj: Any) -> None:
-    """``obj`` as indented JSON, written as it is encoded (a report can hold many problems)."""
-    json.dump(obj, sys.stdout, indent=2)
-    sys.stdout.write("\n")
+    """``obj`` as indented JSON, encoded whole before any of it is written."""
+    write_document(json.dumps(obj, indent=2) + "\n")
 
 
 #: A file's problems shown as text; ``--json`` gives every one.

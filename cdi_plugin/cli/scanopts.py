@@ -20,7 +20,7 @@ import click
 
 from cdi_plugin.cdi.runtimes import NAMES as RUNTIME_NAMES
 from cdi_plugin.cdi.version import SUPPORTED_VERSIONS
-from cdi_plugin.cli.output import buffer_stdout
+from cdi_plugin.cli.output import WrittenThenInterrupted, buffer_stdout
 from cdi_plugin.wording import escape_controls, file_type
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -91,8 +91,9 @@ class JsonErrorsGroup(HelpCommand, click.Group):
         except BrokenPipeError:
             _drop_stdout()
             raise SystemExit(1) from None
-        except KeyboardInterrupt:
-            fail(ctx.find_root().info_name or "cdi-plugin", "interrupted")
+        except KeyboardInterrupt as exc:  # after a whole document, no error document follows it
+            fail(ctx.find_root().info_name or "cdi-plugin", "interrupted",
+                 json_error=not isinstance(exc, WrittenThenInterrupted))  # fmt: skip
 
 
 def _asks_json(cmd: click.Command, args: list[str]) -> bool:

@@ -63,7 +63,7 @@ def many_kinds(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A spec directory whose listings, reports and objects are larger than a small pipe's buffer."""
     directory = tmp_path_factory.mktemp("many")
     for i in range(100):
-        write_spec(directory, f"gpu{i}.json", f"acme.example/gpu{i}", "card0")
+        write_spec(directory, f"gpu{i}.json", f"acme.example/gpu{i}", "null")  # /dev/null
     return directory
 
 
@@ -81,7 +81,7 @@ def many_kinds(tmp_path_factory: pytest.TempPathFactory) -> Path:
             "--json",
             "--spec-dir",
             "{dir}",
-            *(f"acme.example/gpu{i}=card0" for i in range(100)),
+            *(f"acme.example/gpu{i}=null" for i in range(100)),
         ],
         [CDI_GEN, "scan", "--dry-run", "--source", "simulated", "--output-dir", "{dir}/out"],
         [CDI_GEN, "scan", "--json", "--dry-run", "--source", "simulated", "--output-dir", "{dir}/out"],
@@ -220,6 +220,69 @@ def test_an_interrupted_scan_is_one_error(tmp_path: Path, as_json: bool) -> None
     else:
         assert stdout == ""
     assert os.listdir(out) == [LOCK_NAME]
+
+
+def _waits_to_write_into_a_pipe(pid: int) -> bool:
+    """Whether process ``pid`` waits in the kernel's pipe_write (anon_pipe_write since Linux 6.14)."""
+    return "pipe_write" in Path(f"/proc/{pid}/wchan").read_text()
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        [CDI_GEN, "list", "--json", "--spec-dir", "{dir}"],
+        [CDI_GEN, "validate", "--json", "{dir}"],
+        [
+            CDI_GEN,
+            "inspect",
+            "--json",
+            "--spec-dir",
+            "{dir}",
+            *(f"acme.example/gpu{i}=null" for i in range(100)),
+        ],
+        [
+            CDI_PLUGIN,
+            "dra-objects",
+            "--json",
+            "--spec-dir",
+            "{dir}",
+            "--kind",
+            "acme.example/*",
+            "--examples",
+        ],
+    ],
+    ids=lambda args: " ".join(map(str, args[1:3])),
+)
+def test_an_interruption_while_a_report_is_written_leaves_it_whole(
+    many_kinds: Path, args: list[str | Path]
+) -> None:
+    """SIGINT while the report waits to go into a full pipe: the report is written whole, with
+    no error object after it, and the command ends as interrupted."""
+    command = [str(a).format(dir=many_kinds) for a in args]
+    whole = subprocess.run(command, capture_output=True, text=True, timeout=60, check=True).stdout
+    read_end, write_end = os.pipe()
+    fcntl.fcntl(
+        write_end, fcntl.F_SETPIPE_SZ, 4096
+    )  # the report does not fit: the command waits in the write
+    with os.fdopen(read_end, "r") as reader:
+        proc = subprocess.Popen(command, stdout=write_end, stderr=subprocess.PIPE, text=True)
+        os.close(write_end)
+        try:
+            deadline = time.monotonic() + 60
+            while not _waits_to_write_into_a_pipe(proc.pid):
+                assert proc.poll() is None, "the command ended without waiting to write"
+                assert time.monotonic() < deadline, "the command never waited to write"
+                time.sleep(0.01)
+            proc.send_signal(signal.SIGINT)
+            stdout = reader.read()
+            _, stderr = proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+    assert proc.returncode == 1
+    assert stderr == f"{Path(args[0]).name}: error: interrupted\n"
+    assert stdout == whole
 
 
 def test_a_locale_without_utf8_gets_escapes_not_an_error(tmp_path: Path) -> None:
