@@ -131,9 +131,12 @@ def print_validation(report: ValidationReport) -> None:
     _line(f"[{'red' if bad else 'yellow' if warnings else 'green'}]{summary}[/]")
 
 
-def listing_json(snapshot: Snapshot) -> dict[str, Any]:
+def listing_json(snapshot: Snapshot, skipped_dirs: Sequence[SpecFile] = ()) -> dict[str, Any]:
+    """``cdi-gen list --json``; ``skipped_dirs``: the spec directories runtimes read nothing from
+    (a symbolic link), each with the problem that says why."""
     return {
         "dirs": [str(d) for d in snapshot.dirs],
+        "skippedDirs": [_file_json(f) for f in skipped_dirs],
         "devices": [
             {
                 "kind": str(d.kind),
