@@ -131,6 +131,10 @@ def validate(
     specification. A warning means current runtimes load it, but the runtime or library version
     the warning names does not, or it is unwise. See docs/validation.md.
 
+    A file runtimes never read (a suffix other than .json or .yaml; a directory, as named, that is
+    a symbolic link, which their CDI library does not follow) gets a warning, as its content is
+    not at fault: it is valid, unless --strict.
+
     Exit status: 0 when everything is valid, 1 when anything is invalid, 2 on usage errors. A
     file with warnings but no errors is valid, unless --strict.
     """
