@@ -1,6 +1,7 @@
-"""What both programs do when their reader goes away (``| head -c1``), their stdout is full or
-they are interrupted: no traceback, the status of an error (1), no error about a pipe closed by
-its reader, and with ``--json`` still one JSON object on stdout for an interruption."""
+"""What both programs do when their reader goes away (``| head -c1``, before or in the middle of
+a write), their stdout is full (``--help`` too) or they are interrupted: no traceback, the status
+of an error (1), no error about a pipe closed by its reader, and with ``--json`` still one JSON
+document on stdout for an interruption: the whole report, or the error object alone."""
 
 from __future__ import annotations
 
@@ -67,6 +68,11 @@ def many_kinds(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return directory
 
 
+#: The names of every device of :func:`many_kinds`, and the options of dra-objects for all its kinds.
+MANY_NAMES = [f"acme.example/gpu{i}=null" for i in range(100)]
+MANY_OBJECTS = ["--spec-dir", "{dir}", "--kind", "acme.example/*", "--examples"]
+
+
 @pytest.mark.parametrize("unbuffered", [True, False], ids=["PYTHONUNBUFFERED", "buffered"])
 @pytest.mark.parametrize(
     "args",
@@ -75,27 +81,11 @@ def many_kinds(tmp_path_factory: pytest.TempPathFactory) -> Path:
         [CDI_GEN, "list", "--json", "--spec-dir", "{dir}"],
         [CDI_GEN, "validate", "{dir}"],
         [CDI_GEN, "validate", "--json", "{dir}"],
-        [
-            CDI_GEN,
-            "inspect",
-            "--json",
-            "--spec-dir",
-            "{dir}",
-            *(f"acme.example/gpu{i}=null" for i in range(100)),
-        ],
+        [CDI_GEN, "inspect", "--json", "--spec-dir", "{dir}", *MANY_NAMES],
         [CDI_GEN, "scan", "--dry-run", "--source", "simulated", "--output-dir", "{dir}/out"],
         [CDI_GEN, "scan", "--json", "--dry-run", "--source", "simulated", "--output-dir", "{dir}/out"],
-        [CDI_PLUGIN, "dra-objects", "--spec-dir", "{dir}", "--kind", "acme.example/*", "--examples"],
-        [
-            CDI_PLUGIN,
-            "dra-objects",
-            "--json",
-            "--spec-dir",
-            "{dir}",
-            "--kind",
-            "acme.example/*",
-            "--examples",
-        ],
+        [CDI_PLUGIN, "dra-objects", *MANY_OBJECTS],
+        [CDI_PLUGIN, "dra-objects", "--json", *MANY_OBJECTS],
     ],
     ids=lambda args: " ".join(map(str, args[1:3])),
 )
@@ -232,24 +222,8 @@ def _waits_to_write_into_a_pipe(pid: int) -> bool:
     [
         [CDI_GEN, "list", "--json", "--spec-dir", "{dir}"],
         [CDI_GEN, "validate", "--json", "{dir}"],
-        [
-            CDI_GEN,
-            "inspect",
-            "--json",
-            "--spec-dir",
-            "{dir}",
-            *(f"acme.example/gpu{i}=null" for i in range(100)),
-        ],
-        [
-            CDI_PLUGIN,
-            "dra-objects",
-            "--json",
-            "--spec-dir",
-            "{dir}",
-            "--kind",
-            "acme.example/*",
-            "--examples",
-        ],
+        [CDI_GEN, "inspect", "--json", "--spec-dir", "{dir}", *MANY_NAMES],
+        [CDI_PLUGIN, "dra-objects", "--json", *MANY_OBJECTS],
     ],
     ids=lambda args: " ".join(map(str, args[1:3])),
 )
