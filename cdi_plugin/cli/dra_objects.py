@@ -14,7 +14,7 @@ from typing import Any
 import click
 
 from cdi_plugin.cli.output import write_document
-from cdi_plugin.cli.scanopts import HelpCommand, PathOf, fail, require_dirs, writing_stdout
+from cdi_plugin.cli.scanopts import HelpCommand, PathOf, absolute, fail, require_dirs, writing_stdout
 from cdi_plugin.dra.names import DEFAULT_DRIVER
 
 PROGRAM = "cdi-plugin"
@@ -28,7 +28,7 @@ def _kinds(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -
 
 
 def _dirs(ctx: click.Context, param: click.Parameter, value: tuple[Path, ...]) -> tuple[Path, ...] | None:
-    return tuple(p.absolute() for p in value) or None
+    return tuple(absolute(p) for p in value) or None
 
 
 def _served_kinds(

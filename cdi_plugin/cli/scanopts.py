@@ -50,14 +50,28 @@ def _drop_stdout() -> None:
 
 class HelpCommand(click.Command):
     """A command whose ``--help`` (and ``--version``) into a stdout that cannot be written (a
-    full disk) is one error line naming it, status 1, as every output of the programs is."""
+    full disk) is one error line naming it, status 1, as every output of the programs is: the
+    options that print and exit (eager, with no value for the command) print through
+    :func:`writing_stdout`, and nothing else that parsing does is taken for a write."""
 
-    def make_context(
-        self, info_name: str | None, args: list[str], parent: click.Context | None = None, **extra: Any
-    ) -> click.Context:
-        program = parent.find_root().info_name if parent is not None else info_name
-        with writing_stdout(program or self.name or "cdi-plugin"):
-            return super().make_context(info_name, args, parent, **extra)
+    def get_params(self, ctx: click.Context) -> list[click.Parameter]:
+        params = super().get_params(ctx)
+        for param in params:
+            callback = param.callback
+            if param.is_eager and not param.expose_value and callback and not isinstance(callback, _Printing):
+                param.callback = _Printing(callback)
+        return params
+
+
+class _Printing:
+    """The callback of an option that prints and exits, its output written through :func:`writing_stdout`."""
+
+    def __init__(self, callback: Callable[..., Any]) -> None:
+        self.callback = callback
+
+    def __call__(self, ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+        with writing_stdout(ctx.find_root().info_name or "cdi-plugin"):
+            return self.callback(ctx, param, value)
 
 
 class JsonErrorsGroup(HelpCommand, click.Group):
@@ -131,6 +145,17 @@ def writing_stdout(program: str) -> Iterator[None]:
     except OSError as exc:
         _drop_stdout()
         fail(program, f"cannot write to standard output: {exc.strerror or exc}", json_error=False)
+
+
+def absolute(path: Path) -> Path:
+    """``path`` made absolute; a usage error naming it when the current directory is gone."""
+    try:
+        return path.absolute()
+    except OSError as exc:
+        raise click.BadParameter(
+            f"{escape_controls(str(path))}: relative, and the current directory cannot be read: "
+            f"{exc.strerror or exc}"
+        ) from None
 
 
 def require_dirs(program: str, spec_dirs: Iterable[Path]) -> None:

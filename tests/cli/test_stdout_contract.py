@@ -163,6 +163,37 @@ def test_a_subcommands_help_into_a_full_stdout_is_one_error_line(program: Path, 
     )
 
 
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["serve", "--spec-dir", "rel"],
+        ["serve", "--api", "dra", "--kubelet-plugins-dir", "rel"],
+        ["dra-objects", "--spec-dir", "rel"],
+    ],
+    ids=lambda a: a[-2],
+)
+def test_a_relative_path_in_a_removed_current_directory_is_a_usage_error(
+    tmp_path: Path, args: list[str]
+) -> None:
+    """Not taken for a failed write (its --help prints through the same parsing), nor a traceback."""
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    done = subprocess.run(
+        ["sh", "-c", 'cd "$0" && rmdir "$0" && exec "$@"', gone, CDI_PLUGIN, *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.endswith(
+        f"Error: Invalid value for '{args[-2]}': rel: relative, and the current directory cannot be "
+        "read: No such file or directory\n"
+    )
+    assert "Traceback" not in done.stderr
+    assert not done.stdout
+
+
 def test_a_usage_error_is_told_on_stderr_when_stdout_is_gone() -> None:
     done = run_into_closed_pipe(CDI_GEN, "list", "--json", "--no-such-option")
     assert done.returncode == 2
