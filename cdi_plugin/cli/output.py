@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import signal
 import sys
+import threading
 
 
 def buffer_stdout() -> None:
@@ -27,15 +28,19 @@ def buffer_stdout() -> None:
     )
 
 
-class WrittenThenInterrupted(KeyboardInterrupt):
-    """SIGINT came while a document was written: it is written whole, and the command ends as
-    interrupted with no error document after it."""
+#: Set once a whole document is out.
+_WRITTEN = threading.Event()
+
+
+def document_written() -> bool:
+    """Whether a whole document is out: an interruption after it adds no error document."""
+    return _WRITTEN.is_set()
 
 
 def write_document(document: str | bytes) -> None:
     """Write ``document`` to stdout in one go, SIGINT held until it is out: a reader gets the
     whole document or, interrupted before, nothing of it (a ``--json`` report, the objects of
-    ``dra-objects``). :class:`WrittenThenInterrupted` when SIGINT came meanwhile."""
+    ``dra-objects``). KeyboardInterrupt, once it is out, when SIGINT came meanwhile."""
     held: list[int] = []
     previous = signal.getsignal(signal.SIGINT)
     if previous is not signal.SIG_IGN:  # else nothing to hold
@@ -48,8 +53,9 @@ def write_document(document: str | bytes) -> None:
         else:
             sys.stdout.write(document)
             sys.stdout.flush()
+        _WRITTEN.set()
     finally:
         if previous is not signal.SIG_IGN:
             signal.signal(signal.SIGINT, signal.SIG_DFL if previous is None else previous)
     if held:
-        raise WrittenThenInterrupted
+        raise KeyboardInterrupt

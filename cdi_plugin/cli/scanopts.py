@@ -20,7 +20,7 @@ import click
 
 from cdi_plugin.cdi.runtimes import NAMES as RUNTIME_NAMES
 from cdi_plugin.cdi.version import SUPPORTED_VERSIONS
-from cdi_plugin.cli.output import WrittenThenInterrupted, buffer_stdout
+from cdi_plugin.cli.output import buffer_stdout, document_written
 from cdi_plugin.wording import escape_controls, file_type
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -105,9 +105,8 @@ class JsonErrorsGroup(HelpCommand, click.Group):
         except BrokenPipeError:
             _drop_stdout()
             raise SystemExit(1) from None
-        except KeyboardInterrupt as exc:  # after a whole document, no error document follows it
-            fail(ctx.find_root().info_name or "cdi-plugin", "interrupted",
-                 json_error=not isinstance(exc, WrittenThenInterrupted))  # fmt: skip
+        except KeyboardInterrupt:  # after a whole document, no error document follows it
+            fail(ctx.find_root().info_name or "cdi-plugin", "interrupted", json_error=not document_written())
 
 
 def _asks_json(cmd: click.Command, args: list[str]) -> bool:
