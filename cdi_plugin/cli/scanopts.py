@@ -20,6 +20,7 @@ import click
 
 from cdi_plugin.cdi.runtimes import NAMES as RUNTIME_NAMES
 from cdi_plugin.cdi.version import SUPPORTED_VERSIONS
+from cdi_plugin.cli.logs import configure_command
 from cdi_plugin.cli.output import buffer_stdout, document_written
 from cdi_plugin.wording import escape_controls, file_type
 
@@ -94,6 +95,7 @@ class JsonErrorsGroup(HelpCommand, click.Group):
         with contextlib.suppress(AttributeError):  # text a locale cannot encode is escaped, not fatal
             sys.stdout.reconfigure(errors="backslashreplace")  # type: ignore[union-attr]
         buffer_stdout()
+        configure_command(ctx.find_root().info_name or "cdi-plugin")
         try:
             try:
                 return super().invoke(ctx)
