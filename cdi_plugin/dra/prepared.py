@@ -16,6 +16,13 @@ driver or of the kubelet loses none (the document: :mod:`cdi_plugin.dra.prepared
   file (as written before slots) is read, and replaced by a slot file at the first change.
 * :meth:`PreparedClaims.restore` writes the claims again when the file is gone (the kubelet wiped
   its directory, or a file refused was moved away).
+* The file last read or written is kept open. Removed with its directory, it still holds the last
+  record any instance wrote in place, which may be newer than the one this process read (two
+  instances during an update): the claims are taken from it before anything is prepared, released
+  or written again. A file replaced by a newer one (written whole) is emptied once it is linked
+  nowhere (:func:`~cdi_plugin.store.slotfile.retire`), so that an instance still holding it waits
+  for the file to be written again by whoever has the newer record, instead of writing its older
+  claims back.
 * :meth:`PreparedClaims.reload` reads the file again only when it changed since this process last
   read or wrote it (else an ``lstat`` and the two slot headers): a process sharing the file reloads
   before each change.
@@ -28,6 +35,7 @@ import concurrent.futures
 import contextlib
 import logging
 import os
+import weakref
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
@@ -63,6 +71,7 @@ class PreparedClaims:
         #: Why the file cannot be used (one line naming it), or None.
         self.problem: str | None = None
         self._seen: slotfile.Seen | None = None
+        self._held: _Held | None = None
         self._damaged: str | None = None
         self._lock = asyncio.Lock()
         self._writer = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="prepared-claims")
@@ -76,8 +85,7 @@ class PreparedClaims:
         try:
             changed = slotfile.changed(self.path, self._seen)
         except FileNotFoundError:
-            self.problem = None
-            return True
+            return self._caught_up()
         except OSError as exc:
             self.problem = f"{self.path}: {exc.strerror or exc}"
             return False
@@ -97,7 +105,55 @@ class PreparedClaims:
         if reading.damaged is not None and reading.damaged != self._damaged:
             log.warning("%s: %s", self.path, reading.damaged)
         self.problem, self._seen, self._damaged = None, reading.seen, reading.damaged
+        self._hold()
         return True
+
+    def _caught_up(self) -> bool:
+        """The file is gone: the claims of the record last written in the file this process holds
+        open, if newer than the one it read (another instance's); False, and :attr:`problem` set,
+        when that file was replaced by a newer one before it went, or cannot be read."""
+        if self._held is None:
+            self.problem = None
+            return True
+        try:
+            reading = slotfile.read_open(self._held.fd, MAX_STATE_BYTES, f"{self.path} (removed)")
+            state = decode(reading.record, str(self.path)) if reading.seen.slot_size else None
+        except (OSError, SpecLoadError, PreparedStateError):
+            self.problem = (
+                f"{self.path}: removed, and the file this driver read last was replaced before by "
+                "another instance, which holds the claims written last (it writes them again)"
+            )
+            return False
+        last = self._seen.sequence if self._seen is not None else 0
+        if state is not None and reading.seen.sequence > last:
+            log.warning(
+                "%s was removed: %s from record %d, written since this driver read it",
+                self.path,
+                plural(len(state.claims), "prepared claim"),
+                reading.seen.sequence,
+            )
+            self.state, self._seen = state, reading.seen
+        self.problem = None
+        return True
+
+    def _hold(self) -> None:
+        """Keep the file just read or written open (module docstring); the one held before, if now
+        linked nowhere, is retired."""
+        seen, held = self._seen, self._held
+        if seen is None or (held is not None and held.identity == seen.file[:2]):
+            return
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError:
+            return  # gone already: the one held stays
+        new = _Held(fd)
+        if new.identity != seen.file[:2]:
+            new.close()
+            return
+        self._held = new
+        if held is not None:
+            slotfile.retire(held.fd)
+            held.close()
 
     def get(self, uid: str) -> Devices | None:
         return self.state.claims.get(uid)
@@ -128,7 +184,11 @@ class PreparedClaims:
         """Write the claims again if their file is gone; True when it was written. A file refused
         (an older record) and moved away is written again too, not left until the next change."""
         async with self._lock:
-            if not self.state.claims or os.path.lexists(self.path) or self.unusable() is not None:
+            if os.path.lexists(self.path):
+                return False
+            if self.problem is None:
+                self.reload()  # the claims another instance wrote last, into the file removed
+            if self.unusable() is not None or not self.state.claims:
                 return False
             await self._written(self.state)
         log.warning(
@@ -166,8 +226,10 @@ class PreparedClaims:
             concurrent.futures.wait([write])
             if not write.cancelled() and write.exception() is None:
                 self.state = state
+                self._hold()
             raise
         self.state = state
+        self._hold()
 
     def _write(self, state: PreparedState) -> None:
         try:
@@ -177,6 +239,16 @@ class PreparedClaims:
             raise StateWriteError(str(exc)) from None
         except OSError as exc:
             raise StateWriteError(f"{exc.filename or self.path}: {exc.strerror or exc}") from None
+
+
+class _Held:
+    """A file kept open (its identity: device and inode), closed when replaced or collected."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        info = os.fstat(fd)
+        self.identity = (info.st_dev, info.st_ino)
+        self.close = weakref.finalize(self, os.close, fd)
 
 
 _WHY_OLDER = "a copy put back, or another instance's older state?"

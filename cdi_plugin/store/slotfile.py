@@ -21,10 +21,14 @@ checksum holds: a torn write fails its checksum, and the other slot's record is 
 * :func:`write` puts the record in the slot that does not hold the newest one (``pwrite``, then
   ``fdatasync``: the file's size and blocks stay as they are, so no metadata has to be journaled).
   The file is created, and grown (the slot size doubled until the record fits), by writing it
-  whole, zero-filled to its full size, with :func:`~cdi_plugin.store.atomic.write_atomic`; a file
-  that is not the one last read or written here is replaced the same way.
+  whole, zero-filled to its full size, with :func:`~cdi_plugin.store.atomic.write_atomic`; a
+  plain file read here is replaced the same way. Another file than the one last read or written
+  here (another process wrote it since) is never replaced.
 * :func:`read` reads the file with the bounded reader; a file without the magic is returned whole
   (a plain file, as the state was written before slots).
+* :func:`read_open` reads a file already open, by its descriptor (a file removed since, which
+  another process may have written since this one last read it).
+* :func:`retire` empties a file replaced by a newer one, for the processes that still hold it open.
 * :func:`changed` tells whether the file is still as last read or written here: one ``lstat`` and,
   for a slot file, its two headers (an in-place write changes neither the inode nor the size, and
   timestamps are too coarse to show two writes in a row).
@@ -49,6 +53,7 @@ FORMAT_VERSION = 1
 HEADER = struct.Struct("<8sIIQII")
 _CHECKED = HEADER.size - 4  # the header's bytes the checksum covers
 _ZEROS = bytes(HEADER.size)
+_RETIRED = MAGIC + bytes(HEADER.size - len(MAGIC))
 #: The smallest slot: no two slots share a block or a page (64 KiB pages included).
 MIN_SLOT = 64 * 1024
 
@@ -166,6 +171,36 @@ def read(path: Path, max_bytes: int, what: str) -> Reading:
     return replace(reading, seen=replace(reading.seen, file=file))
 
 
+def read_open(fd: int, max_bytes: int, source: str) -> Reading:
+    """:func:`read` of the file open as ``fd`` (named ``source`` in messages), wherever it is
+    linked now, if anywhere: OSError, or SpecLoadError when it is no regular file of at most
+    ``max_bytes`` or, a slot file, holds no whole record."""
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode) or info.st_size > max_bytes:
+        raise SpecLoadError(source, "", "slot-file", f"not a regular file of at most {_size(max_bytes)}")
+    data = os.pread(fd, info.st_size, 0)
+    file = (info.st_dev, info.st_ino, info.st_size)
+    if not is_slot_file(data):
+        return Reading(data, Seen(file, times=(info.st_mtime_ns, info.st_ctime_ns)))
+    reading = parse(data, source, max_bytes)
+    return replace(reading, seen=replace(reading.seen, file=file))
+
+
+def retire(fd: int) -> None:
+    """Mark the slot file open as ``fd`` as holding no record, if it is linked nowhere any more
+    (replaced by a newer file): a process that still holds it open never takes it for the newest.
+    Each slot header is left with the magic alone, which no checksum matches: the file is still
+    a slot file, in which :func:`parse` finds no whole record."""
+    with contextlib.suppress(OSError):
+        info = os.fstat(fd)
+        if info.st_nlink or not stat.S_ISREG(info.st_mode):
+            return
+        half = info.st_size // 2
+        if MAGIC in (os.pread(fd, len(MAGIC), 0), os.pread(fd, len(MAGIC), half)):
+            os.pwrite(fd, _RETIRED, 0)
+            os.pwrite(fd, _RETIRED, half)
+
+
 def changed(path: Path, seen: Seen | None) -> bool:
     """Whether the file may differ from what :func:`read` or :func:`write` saw (``seen``).
     OSError (FileNotFoundError when it is gone) when it cannot be looked at."""
@@ -194,7 +229,8 @@ def write(path: Path, record: bytes, seen: Seen | None, max_bytes: int, mode: in
     """Make ``record`` the file's newest, durably, and return what to pass as ``seen`` next time.
 
     In place when the file is the slot file ``seen`` describes and the record fits in a slot;
-    else the whole file is written anew (created, grown, or replacing what is there). Raises
+    else the whole file is written anew (created where there is none, or grown, or replacing the
+    file ``seen`` describes; never another one, which another process wrote since). Raises
     SpecWriteError when it cannot be written: the newest record is then still the one before, and
     the slot written in place is marked empty (its header zeroed), so that a record whose
     ``fdatasync`` failed is not read back from the page cache.
@@ -242,6 +278,13 @@ def _in_place(path: Path, record: bytes, seen: Seen) -> Seen | None:
 
 
 def _whole(path: Path, record: bytes, seen: Seen | None, max_bytes: int, mode: int) -> Seen:
+    with contextlib.suppress(FileNotFoundError):
+        st = os.lstat(path)
+        if stat.S_ISREG(st.st_mode) and (seen is None or (st.st_dev, st.st_ino) != seen.file[:2]):
+            raise SpecWriteError(
+                f"{path}: cannot write: another file is in its place than the one last read here "
+                "(written meanwhile by another process?); it is not replaced"
+            )
     slot_size = max(MIN_SLOT, seen.slot_size if seen is not None else 0)
     while HEADER.size + len(record) > slot_size:
         slot_size *= 2

@@ -11,6 +11,8 @@ import contextlib
 import fcntl
 import json
 import os
+import shutil
+import signal
 import stat
 import subprocess
 import urllib.request
@@ -443,6 +445,40 @@ def test_a_lock_file_removed_while_one_instance_holds_it_never_prepares_a_device
                 f"{y.uid}"
             }
             assert held(dra_node) == {y.uid: ["card-d0"]}
+
+    with running(dra_node.api):
+        run(scenario(), timeout=120)
+
+
+def test_the_directory_wiped_during_an_update_the_old_instance_writes_back_the_new_ones_claims(
+    dra_node: DraNode,
+) -> None:
+    """The kubelet's directory wiped while the new instance is stopped (SIGSTOP), so that the old
+    one writes the prepared claims back: with the claim the new one prepared since the old one's
+    last call, read from the file removed, which the old one still holds open; and the old one
+    refuses that claim's device to another."""
+    card_node(dra_node)
+    state = dra_node.plugins / DRIVER / "prepared.json"
+
+    async def scenario() -> None:
+        async with two_instances(dra_node) as (serves, (to_old, to_new)):
+            x, y, z = (new_claim(dra_node, n, d) for n, d in (("x", "d0"), ("y", "d1"), ("z", "d1")))
+            assert await to_old.prepare(x) == {x.uid: card("d0")}
+            assert await to_new.prepare(y) == {y.uid: card("d1")}  # after the old one's last look
+            pid = serves[1].proc.pid
+            os.kill(pid, signal.SIGSTOP)
+            try:
+                shutil.rmtree(dra_node.plugins / DRIVER)
+                await serves[0].wait_for(state.exists, "the old instance writing the prepared claims back")
+                assert held(dra_node) == {x.uid: ["card-d0"], y.uid: ["card-d1"]}
+            finally:
+                os.kill(pid, signal.SIGCONT)
+            await serves[0].wait_for(lambda: someone_listens(sockets_of(dra_node, OLD)[0]), "the old socket")
+            await registered(dra_node, serves[0], to_old, OLD)  # its endpoint went with the directory
+            assert await to_old.prepare(z) == {
+                z.uid: f"claim default/z: device {NODE}/card-d1 ({CARD}=d1): already prepared for claim "
+                f"{y.uid}"
+            }
 
     with running(dra_node.api):
         run(scenario(), timeout=120)

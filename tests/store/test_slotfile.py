@@ -139,13 +139,21 @@ def test_a_plain_file_is_read_whole_and_replaced_by_slots_at_the_first_write(tmp
     assert read(path, MAX, "state").record == b"slots"
 
 
-def test_a_file_that_is_not_the_one_seen_is_replaced_whole_not_written_into(tmp_path: Path) -> None:
+def test_a_file_that_is_not_the_one_seen_is_neither_written_into_nor_replaced(tmp_path: Path) -> None:
     path = tmp_path / "state"
     seen = written(path, b"mine")
-    write_atomic(path, b"x" * (2 * MIN_SLOT))  # another file of the same size in its place
-    write(path, b"mine again", seen, MAX)
-    assert read(path, MAX, "state").record == b"mine again"
-    assert path.read_bytes()[MIN_SLOT:] == bytes(MIN_SLOT)
+    theirs = b"x" * (2 * MIN_SLOT)
+    write_atomic(path, theirs)  # another file of the same size in its place
+    with pytest.raises(SpecWriteError) as info:
+        write(path, b"mine again", seen, MAX)
+    assert str(info.value) == (
+        f"{path}: cannot write: another file is in its place than the one last read here (written "
+        "meanwhile by another process?); it is not replaced"
+    )
+    assert path.read_bytes() == theirs
+    with pytest.raises(SpecWriteError):
+        write(path, b"mine at first", None, MAX)
+    assert path.read_bytes() == theirs
 
     path.unlink()
     path.mkdir()

@@ -1,0 +1,89 @@
+"""The prepared-claims file removed (its directory wiped) while two instances share it: the file
+each holds open says which claims were written last, and whether it may be written back."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from cdi_plugin.dra.prepared import PreparedClaims, StateWriteError, read_prepared
+from cdi_plugin.dra.preparedstate import PreparedState
+from cdi_plugin.store.slotfile import MIN_SLOT
+from tests.dra.test_prepared import CARD0, CARD1, card
+
+pytestmark = pytest.mark.timeout(30)
+
+#: Claims whose record does not fit a slot of MIN_SLOT bytes: the file is written whole, anew.
+MANY = {f"uid-{i}": card(i) for i in range(10, 10 + MIN_SLOT // 100)}
+
+
+@pytest.fixture
+def path(tmp_path: Path) -> Path:
+    path = tmp_path / "plugins" / "d" / "prepared.json"
+    path.parent.mkdir(parents=True)
+    return path
+
+
+def test_claims_prepared_by_the_other_instance_are_known_before_the_next_change(path: Path) -> None:
+    new, old = PreparedClaims(path), PreparedClaims(path)
+    asyncio.run(new.put({"uid-1": CARD0}))
+    assert old.reload()
+    asyncio.run(new.put({"uid-2": CARD1}))
+    path.unlink()
+    assert old.reload()
+    assert old.state == PreparedState({"uid-1": CARD0, "uid-2": CARD1})
+    assert old.state.holders[("node-a", "gpu-card1")] == "uid-2"  # refused to another claim
+
+
+def test_an_instance_whose_file_was_replaced_before_it_was_removed_waits_for_the_newer_one(
+    path: Path,
+) -> None:
+    new, old = PreparedClaims(path), PreparedClaims(path)
+    asyncio.run(new.put({"uid-1": CARD0}))
+    assert old.reload()
+    before = path.stat().st_ino
+    asyncio.run(new.put(MANY))  # grown: the file old holds is replaced
+    assert path.stat().st_ino != before
+    path.unlink()
+
+    assert not old.reload()
+    assert old.problem == (
+        f"{path}: removed, and the file this driver read last was replaced before by another "
+        "instance, which holds the claims written last (it writes them again)"
+    )
+    assert not asyncio.run(old.restore())
+    assert not path.exists()
+    with pytest.raises(StateWriteError):
+        asyncio.run(old.put({"uid-2": CARD1}))
+
+    assert asyncio.run(new.restore())
+    assert old.unusable() is None
+    assert old.state == new.state == read_prepared(path)
+    assert old.state.claims.keys() == {"uid-1", *MANY}
+
+
+def test_a_file_moved_away_is_never_emptied(path: Path) -> None:
+    prepared = PreparedClaims(path)
+    asyncio.run(prepared.put({"uid-1": CARD0}))
+    kept = path.with_name("prepared.json.bak")
+    path.rename(kept)
+    asyncio.run(prepared.put({"uid-2": CARD1}))
+    assert read_prepared(kept) == PreparedState({"uid-1": CARD0})
+    assert read_prepared(path) == PreparedState({"uid-1": CARD0, "uid-2": CARD1})
+
+
+def test_a_write_never_replaces_a_file_another_instance_wrote_since(path: Path) -> None:
+    """Between an instance's last look at the file and its write, the directory is wiped and the
+    other instance writes the file anew: the write fails (the kubelet calls again), and the other
+    instance's file stays."""
+    one, other = PreparedClaims(path), PreparedClaims(path)
+    asyncio.run(one.put({"uid-1": CARD0}))
+    assert other.reload()
+    path.unlink()
+    asyncio.run(other.put({"uid-2": CARD1}))
+    with pytest.raises(StateWriteError, match="another file is in its place than the one last read here"):
+        asyncio.run(one.put({"uid-3": card(3)}))
+    assert read_prepared(path) == PreparedState({"uid-1": CARD0, "uid-2": CARD1})
+    assert one.state == PreparedState({"uid-1": CARD0})
