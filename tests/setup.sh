@@ -9,5 +9,7 @@ apt-get install -y -qq --no-install-recommends \
     umockdev gir1.2-umockdev-1.0 libumockdev0 python3-gi mmdebstrap >/dev/null
 python3 -m venv .venv
 .venv/bin/pip install -q --upgrade pip
+# the runtime dependencies as the image has them (deploy/requirements.lock), then the rest
+.venv/bin/pip install -q --require-hashes --no-deps -r deploy/requirements.lock
 .venv/bin/pip install -q -e '.[test]'
 tests/unprivileged_access.sh

@@ -2,8 +2,8 @@
 translated into ``podman run`` options.
 
 The base is a Debian 12 root file system made by ``mmdebstrap`` from the host's Debian mirror and
-imported into podman; the build reaches no network: cdi-plugin's dependencies are wheels built on
-the host beforehand and mounted into the build (``--build-arg PIP_OPTIONS``).
+imported into podman; the build reaches no network: cdi-plugin's dependencies are wheels fetched on
+the host beforehand, as the lock pins them, and mounted into the build (``--build-arg PIP_OPTIONS``).
 """
 
 from __future__ import annotations
@@ -28,6 +28,8 @@ from tests.e2e.podman import PodmanEnv
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
+#: the runtime dependencies' pins and hashes, which the image installs
+LOCK = DEPLOY / "requirements.lock"
 
 #: on Debian's minimal system (as in debian:bookworm-slim, under python:3.11-slim-bookworm)
 BASE_PACKAGES = ("python3", "python3-venv")
@@ -73,18 +75,16 @@ def base_rootfs() -> Path:
 
 
 def wheelhouse(directory: Path) -> Path:
-    """Wheels of every dependency of cdi-plugin and of its build backend, built by this Python
-    (the base's: 3.11 on Debian 12), readable by the build's unprivileged user."""
+    """Wheels of every dependency of cdi-plugin as the lock pins them, and of its build backend,
+    for this Python (the base's: 3.11 on Debian 12), readable by the build's unprivileged user."""
     assert sys.version_info[:2] == (3, 11), "the wheels must match the base image's Python 3.11"
     build_requires = tomllib.loads((ROOT / "pyproject.toml").read_text())["build-system"]["requires"]
-    built = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--quiet", "--wheel-dir", str(directory), str(ROOT),
-         *build_requires],
-        capture_output=True, text=True, timeout=600, check=False,
-    )  # fmt: skip
-    assert built.returncode == 0, built.stderr
-    for own in directory.glob("cdi_plugin-*.whl"):  # the image installs the checkout itself
-        own.unlink()
+    for what in (["--requirement", str(LOCK)], build_requires):
+        built = subprocess.run(
+            [sys.executable, "-m", "pip", "wheel", "--quiet", "--wheel-dir", str(directory), *what],
+            capture_output=True, text=True, timeout=600, check=False,
+        )  # fmt: skip
+        assert built.returncode == 0, built.stderr
     directory.chmod(0o755)
     for wheel in directory.iterdir():
         wheel.chmod(0o644)

@@ -18,6 +18,7 @@ from cdi_plugin import __version__
 
 ROOT = Path(__file__).resolve().parents[2]
 CONTAINERFILE = ROOT / "Containerfile"
+LOCK = "deploy/requirements.lock"
 #: image@sha256 digest, with a full version tag (no "latest", no floating "3" or "3.11")
 _PINNED = re.compile(r"^[a-z0-9.-]+(/[a-z0-9._-]+)+:[0-9]+\.[0-9]+\.[0-9]+[a-z0-9.-]*@sha256:[0-9a-f]{64}$")
 
@@ -59,11 +60,33 @@ def test_the_base_is_a_build_argument(parser: DockerfileParser) -> None:
     assert local.parent_images == ["localhost/b:1"] * 2
 
 
+def _install_steps(build: list[dict[str, Any]]) -> list[str]:
+    """The commands of the one RUN that installs, in order."""
+    (install,) = [i["value"] for i in build if i["instruction"] == "RUN" and "pip install" in i["value"]]
+    return [" ".join(step.split()) for step in install.split("&&")]
+
+
 def test_pip_options_are_a_build_argument_with_no_default(parser: DockerfileParser) -> None:
     build, _ = _stages(parser)
     assert [i["value"] for i in build if i["instruction"] == "ARG"] == ["PIP_OPTIONS="]
-    (install,) = [i["value"] for i in build if i["instruction"] == "RUN" and "pip install" in i["value"]]
-    assert "pip install --no-compile $PIP_OPTIONS ." in install
+    installs = [s for s in _install_steps(build) if "pip install" in s]
+    assert len(installs) == 2
+    assert all("pip install --no-compile $PIP_OPTIONS " in s for s in installs)
+
+
+def test_the_dependencies_are_installed_from_the_lock_alone(parser: DockerfileParser) -> None:
+    """The lock's pins, every file checked against its hashes, before cdi-plugin, which brings no
+    dependency of its own; pip check fails the build if the lock lacked one."""
+    build, _ = _stages(parser)
+    copies = [i["value"].split()[1:] for i in build if i["instruction"] == "COPY"]
+    assert [LOCK, "./deploy/"] in copies
+    (workdir,) = [i["value"] for i in build if i["instruction"] == "WORKDIR"]
+    assert workdir == "/src"
+    steps = [s.removeprefix("/opt/cdi-plugin/bin/") for s in _install_steps(build)]
+    pip = "pip install --no-compile $PIP_OPTIONS"
+    lock, own = f"{pip} --require-hashes --no-deps -r {LOCK}", f"{pip} --no-deps ."
+    pips = [s for s in steps if s.startswith("pip ") and s != "pip uninstall --yes pip"]
+    assert pips == [lock, own, "pip check"]
 
 
 def test_nothing_is_fetched_with_add(parser: DockerfileParser) -> None:
@@ -137,12 +160,18 @@ def test_the_build_context_holds_what_the_build_copies(parser: DockerfileParser)
         if instruction["instruction"] == "COPY":
             words = [w for w in instruction["value"].split() if not w.startswith("--")]
             sources += words[:-1]
-    assert sources == ["pyproject.toml", "README.md", "schemas", "cdi_plugin"]
+    assert sources == ["pyproject.toml", "README.md", LOCK, "schemas", "cdi_plugin"]
     for source in sources:
         assert (ROOT / source).exists(), source
         assert not _ignored(source, patterns), source
     # the package's schemas are a symlink into schemas/, which must come along
     assert (ROOT / "cdi_plugin" / "schemas").resolve() == ROOT / "schemas"
     assert not _ignored("cdi_plugin/deviceplugin/_proto/api_pb2.py", patterns)
-    for heavy in (".venv/bin/python", ".git/HEAD", "tests/conftest.py", "cdi_plugin/__pycache__/x.pyc"):
+    for heavy in (
+        ".venv/bin/python",
+        ".git/HEAD",
+        "tests/conftest.py",
+        "cdi_plugin/__pycache__/x.pyc",
+        "deploy/base/daemonset.yaml",
+    ):
         assert _ignored(heavy, patterns), heavy
