@@ -5,8 +5,9 @@ seconds, and a line per retry on every node of a cluster hides the line that mat
 that cannot be read...). Its first occurrence is logged as it is; the same message again is
 logged at debug level only, and at its own level at most once every :data:`SUMMARY_EVERY`
 seconds, as ``still <message> (<n> times since <when>, for <how long>)``; a different message
-(a new reason) is logged at once; and when the condition ends, one line says so:
-``recovered after <how long> (<n> times since <when>): <message>``.
+(a new reason) is logged at once, while one that comes back before the condition ends (two
+reasons in turn) is summarised as if it had never stopped; and when the condition ends, one
+line says so: ``recovered after <how long> (<n> times since <when>): <message>``.
 """
 
 from __future__ import annotations
@@ -15,11 +16,14 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 
 from cdi_plugin.wording import plural
 
 #: A condition that lasts is said again at most this often (seconds).
 SUMMARY_EVERY = 300.0
+#: The reasons of a condition remembered while it lasts (those reported last).
+REASONS_KEPT = 8
 
 
 def duration(seconds: float) -> str:
@@ -35,6 +39,19 @@ def duration(seconds: float) -> str:
 
 def _when(wall: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(wall))
+
+
+@dataclass(slots=True)
+class _Reason:
+    """One message of a condition: since when and how often it was reported, when last said."""
+
+    since: float
+    since_wall: float
+    said: float
+    count: int = 0
+
+    def tally(self) -> str:
+        return f"{plural(self.count, 'time')} since {_when(self.since_wall)}"
 
 
 class Recurring:
@@ -55,10 +72,10 @@ class Recurring:
         self._logger, self._every, self._extra, self._clock = logger, every, extra, clock
         self._prefix = prefix
         self._lock = threading.Lock()
+        #: The message reported last, while the condition holds.
         self.message: str | None = None
-        self.count = 0
-        self._since = self._said = 0.0
-        self._since_wall = 0.0
+        #: The condition's reasons, the one reported last at the end.
+        self._reasons: dict[str, _Reason] = {}
 
     def __bool__(self) -> bool:
         """Whether the condition holds (reported and not recovered since)."""
@@ -66,36 +83,50 @@ class Recurring:
 
     def due(self) -> float:
         """Seconds until a report of the same message would be said again (0: now)."""
+        with self._lock:
+            return self._due(self._clock())
+
+    def _due(self, now: float) -> float:
+        reason = self._reasons.get(self.message) if self.message is not None else None
+        if reason is None:
+            return 0.0
         every = SUMMARY_EVERY if self._every is None else self._every
-        return max(0.0, self._said + every - self._clock()) if self else 0.0
+        return max(0.0, reason.said + every - now)
 
     def report(self, level: int, message: str, detail: str = "") -> None:
         """The condition ``message`` holds (again). ``detail`` (a retry delay, say) is appended to
-        a line logged in full but does not tell one condition from another."""
+        a line logged in full but does not tell one reason from another."""
         now = self._clock()
         with self._lock:
-            if message != self.message:
-                self.message, self.count = message, 1
-                self._since = self._said = now
-                self._since_wall = time.time()
+            self.message = message
+            reason = self._reasons.pop(message, None)
+            fresh = reason is None
+            if reason is None:
+                reason = _Reason(now, time.time(), now)
+            self._reasons[message] = reason  # the one reported last at the end
+            if len(self._reasons) > REASONS_KEPT:
+                del self._reasons[next(iter(self._reasons))]
+            reason.count += 1
+            if fresh:
                 line = message + detail
+            elif self._due(now) > 0:
+                level, line = logging.DEBUG, message + detail
             else:
-                self.count += 1
-                if self.due() > 0:
-                    level, line = logging.DEBUG, message + detail
-                else:
-                    self._said = now
-                    line = f"still {message} ({self._tally()}, for {duration(now - self._since)})"
+                reason.said = now
+                line = f"still {message} ({reason.tally()}, for {duration(now - reason.since)})"
         self._logger.log(level, "%s%s", self._prefix, line, extra=self._extra, stacklevel=2)
 
     def recovered(self, level: int = logging.INFO) -> bool:
-        """The condition ended: say so, once, with how long it lasted; False if it did not hold."""
+        """The condition ended: say so, once, with how long its last reason lasted; False if it
+        did not hold."""
         now = self._clock()
         with self._lock:
             message, self.message = self.message, None
             if message is None:
                 return False
-            lasted, tally = duration(now - self._since), self._tally()
+            reason = self._reasons[message]
+            self._reasons.clear()
+            lasted, tally = duration(now - reason.since), reason.tally()
         self._logger.log(
             level,
             "%srecovered after %s (%s): %s",
@@ -107,6 +138,3 @@ class Recurring:
             stacklevel=2,
         )
         return True
-
-    def _tally(self) -> str:
-        return f"{plural(self.count, 'time')} since {_when(self._since_wall)}"

@@ -71,3 +71,28 @@ def test_a_lasting_condition_is_said_once_then_summarised_then_its_recovery(
 )
 def test_durations(seconds: float, text: str) -> None:
     assert duration(seconds) == text
+
+
+def test_two_reasons_in_turn_are_each_said_once_then_summarised(caplog: pytest.LogCaptureFixture) -> None:
+    """A kubelet that is now missing, now refusing: each reason once, then no line per retry."""
+    caplog.set_level(logging.DEBUG)
+    clock = Clock()
+    condition = Recurring(logging.getLogger("t"), every=300, clock=clock)
+    for _ in range(10):
+        clock.now += 20
+        condition.report(logging.INFO, "waiting")
+        condition.report(logging.WARNING, "refused")
+    first, *rest = zip(*[iter(said(caplog))] * 2, strict=True)
+    assert first == ((logging.INFO, "waiting"), (logging.WARNING, "refused"))
+    assert {level for pair in rest for level, _ in pair} == {logging.DEBUG}, "no line per retry"
+    clock.now += 200
+    condition.report(logging.INFO, "waiting")
+    condition.report(logging.WARNING, "refused")
+    summaries = said(caplog)
+    assert [level for level, _ in summaries] == [logging.INFO, logging.WARNING]
+    assert re.fullmatch(rf"still waiting \(11 times since {WHEN}, for 6\.3 min\)", summaries[0][1])
+    assert re.fullmatch(rf"still refused \(11 times since {WHEN}, for 6\.3 min\)", summaries[1][1])
+    clock.now += 10
+    assert condition.recovered()
+    ((_, line),) = said(caplog)
+    assert re.fullmatch(rf"recovered after 6\.5 min \(11 times since {WHEN}\): refused", line), line

@@ -81,13 +81,25 @@ class CommandFormatter(logging.Formatter):
         return f"{self.program}: {level}: {escape_controls(record.getMessage())}"
 
 
+class _Stderr(logging.Handler):
+    """Records written to ``sys.stderr`` as it is when each is written: a terminal spinner's
+    stand-in for it (``cdi-gen scan``) keeps the line apart from the spinner's."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            sys.stderr.write(self.format(record) + "\n")
+            sys.stderr.flush()
+        except Exception:
+            self.handleError(record)
+
+
 def configure_command(program: str) -> None:
     """Send the package's warnings and errors to stderr as :class:`CommandFormatter` lines, unless
     logging is set up already (a test's capture); a long-running command's :func:`configure`
     replaces this."""
     root = logging.getLogger()
     if not root.handlers:
-        handler = logging.StreamHandler(sys.stderr)
+        handler = _Stderr()
         handler.setFormatter(CommandFormatter(program))
         root.addHandler(handler)
 

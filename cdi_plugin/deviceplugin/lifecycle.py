@@ -7,7 +7,8 @@ are seen through the plugin directory's inotify watch, and lead to serving afres
 again at once. Failures are logged with their reason and retried with exponential backoff (cut
 short when kubelet.sock is recreated). A failure or a wait for the kubelet (its directory or
 kubelet.sock missing) is logged once, then summarised every few minutes while it lasts, and its
-end is logged once (:class:`~cdi_plugin.recurring.Recurring`); a new reason is logged at once.
+end is logged once (:class:`~cdi_plugin.recurring.Recurring`); a new reason is logged at once,
+one that comes back while the failure lasts only summarised.
 The endpoint unlinks only the socket it bound itself, recognised by its inode.
 """
 

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 import sys
 
 import pytest
 
-from cdi_plugin.cli.logs import JsonFormatter, TextFormatter
+from cdi_plugin.cli.logs import JsonFormatter, TextFormatter, configure_command
 from cdi_plugin.wording import escape_controls, shown
 
 FORGED = "fuse\n2026-01-01 00:00:00,000 INFO    all is well\r\x1b[2J\u2028\u202e\x85"
@@ -65,3 +66,19 @@ def test_a_json_record_is_one_line_and_its_fields_escaped(exc: bool) -> None:
     assert doc["count"] == 3
     if exc:
         assert all(part.startswith("  ") for part in doc["error"].split("\n"))
+
+
+def test_a_one_shot_commands_warning_goes_to_stderr_as_it_is_then(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A terminal spinner (``cdi-gen scan``) puts its own stand-in for stderr while it spins: a
+    warning logged meanwhile goes through it, not around it into the spinner's line."""
+    root = logging.getLogger()
+    saved = root.handlers[:]
+    root.handlers.clear()
+    try:
+        configure_command("cdi-gen")
+        spinning = io.StringIO()
+        monkeypatch.setattr(sys, "stderr", spinning)
+        logging.getLogger("cdi_plugin.store.files").warning("skipping %s", FORGED)
+    finally:
+        root.handlers[:] = saved
+    assert spinning.getvalue() == f"cdi-gen: warning: skipping {escape_controls(FORGED)}\n"
