@@ -7,7 +7,8 @@ from __future__ import annotations
 import io
 import signal
 import sys
-import threading
+
+import click
 
 
 def buffer_stdout() -> None:
@@ -28,13 +29,14 @@ def buffer_stdout() -> None:
     )
 
 
-#: Set once a whole document is out.
-_WRITTEN = threading.Event()
+#: Set in the command's root context once a whole document is out.
+_WRITTEN = "cdi_plugin.document_written"
 
 
-def document_written() -> bool:
-    """Whether a whole document is out: an interruption after it adds no error document."""
-    return _WRITTEN.is_set()
+def document_written(ctx: click.Context) -> bool:
+    """Whether the command of ``ctx`` wrote a whole document: an interruption after it adds no
+    error document."""
+    return bool(ctx.find_root().meta.get(_WRITTEN))
 
 
 def write_document(document: str | bytes) -> None:
@@ -53,7 +55,9 @@ def write_document(document: str | bytes) -> None:
         else:
             sys.stdout.write(document)
             sys.stdout.flush()
-        _WRITTEN.set()
+        ctx = click.get_current_context(silent=True)
+        if ctx is not None:
+            ctx.find_root().meta[_WRITTEN] = True
     finally:
         if previous is not signal.SIG_IGN:
             signal.signal(signal.SIGINT, signal.SIG_DFL if previous is None else previous)

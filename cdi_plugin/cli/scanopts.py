@@ -108,7 +108,9 @@ class JsonErrorsGroup(HelpCommand, click.Group):
             _drop_stdout()
             raise SystemExit(1) from None
         except KeyboardInterrupt:  # after a whole document, no error document follows it
-            fail(ctx.find_root().info_name or "cdi-plugin", "interrupted", json_error=not document_written())
+            fail(
+                ctx.find_root().info_name or "cdi-plugin", "interrupted", json_error=not document_written(ctx)
+            )
 
 
 def _asks_json(cmd: click.Command, args: list[str]) -> bool:

@@ -316,3 +316,25 @@ def test_a_locale_without_utf8_gets_escapes_not_an_error(tmp_path: Path) -> None
     assert validate[1] == f"x {tmp_path}/nic.json"
     assert any("invalid device name 'c\\xe4rd0'" in line for line in validate)
     assert "invalid device name 'c\\xe4rd0'" in listing
+
+
+def test_an_interruption_adds_the_error_object_unless_its_own_command_wrote_a_document(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In one process (click's runner), a document written by an earlier command does not keep a
+    later command's interruption from being told on stdout."""
+    from click.testing import CliRunner
+
+    from cdi_plugin.cli import gen
+    from cdi_plugin.store import registry
+
+    runner = CliRunner()
+    first = runner.invoke(gen.main, ["list", "--json", "--spec-dir", str(tmp_path)])
+    assert (first.exit_code, json.loads(first.stdout)["devices"]) == (0, [])
+
+    def interrupted(*args: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(registry, "load_registry", interrupted)
+    second = runner.invoke(gen.main, ["list", "--json", "--spec-dir", str(tmp_path)])
+    assert (second.exit_code, second.stdout) == (1, '{"error": "interrupted"}\n')
