@@ -182,6 +182,11 @@ class PreparedClaims:
         gone = list(uids)
         await self._change(lambda state: state.without(gone))
 
+    def gone(self) -> bool:
+        """Whether the file is gone while there may be claims to write again: this process's, or
+        those another instance wrote into the file removed, which this one holds open."""
+        return not os.path.lexists(self.path) and (bool(self.state.claims) or self._held is not None)
+
     async def restore(self) -> bool:
         """Write the claims again if their file is gone; True when it was written. A file refused
         (an older record) and moved away is written again too, not left until the next change."""

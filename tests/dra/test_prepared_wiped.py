@@ -13,8 +13,15 @@ import pytest
 
 from cdi_plugin.dra.prepared import PreparedClaims, StateWriteError, read_prepared
 from cdi_plugin.dra.preparedstate import PreparedState, encode
+from cdi_plugin.dra.service import DraService
+from cdi_plugin.inventory import SpecInventory
 from cdi_plugin.store.slotfile import MIN_SLOT
+from tests.dra.conftest import DRIVER, NODE
+from tests.dra.test_health import inventory
+from tests.dra.test_kubelet import Claims
 from tests.dra.test_prepared import CARD0, CARD1, card
+
+__all__ = ["inventory"]
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -114,6 +121,23 @@ def test_a_file_of_an_earlier_release_replaced_then_removed_is_not_written_back_
     assert asyncio.run(new.restore())
     assert old.unusable() is None
     assert old.state == PreparedState({"uid-1": CARD0, "uid-2": CARD1})
+
+
+def test_an_instance_with_no_claims_of_its_own_writes_back_those_of_the_other(
+    path: Path, inventory: SpecInventory
+) -> None:
+    """The old instance knew no claim (all released) when the new one prepared one; the directory
+    wiped, the old one writes that claim back (the new one may never do it: stopped, or killed)."""
+    new = PreparedClaims(path)
+    asyncio.run(new.put({"uid-1": CARD0}))
+    asyncio.run(new.drop(["uid-1"]))
+    old = PreparedClaims(path)
+    asyncio.run(new.put({"uid-2": CARD1}))
+    path.unlink()
+
+    service = DraService(DRIVER, NODE, inventory, Claims(), old)
+    assert asyncio.run(service.restore())
+    assert read_prepared(path) == PreparedState({"uid-2": CARD1})
 
 
 @contextlib.contextmanager
