@@ -137,19 +137,21 @@ class PreparedClaims:
         return True
 
     def _hold(self) -> None:
-        """Keep the file just read or written open (module docstring); the one held before, if now
-        linked nowhere, is retired."""
+        """Keep the file just read or written open (module docstring), for reading only (a file
+        that cannot be opened for writing is held too); the one held before, if now linked nowhere,
+        is retired. When the file is gone already, or replaced, none is: the memory is as new."""
         seen, held = self._seen, self._held
         if seen is None or (held is not None and held.identity == seen.file[:2]):
             return
         try:
-            fd = os.open(self.path, os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+            new: _Held | None = _Held(
+                os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+            )
         except OSError:
-            return  # gone already: the one held stays
-        new = _Held(fd)
-        if new.identity != seen.file[:2]:
+            new = None
+        if new is not None and new.identity != seen.file[:2]:
             new.close()
-            return
+            new = None
         self._held = new
         if held is not None:
             slotfile.retire(held.fd)
@@ -179,6 +181,11 @@ class PreparedClaims:
         """Forget released claims: returns once the file no longer holds them; StateWriteError else."""
         gone = list(uids)
         await self._change(lambda state: state.without(gone))
+
+    def gone(self) -> bool:
+        """Whether the file is gone while there may be claims to write again: this process's, or
+        those another instance wrote into the file removed, which this one holds open."""
+        return not os.path.lexists(self.path) and (bool(self.state.claims) or self._held is not None)
 
     async def restore(self) -> bool:
         """Write the claims again if their file is gone; True when it was written. A file refused
@@ -246,9 +253,9 @@ class _Held:
 
     def __init__(self, fd: int) -> None:
         self.fd = fd
+        self.close = weakref.finalize(self, os.close, fd)
         info = os.fstat(fd)
         self.identity = (info.st_dev, info.st_ino)
-        self.close = weakref.finalize(self, os.close, fd)
 
 
 _WHY_OLDER = "a copy put back, or another instance's older state?"

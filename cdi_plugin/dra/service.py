@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any, Protocol, TypeVar
@@ -294,9 +293,9 @@ class DraService:
 
     async def restore(self) -> bool:
         """Write the prepared claims again if their file is gone (StateWriteError if it fails,
-        SerializeError if the node's lock cannot be taken). Nothing prepared here, there is nothing
-        to write, and the lock is not taken."""
-        if os.path.lexists(self.prepared.path) or not self.prepared.state.claims:
+        SerializeError if the node's lock cannot be taken). When there is nothing to write
+        (:meth:`PreparedClaims.gone`), the lock is not taken."""
+        if not self.prepared.gone():
             return False
         async with self._serialized() as still_held:  # another instance may have written it again
             still_held()

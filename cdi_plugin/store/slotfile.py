@@ -28,7 +28,8 @@ checksum holds: a torn write fails its checksum, and the other slot's record is 
   (a plain file, as the state was written before slots).
 * :func:`read_open` reads a file already open, by its descriptor (a file removed since, which
   another process may have written since this one last read it).
-* :func:`retire` empties a file replaced by a newer one, for the processes that still hold it open.
+* :func:`retire` empties a file replaced by a newer one, for the processes that still hold it open
+  (a plain file too: it is never written in place, so nothing else says it was replaced).
 * :func:`changed` tells whether the file is still as last read or written here: one ``lstat`` and,
   for a slot file, its two headers (an in-place write changes neither the inode nor the size, and
   timestamps are too coarse to show two writes in a row).
@@ -53,7 +54,6 @@ FORMAT_VERSION = 1
 HEADER = struct.Struct("<8sIIQII")
 _CHECKED = HEADER.size - 4  # the header's bytes the checksum covers
 _ZEROS = bytes(HEADER.size)
-_RETIRED = MAGIC + bytes(HEADER.size - len(MAGIC))
 #: The smallest slot: no two slots share a block or a page (64 KiB pages included).
 MIN_SLOT = 64 * 1024
 
@@ -174,10 +174,10 @@ def read(path: Path, max_bytes: int, what: str) -> Reading:
 def read_open(fd: int, max_bytes: int, source: str) -> Reading:
     """:func:`read` of the file open as ``fd`` (named ``source`` in messages), wherever it is
     linked now, if anywhere: OSError, or SpecLoadError when it is no regular file of at most
-    ``max_bytes`` or, a slot file, holds no whole record."""
+    ``max_bytes``, is empty (:func:`retire`) or, a slot file, holds no whole record."""
     info = os.fstat(fd)
-    if not stat.S_ISREG(info.st_mode) or info.st_size > max_bytes:
-        raise SpecLoadError(source, "", "slot-file", f"not a regular file of at most {_size(max_bytes)}")
+    if not stat.S_ISREG(info.st_mode) or not 0 < info.st_size <= max_bytes:
+        raise SpecLoadError(source, "", "slot-file", f"not a regular file of 1 byte to {_size(max_bytes)}")
     data = os.pread(fd, info.st_size, 0)
     file = (info.st_dev, info.st_ino, info.st_size)
     if not is_slot_file(data):
@@ -187,18 +187,19 @@ def read_open(fd: int, max_bytes: int, source: str) -> Reading:
 
 
 def retire(fd: int) -> None:
-    """Mark the slot file open as ``fd`` as holding no record, if it is linked nowhere any more
-    (replaced by a newer file): a process that still holds it open never takes it for the newest.
-    Each slot header is left with the magic alone, which no checksum matches: the file is still
-    a slot file, in which :func:`parse` finds no whole record."""
+    """Empty the file open as ``fd`` (truncated), if it is linked nowhere any more (replaced by a
+    newer file): a process that still holds it open never takes what it held for the newest
+    (:func:`read_open` refuses it). Written through ``/proc/self/fd``, so that ``fd`` may be open
+    for reading only."""
     with contextlib.suppress(OSError):
         info = os.fstat(fd)
         if info.st_nlink or not stat.S_ISREG(info.st_mode):
             return
-        half = info.st_size // 2
-        if MAGIC in (os.pread(fd, len(MAGIC), 0), os.pread(fd, len(MAGIC), half)):
-            os.pwrite(fd, _RETIRED, 0)
-            os.pwrite(fd, _RETIRED, half)
+        writable = os.open(f"/proc/self/fd/{fd}", os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        try:
+            os.ftruncate(writable, 0)
+        finally:
+            os.close(writable)
 
 
 def changed(path: Path, seen: Seen | None) -> bool:
