@@ -13,8 +13,10 @@ A failure (no answer, an error, an answer that is not one, a silent connection, 
 before half the time asked for, whatever it brought) is logged in one line and followed by a delay
 growing from 1 s to 30 s, with jitter, across cycles (:class:`Failures`): a watch that failed is
 started again from the last version, and only a version the server no longer keeps (410 Expired)
-or a refusal (a Status such as 400 or 403, not one of throttling or of a server error) makes it list
-again, so a storm of 410s lists at most 4 times in 10 s, then once every 30 s.
+or has not seen yet (504 with the cause ResourceVersionTooLarge), or a refusal (a Status such as
+400 or 403, not one of throttling or of a server error; a proxy's page of a 4xx status but 408
+and 429) makes it list again, so a storm of 410s lists at most 4 times in 10 s, then once every
+30 s.
 """
 
 from __future__ import annotations
@@ -146,8 +148,10 @@ class SliceWatch:
                 await self._watch()
                 continue
             except ApiServerError as exc:
-                if exc.code == 410 or (exc.code is not None and not exc.retryable):
-                    self.version = ""  # expired, or refused (400 for a version the server never gave)
+                if exc.code == 410 or exc.refused or exc.version_too_large:
+                    # expired, too new for this server (client-go lists again), or refused (400 for
+                    # a version the server never gave; a proxy's 403 page): listed again
+                    self.version = ""
                 problem = str(exc)
             except Exception as exc:  # a fault of the driver itself: logged, and the loop goes on
                 problem = f"unexpected {type(exc).__name__} following the ResourceSlices: {exc}"

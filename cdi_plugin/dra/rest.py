@@ -29,7 +29,7 @@ from lightkube.config.client_adapter import AsyncClient, ConnectionParams
 from cdi_plugin import __version__
 from cdi_plugin.dra.names import DraConfigError
 from cdi_plugin.dra.report import UNREPORTED, ApiResult, ApiVerb, Report, result_of_code, verb_of
-from cdi_plugin.dra.shapes import BadAnswer, Obj, decode_object, status_of, watch_event
+from cdi_plugin.dra.shapes import BadAnswer, Obj, Status, decode_object, status_of, watch_event
 from cdi_plugin.errors import CdiPluginError
 from cdi_plugin.wording import clipped
 
@@ -53,8 +53,11 @@ RETRYABLE = frozenset({429, 500, 502, 503, 504})
 class ApiServerError(CdiPluginError):
     """A request that failed: refused by the API server, not answered, or answered with something
     that is not an answer of the Kubernetes API. ``code`` and ``reason`` are the Status's, when
-    the API server sent one; ``retryable`` says whether trying again may help; ``result`` is how
-    the request is counted (by default from ``code``, else an answer that is not one)."""
+    the API server sent one; ``retryable`` says whether trying again may help; ``refused`` that
+    the request was refused as it is (a Status that is not ``retryable``, or any other answer of
+    a 4xx status but 408 and 429: a proxy's page); ``version_too_large`` that the version asked for
+    is newer than the server has seen; ``result`` is how the request is counted (by default from
+    ``code``, else an answer that is not one)."""
 
     def __init__(
         self,
@@ -64,10 +67,14 @@ class ApiServerError(CdiPluginError):
         code: int | None = None,
         reason: str = "",
         retryable: bool = True,
+        refused: bool | None = None,
+        version_too_large: bool = False,
         result: ApiResult | None = None,
     ) -> None:
         super().__init__(f"{request}: {problem}")
         self.code, self.reason, self.retryable = code, reason, retryable
+        self.refused = code is not None and not retryable if refused is None else refused
+        self.version_too_large = version_too_large
         self.result: ApiResult = result or (result_of_code(code) if code is not None else "bad-answer")
 
 
@@ -143,11 +150,15 @@ async def _failure(what: str, response: httpx2.Response) -> ApiServerError:
     if status is None:
         kind = clipped(response.headers.get("Content-Type", "no content type").split(";")[0], 60)
         problem = f"{code} {clipped(response.reason_phrase, 60)} ({kind}, not a Status)"
-        return ApiServerError(what, problem, result=result_of_code(code))
-    retryable = code in RETRYABLE or status.code in RETRYABLE
+        refused = 400 <= code < 500 and code not in (408, 429)
+        return ApiServerError(what, problem, refused=refused, result=result_of_code(code))
+    return _status_error(what, status, code in RETRYABLE or status.code in RETRYABLE, result_of_code(code))
+
+
+def _status_error(what: str, status: Status, retryable: bool, result: ApiResult) -> ApiServerError:
     return ApiServerError(
         what, str(status), code=status.code, reason=status.reason, retryable=retryable,
-        result=result_of_code(code),
+        version_too_large=status.version_too_large, result=result,
     )  # fmt: skip
 
 
@@ -307,10 +318,9 @@ class RestClient:
                         status = status_of(obj)
                         if status is None:
                             raise ApiServerError(what, "an ERROR event without a Status")
-                        raise ApiServerError(
-                            what, str(status), code=status.code, reason=status.reason,
-                            retryable=status.code in RETRYABLE, result=result_of_code(status.code),
-                        )  # fmt: skip
+                        raise _status_error(
+                            what, status, status.code in RETRYABLE, result_of_code(status.code)
+                        )
                     yield kind, obj
         finally:
             await response.aclose()

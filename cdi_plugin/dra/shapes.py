@@ -23,6 +23,8 @@ MAX_VERSION_CHARS = 64
 #: The API allows at most this many allocation results in a claim.
 MAX_RESULTS = 32
 WATCH_TYPES = frozenset({"ADDED", "MODIFIED", "DELETED", "BOOKMARK", "ERROR"})
+#: The causes of a Status looked at (the API server sends a few).
+MAX_CAUSES = 32
 
 Obj = dict[str, Any]
 
@@ -93,11 +95,14 @@ def resource_version(obj: Mapping[str, Any]) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Status:
-    """A failure as the API server describes it (a ``Status`` object)."""
+    """A failure as the API server describes it (a ``Status`` object). ``version_too_large``: the
+    version asked for is newer than the server has seen (``504 Timeout`` with the cause
+    ``ResourceVersionTooLarge``, or its message alone as servers before 1.18.6 sent it)."""
 
     code: int
     reason: str
     message: str
+    version_too_large: bool = False
 
     def __str__(self) -> str:
         return f"{self.code} {self.reason}: {clipped(self.message, 200)}".replace(" :", ":")
@@ -113,7 +118,17 @@ def status_of(obj: Mapping[str, Any]) -> Status | None:
         message = _at(obj, "message", str, required=False) or ""
     except BadAnswer:
         return None
-    return Status(code, clipped(reason, 40), message)
+    return Status(code, clipped(reason, 40), message, _version_too_large(obj, code, message))
+
+
+def _version_too_large(obj: Mapping[str, Any], code: int, message: str) -> bool:
+    try:
+        causes = _at(obj, "details.causes", list, required=False) or []
+    except BadAnswer:
+        causes = []
+    if any(isinstance(c, dict) and c.get("type") == "ResourceVersionTooLarge" for c in causes[:MAX_CAUSES]):
+        return True
+    return code == 504 and "Too large resource version" in message
 
 
 def list_of(obj: Mapping[str, Any]) -> tuple[list[Obj], str, str]:

@@ -91,6 +91,21 @@ def test_status_of() -> None:
     assert status_of({"error": "x"}) is None
 
 
+def test_a_version_too_large_is_told_by_its_cause_or_by_its_message() -> None:
+    def too_large(**fields: Any) -> bool:
+        status = status_of({"kind": "Status", "code": 504, "reason": "Timeout", **fields})
+        assert status is not None
+        return status.version_too_large
+
+    assert too_large(details={"causes": [{"type": "ResourceVersionTooLarge"}]})
+    assert too_large(message="Timeout: Too large resource version: 5, current: 4")
+    assert not too_large(message="Timeout: request did not complete within 60s")
+    late = [{}] * 40 + [{"type": "ResourceVersionTooLarge"}]  # past the causes looked at
+    for causes in ("x", [1, None, "ResourceVersionTooLarge"], [{"type": 5}], late):
+        assert not too_large(details={"causes": causes})
+    assert not too_large(details=[])
+
+
 def test_failures_back_off_to_the_cap_and_are_forgotten_after_a_quiet_while() -> None:
     random.seed(1)
     now = [0.0]
