@@ -11,7 +11,8 @@ others are written, so no deletion takes the pool from readers (:func:`~cdi_plug
 
 Each pass, and each failure, goes to the driver's :class:`~cdi_plugin.dra.report.Report`.
 A failed write is logged in one line and tried again, with the inventory's latest state, after a
-delay growing from 1 s to 30 s; a conflict (the cache was behind) lists the slices once before.
+delay growing from 1 s to 30 s, or as long as the server's ``Retry-After`` asks when that is longer
+(at most 30 s); a conflict (the cache was behind) lists the slices once before.
 Device taints are used until the API server shows it drops them (the DRADeviceTaints gate is
 off): from then on unhealthy devices are withdrawn instead. The kubelet side keeps serving
 whatever happens here.
@@ -194,9 +195,10 @@ class SlicePublisher:
             try:
                 await self.publish(inventory.devices())
             except Exception as exc:  # ApiServerError; anything else is a fault of the driver's own
-                problem = str(exc) if isinstance(exc, ApiServerError) else f"{type(exc).__name__}: {exc}"
+                api = exc if isinstance(exc, ApiServerError) else None
+                problem = str(exc) if api else f"{type(exc).__name__}: {exc}"
                 self.report.published("failed", problem)
-                delay = self.failures.next_delay()
+                delay = self.failures.next_delay(api.retry_after if api else None)
                 log.error("publishing ResourceSlices: %s; trying again in %.0f s", problem, delay)
                 await self.sleep(delay)
                 continue

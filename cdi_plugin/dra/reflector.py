@@ -11,7 +11,8 @@ request every 50 s or so, and nothing else.
 
 A failure (no answer, an error, an answer that is not one, a silent connection, a watch that ends
 before half the time asked for, whatever it brought) is logged in one line and followed by a delay
-growing from 1 s to 30 s, with jitter, across cycles (:class:`Failures`): a watch that failed is
+growing from 1 s to 30 s, with jitter, across cycles (:class:`Failures`), or as long as the
+server's ``Retry-After`` asks when that is longer (up to 30 s): a watch that failed is
 started again from the last version, and only a version the server no longer keeps (410 Expired)
 or has not seen yet (504 with the cause ResourceVersionTooLarge), or a refusal (a Status such as
 400 or 403, not one of throttling or of a server error; a proxy's page of a 4xx status but 408
@@ -152,10 +153,10 @@ class SliceWatch:
                     # expired, too new for this server (client-go lists again), or refused (400 for
                     # a version the server never gave; a proxy's 403 page): listed again
                     self.version = ""
-                problem = str(exc)
+                problem, wait = str(exc), exc.retry_after
             except Exception as exc:  # a fault of the driver itself: logged, and the loop goes on
-                problem = f"unexpected {type(exc).__name__} following the ResourceSlices: {exc}"
-            delay = self.failures.next_delay()
+                problem, wait = f"unexpected {type(exc).__name__} following the ResourceSlices: {exc}", None
+            delay = self.failures.next_delay(wait)
             again = "watching them again" if self.version else "listing them again"
             log.warning("%s; %s in %.1f s", problem, again, delay)
             await self.sleep(delay)
