@@ -10,9 +10,11 @@ comparison sees them before the watch brings them. Slices no longer wanted are d
 others are written, so no deletion takes the pool from readers (:func:`~cdi_plugin.dra.slices.plan`).
 
 Each pass, and each failure, goes to the driver's :class:`~cdi_plugin.dra.report.Report`.
-A failed write is logged in one line and tried again, with the inventory's latest state, after a
-delay growing from 1 s to 30 s, or as long as the server's ``Retry-After`` asks when that is longer
-(at most 30 s); a conflict (the cache was behind) lists the slices once before.
+A failed write is tried again, with the inventory's latest state, after a delay growing from 1 s
+to 30 s, or as long as the server's ``Retry-After`` asks when that is longer (at most 30 s); a
+conflict (the cache was behind) lists the slices once before. Failures in a row are logged as an
+:class:`~cdi_plugin.dra.backoff.Outage` (the first as an error, then one line every 5 minutes,
+and one when a publish works again).
 Device taints are used until the API server shows it drops them (the DRADeviceTaints gate is
 off): from then on unhealthy devices are withdrawn instead. The kubelet side keeps serving
 whatever happens here.
@@ -28,7 +30,7 @@ from typing import Any
 
 from cdi_plugin.aio.pulse import Pulse
 from cdi_plugin.aio.run import run_until
-from cdi_plugin.dra.backoff import Backoff, Failures
+from cdi_plugin.dra.backoff import STILL_FAILING_EVERY, Backoff, Failures, Outage
 from cdi_plugin.dra.inventory import Inventory, ServedDevice
 from cdi_plugin.dra.kube import KubeApi
 from cdi_plugin.dra.names import DraConfigError
@@ -62,18 +64,21 @@ class SlicePublisher:
         watch_timeout: tuple[int, int] = WATCH_TIMEOUT,
         read_timeout: float = READ_TIMEOUT,
         report: Report = UNREPORTED,
+        log_every: float = STILL_FAILING_EVERY,
     ) -> None:
         self.kube = kube
         self.report = report
         self.taints = taints
         self.failures = Failures(backoff)
+        self.outage = Outage(log, "publishing ResourceSlices", level=logging.ERROR, every=log_every)
         self.sleep = sleep
         self.on_publish = on_publish
         self._wake = Pulse()
         self.cache = SliceCache(on_change=self._wake.fire)
         self.watch = SliceWatch(
-            kube, self.cache, watch_timeout=watch_timeout, read_timeout=read_timeout, sleep=sleep
-        )
+            kube, self.cache, watch_timeout=watch_timeout, read_timeout=read_timeout, sleep=sleep,
+            log_every=log_every,
+        )  # fmt: skip
         self._stale = False  # a write met a conflict: list before the next
         self._published = False  # once: the node's UID read at start is not read again at once
         #: Slices the API server stored otherwise than written, by name: (the spec written,
@@ -199,8 +204,9 @@ class SlicePublisher:
                 problem = str(exc) if api else f"{type(exc).__name__}: {exc}"
                 self.report.published("failed", problem)
                 delay = self.failures.next_delay(api.retry_after if api else None)
-                log.error("publishing ResourceSlices: %s; trying again in %.0f s", problem, delay)
+                self.outage.failed(problem, f"trying again in {delay:.0f} s")
                 await self.sleep(delay)
                 continue
             self.failures.reset()
+            self.outage.recovered()
             await self._wake.wait_after(seen)

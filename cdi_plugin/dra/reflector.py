@@ -10,14 +10,15 @@ however much the rest of the cluster changes. A connection that sends nothing fo
 request every 50 s or so, and nothing else.
 
 A failure (no answer, an error, an answer that is not one, a silent connection, a watch that ends
-before half the time asked for, whatever it brought) is logged in one line and followed by a delay
-growing from 1 s to 30 s, with jitter, across cycles (:class:`Failures`), or as long as the
-server's ``Retry-After`` asks when that is longer (up to 30 s): a watch that failed is
-started again from the last version, and only a version the server no longer keeps (410 Expired)
-or has not seen yet (504 with the cause ResourceVersionTooLarge), or a refusal (a Status such as
-400 or 403, not one of throttling or of a server error; a proxy's page of a 4xx status but 408
-and 429) makes it list again, so a storm of 410s lists at most 4 times in 10 s, then once every
-30 s.
+before half the time asked for, whatever it brought) is followed by a delay growing from 1 s to
+30 s, with jitter, across cycles (:class:`Failures`), or as long as the server's ``Retry-After``
+asks when that is longer (up to 30 s): a watch that failed is started again from the last
+version, and only a version the server no longer keeps (410 Expired) or has not seen yet (504
+with the cause ResourceVersionTooLarge), or a refusal (a Status such as 400 or 403, not one of
+throttling or of a server error; a proxy's page of a 4xx status but 408 and 429) makes it list
+again, so a storm of 410s lists at most 4 times in 10 s, then once every 30 s. Failures in a row
+are logged as an :class:`Outage`: the first as a warning, then one line every 5 minutes, and one
+when a list works or a watch lasts as asked.
 """
 
 from __future__ import annotations
@@ -26,9 +27,10 @@ import asyncio
 import contextlib
 import logging
 import random
+import time
 from collections.abc import Awaitable, Callable, Iterable
 
-from cdi_plugin.dra.backoff import Backoff, Failures
+from cdi_plugin.dra.backoff import STILL_FAILING_EVERY, Backoff, Failures, Outage
 from cdi_plugin.dra.kube import SLICES, KubeApi
 from cdi_plugin.dra.rest import ApiServerError
 from cdi_plugin.dra.shapes import Obj
@@ -130,10 +132,13 @@ class SliceWatch:
         watch_timeout: tuple[int, int] = WATCH_TIMEOUT,
         read_timeout: float = READ_TIMEOUT,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        log_every: float = STILL_FAILING_EVERY,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.kube = kube
         self.cache = cache
-        self.failures = Failures(backoff)
+        self.failures = Failures(backoff, clock=clock)
+        self.outage = Outage(log, "following the ResourceSlices", every=log_every, clock=clock)
         self.watch_timeout = watch_timeout
         self.read_timeout = read_timeout
         self.sleep = sleep
@@ -145,6 +150,7 @@ class SliceWatch:
                 if not self.version:
                     items, self.version = await self.kube.list_slices()
                     self.cache.replace(items, self.version)
+                    self.outage.recovered()
                     log.debug("ResourceSlices listed at version %s: %d", self.version, len(items))
                 await self._watch()
                 continue
@@ -155,10 +161,10 @@ class SliceWatch:
                     self.version = ""
                 problem, wait = str(exc), exc.retry_after
             except Exception as exc:  # a fault of the driver itself: logged, and the loop goes on
-                problem, wait = f"unexpected {type(exc).__name__} following the ResourceSlices: {exc}", None
+                problem, wait = f"unexpected {type(exc).__name__}: {exc}", None
             delay = self.failures.next_delay(wait)
             again = "watching them again" if self.version else "listing them again"
-            log.warning("%s; %s in %.1f s", problem, again, delay)
+            self.outage.failed(problem, f"{again} in {delay:.1f} s")
             await self.sleep(delay)
 
     async def _watch(self) -> None:
@@ -178,3 +184,4 @@ class SliceWatch:
             raise ApiServerError(
                 f"GET {SLICES} (watch)", f"ended after {lasted:.1f} s with {brought} (asked for {timeout} s)"
             )
+        self.outage.recovered()

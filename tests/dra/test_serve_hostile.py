@@ -58,7 +58,8 @@ def test_with_api_both_a_hostile_api_server_never_touches_the_device_plugin(dra_
     async def scenario() -> None:
         async with DevicePluginKubelet(dra_node.device_plugins) as dp_kubelet:
             server.misbehave("GET", "/", faults.html(503), times=None)
-            serve = await Serve.start(dra_node.args("both", *dra_node.both_ways()))
+            # --verbose: failures in a row after the first are logged at debug level
+            serve = await Serve.start(dra_node.args("both", *dra_node.both_ways(), "--verbose"))
             try:
                 client = await dp_kubelet.wait_registered(FUSE, timeout=20)
                 await client.wait_until(lambda d: "fuse" in d)
@@ -104,6 +105,7 @@ def test_with_api_both_a_hostile_api_server_never_touches_the_device_plugin(dra_
                 }
                 assert await kubelet.prepare(CLAIM) == {CLAIM.uid: prepared("fuse")}
                 await allocates()
+                await serve.logged("following the ResourceSlices: working again after ")
                 assert serve.proc.returncode is None
                 assert all(line.startswith("{") for line in serve.lines), serve.lines  # no traceback
             finally:
