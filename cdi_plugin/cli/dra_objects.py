@@ -13,7 +13,8 @@ from typing import Any
 
 import click
 
-from cdi_plugin.cli.scanopts import PathOf, fail, require_dirs, writing_stdout
+from cdi_plugin.cli.output import write_document
+from cdi_plugin.cli.scanopts import HelpCommand, PathOf, absolute, fail, require_dirs, writing_stdout
 from cdi_plugin.dra.names import DEFAULT_DRIVER
 
 PROGRAM = "cdi-plugin"
@@ -27,7 +28,7 @@ def _kinds(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -
 
 
 def _dirs(ctx: click.Context, param: click.Parameter, value: tuple[Path, ...]) -> tuple[Path, ...] | None:
-    return tuple(p.absolute() for p in value) or None
+    return tuple(absolute(p) for p in value) or None
 
 
 def _served_kinds(
@@ -103,7 +104,9 @@ def _served_kinds(
 
 
 @click.command(
-    "dra-objects", short_help="Print DeviceClasses, RBAC, admission policy and example claims for DRA."
+    "dra-objects",
+    cls=HelpCommand,
+    short_help="Print DeviceClasses, RBAC, admission policy and example claims for DRA.",
 )
 @click.option(
     "--spec-dir",
@@ -261,13 +264,14 @@ def dra_objects(
         fail(PROGRAM, str(exc))
     for kind, problem in left_out.items():
         click.echo(f"{PROGRAM}: warning: left out kind {shown(kind)}: {escape_controls(problem)}", err=True)
-    with writing_stdout(PROGRAM):
-        if as_json:
-            click.echo(json.dumps({"apiVersion": "v1", "kind": "List", "items": out}, indent=2))
-        else:
-            import yaml
+    if as_json:
+        text = json.dumps({"apiVersion": "v1", "kind": "List", "items": out}, indent=2) + "\n"
+    else:
+        import yaml
 
-            click.echo(yaml.safe_dump_all(out, sort_keys=False, explicit_start=True, width=4096), nl=False)
+        text = yaml.safe_dump_all(out, sort_keys=False, explicit_start=True, width=4096)
+    with writing_stdout(PROGRAM):
+        write_document(text)
     if left_out:
         raise SystemExit(1)
 

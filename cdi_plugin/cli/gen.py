@@ -39,7 +39,7 @@ from cdi_plugin.cli.scanopts import (
 )
 
 if TYPE_CHECKING:
-    from cdi_plugin.store.registry import Snapshot
+    from cdi_plugin.store.registry import Snapshot, SpecFile
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -131,6 +131,10 @@ def validate(
     specification. A warning means current runtimes load it, but the runtime or library version
     the warning names does not, or it is unwise. See docs/validation.md.
 
+    A file runtimes never read (a suffix other than .json or .yaml; a directory, as named, that is
+    a symbolic link, which their CDI library does not follow) gets a warning, as its content is
+    not at fault: it is valid, unless --strict.
+
     Exit status: 0 when everything is valid, 1 when anything is invalid, 2 on usage errors. A
     file with warnings but no errors is valid, unless --strict.
     """
@@ -166,7 +170,8 @@ def list_(spec_dirs: tuple[Path, ...], as_json: bool, runtimes: tuple[str, ...])
     file with only warnings (e.g. a 'v' prefix on cdiVersion, which iSulad rejects) resolves,
     and its warnings are shown. A --spec-dir that does not exist is an error; a default
     directory that does not exist holds no specs, as for runtimes. A directory that cannot be
-    read is shown as broken.
+    read is shown as broken; one that is a symbolic link is skipped with a warning, as runtimes
+    read nothing from it (--json: skippedDirs).
 
     On a terminal: a table; a qualified name is never broken (a narrow terminal drops the name,
     kind and priority columns, then folds the file column). Otherwise (a pipe, a file): one line per
@@ -183,12 +188,13 @@ def list_(spec_dirs: tuple[Path, ...], as_json: bool, runtimes: tuple[str, ...])
     from cdi_plugin.store.registry import load_registry
 
     require_dirs(PROGRAM, spec_dirs)
-    snapshot = _with_unreadable_dirs(load_registry(list(spec_dirs or default_spec_dirs())))
+    snapshot, skipped = _read_dirs(load_registry(list(spec_dirs or default_spec_dirs())))
     views = runtime_views(snapshot, runtimes)
     with writing_stdout(PROGRAM):
         if as_json:
             render.print_json(
-                render.listing_json(snapshot) | ({"runtimes": [v.to_json() for v in views]} if views else {})
+                render.listing_json(snapshot, skipped)
+                | ({"runtimes": [v.to_json() for v in views]} if views else {})
             )
         else:
             render.print_listing(snapshot)
@@ -196,10 +202,10 @@ def list_(spec_dirs: tuple[Path, ...], as_json: bool, runtimes: tuple[str, ...])
     sys.exit(1 if snapshot.broken or snapshot.conflicts or any(v.unseen for v in views) else 0)
 
 
-def _with_unreadable_dirs(snapshot: Snapshot) -> Snapshot:
+def _read_dirs(snapshot: Snapshot) -> tuple[Snapshot, tuple[SpecFile, ...]]:
     """``snapshot`` with each spec directory that cannot be read as a broken file: runtimes may
-    resolve names from it that the listing lacks. One that is no directory (a link) stays skipped
-    with a warning: runtimes read nothing from it either."""
+    resolve names from it that the listing lacks; and each one that is no directory (a symbolic
+    link), skipped with a warning: runtimes read nothing from it either."""
     from dataclasses import replace
 
     from cdi_plugin.cdi.problems import from_error
@@ -207,14 +213,15 @@ def _with_unreadable_dirs(snapshot: Snapshot) -> Snapshot:
     from cdi_plugin.store.files import scan_spec_dir
     from cdi_plugin.store.registry import SpecFile
 
-    unreadable = []
+    unreadable: list[SpecFile] = []
+    skipped: list[SpecFile] = []
     for priority, directory in enumerate(snapshot.dirs):
         try:
             scan_spec_dir(directory)
         except SpecLoadError as exc:
-            if exc.rule == "unreadable":
-                unreadable.append(SpecFile(directory, priority, None, (from_error(exc),)))
-    return replace(snapshot, files=snapshot.files + tuple(unreadable))
+            entry = SpecFile(directory, priority, None, (from_error(exc),))
+            (unreadable if exc.rule == "unreadable" else skipped).append(entry)
+    return replace(snapshot, files=snapshot.files + tuple(unreadable)), tuple(skipped)
 
 
 @main.command()

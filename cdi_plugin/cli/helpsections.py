@@ -13,11 +13,13 @@ from typing import Any
 
 import click
 
+from cdi_plugin.cli.scanopts import HelpCommand
+
 #: The widest first column before an option's help moves to the next line (click's own limit).
 COLUMN_MAX = 30
 
 
-class SectionedCommand(click.Command):
+class SectionedCommand(HelpCommand):
     """``sections`` maps a title to the names of the parameters listed under it, in order; the
     options left over (``--help``) go under "Other options". Every section has the same columns."""
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from cdi_plugin.cli.scanopts import PathOf, fail, require_dirs, writing_stdout
+from cdi_plugin.cli.scanopts import HelpCommand, PathOf, fail, require_dirs, writing_stdout
 
 if TYPE_CHECKING:
     from cdi_plugin.cdi.inject import HostNode, HostNodes, Origin, Requested
@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 PROGRAM = "cdi-gen"
 
 
-@click.command(short_help="Show what a runtime gives a container for CDI device names.")
+@click.command(cls=HelpCommand, short_help="Show what a runtime gives a container for CDI device names.")
 @click.argument("names", nargs=-1, required=True, metavar="NAME...")
 @click.option(
     "--spec-dir",

@@ -1,4 +1,5 @@
-"""Logging of the long-running ``cdi-plugin serve`` and ``cdi-gen watch``: text or JSON lines on stderr.
+"""Logging of the long-running ``cdi-plugin serve`` and ``cdi-gen watch``: text or JSON lines on
+stderr; the one-shot commands' warnings as their own are written, ``<program>: warning: ...``.
 
 Messages carry text from outside (file names, device names, the API server's answers), so every
 control character in them is written as an escape (a newline as a backslash and ``n``): one record is
@@ -66,6 +67,29 @@ class TextFormatter(logging.Formatter):
 
     def formatStack(self, stack_info: str) -> str:
         return _traceback(stack_info)
+
+
+class CommandFormatter(logging.Formatter):
+    """``<program>: warning: <message>`` (``error`` from ERROR up), control characters escaped."""
+
+    def __init__(self, program: str) -> None:
+        super().__init__()
+        self.program = program
+
+    def format(self, record: logging.LogRecord) -> str:
+        level = "warning" if record.levelno < logging.ERROR else "error"
+        return f"{self.program}: {level}: {escape_controls(record.getMessage())}"
+
+
+def configure_command(program: str) -> None:
+    """Send the package's warnings and errors to stderr as :class:`CommandFormatter` lines, unless
+    logging is set up already (a test's capture); a long-running command's :func:`configure`
+    replaces this."""
+    root = logging.getLogger()
+    if not root.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(CommandFormatter(program))
+        root.addHandler(handler)
 
 
 def configure(fmt: LogFormat = "text", level: int = logging.INFO) -> None:

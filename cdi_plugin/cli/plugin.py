@@ -16,6 +16,7 @@ from cdi_plugin.cli.helpsections import SectionedCommand
 from cdi_plugin.cli.scanopts import (
     JsonErrorsGroup,
     PathOf,
+    absolute,
     fail,
     format_option,
     log_format_option,
@@ -64,11 +65,11 @@ def _kinds(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -
 
 
 def _dirs(ctx: click.Context, param: click.Parameter, value: tuple[Path, ...]) -> tuple[Path, ...] | None:
-    return tuple(p.absolute() for p in value) or None
+    return tuple(absolute(p) for p in value) or None
 
 
 def _absolute(ctx: click.Context, param: click.Parameter, value: Path | None) -> Path | None:
-    return None if value is None else value.absolute()
+    return None if value is None else absolute(value)
 
 
 @click.group(cls=JsonErrorsGroup, context_settings={"help_option_names": ["-h", "--help"]})

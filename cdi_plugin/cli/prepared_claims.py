@@ -9,13 +9,18 @@ from pathlib import Path
 
 import click
 
-from cdi_plugin.cli.scanopts import PathOf, fail, writing_stdout
+from cdi_plugin.cli.output import write_document
+from cdi_plugin.cli.scanopts import HelpCommand, PathOf, fail, writing_stdout
 from cdi_plugin.dra.names import DEFAULT_DRIVER, DEFAULT_PLUGINS_DIR
 
 PROGRAM = "cdi-plugin"
 
 
-@click.command("prepared-claims", short_help="Print the claims the DRA driver records as prepared, as JSON.")
+@click.command(
+    "prepared-claims",
+    cls=HelpCommand,
+    short_help="Print the claims the DRA driver records as prepared, as JSON.",
+)
 @click.option(
     "--driver-name",
     default=DEFAULT_DRIVER,
@@ -69,4 +74,4 @@ def prepared_claims(*, driver_name: str, kubelet_plugins_dir: Path, state_file: 
     if reading.damaged is not None:
         click.echo(f"{PROGRAM}: note: {path}: {reading.damaged}", err=True)
     with writing_stdout(PROGRAM):
-        click.echo(encode(state, indent=1), nl=False)
+        write_document(encode(state, indent=1))

@@ -13,6 +13,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from cdi_plugin.cdi.problems import Problem, Severity
+from cdi_plugin.cli.output import write_document
 from cdi_plugin.store.registry import NameConflict, Snapshot, SpecFile
 from cdi_plugin.store.validation import ValidationReport
 from cdi_plugin.wording import defined_in, escape_controls, plural
@@ -42,9 +43,8 @@ def _encodes(text: str) -> bool:
 
 
 def print_json(obj: Any) -> None:
-    """``obj`` as indented JSON, written as it is encoded (a report can hold many problems)."""
-    json.dump(obj, sys.stdout, indent=2)
-    sys.stdout.write("\n")
+    """``obj`` as indented JSON, encoded whole before any of it is written."""
+    write_document(json.dumps(obj, indent=2) + "\n")
 
 
 #: A file's problems shown as text; ``--json`` gives every one.
@@ -131,9 +131,12 @@ def print_validation(report: ValidationReport) -> None:
     _line(f"[{'red' if bad else 'yellow' if warnings else 'green'}]{summary}[/]")
 
 
-def listing_json(snapshot: Snapshot) -> dict[str, Any]:
+def listing_json(snapshot: Snapshot, skipped_dirs: Sequence[SpecFile] = ()) -> dict[str, Any]:
+    """``cdi-gen list --json``; ``skipped_dirs``: the spec directories runtimes read nothing from
+    (a symbolic link), each with the problem that says why."""
     return {
         "dirs": [str(d) for d in snapshot.dirs],
+        "skippedDirs": [_file_json(f) for f in skipped_dirs],
         "devices": [
             {
                 "kind": str(d.kind),

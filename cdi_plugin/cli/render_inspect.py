@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import stat
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +23,7 @@ from cdi_plugin.cdi.inject import (
     Requested,
     non_root_access,
 )
+from cdi_plugin.cli.output import write_document
 from cdi_plugin.store.registry import Snapshot
 from cdi_plugin.wording import escape_controls
 
@@ -52,7 +52,7 @@ def _text(text: str) -> str:
 
 
 def print_json(report: Report) -> None:
-    sys.stdout.write(json.dumps(to_json(report), indent=2) + "\n")
+    write_document(json.dumps(to_json(report), indent=2) + "\n")
 
 
 def to_json(report: Report) -> dict[str, Any]:

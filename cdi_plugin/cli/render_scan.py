@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import sys
 from collections.abc import Iterator
 
 from rich.cells import cell_len
@@ -17,6 +16,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from cdi_plugin.cli.output import write_document
 from cdi_plugin.scan import ScanReport
 from cdi_plugin.wording import plural
 
@@ -52,7 +52,7 @@ def print_warnings(warnings: tuple[str, ...]) -> None:
 
 
 def print_json(report: ScanReport) -> None:
-    sys.stdout.write(json.dumps(report.to_json(), indent=2) + "\n")
+    write_document(json.dumps(report.to_json(), indent=2) + "\n")
 
 
 def _diff_text(diff: str) -> Text:

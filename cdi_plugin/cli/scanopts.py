@@ -20,6 +20,8 @@ import click
 
 from cdi_plugin.cdi.runtimes import NAMES as RUNTIME_NAMES
 from cdi_plugin.cdi.version import SUPPORTED_VERSIONS
+from cdi_plugin.cli.logs import configure_command
+from cdi_plugin.cli.output import buffer_stdout, document_written
 from cdi_plugin.wording import escape_controls, file_type
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -47,11 +49,39 @@ def _drop_stdout() -> None:
     os.close(devnull)
 
 
-class JsonErrorsGroup(click.Group):
+class HelpCommand(click.Command):
+    """A command whose ``--help`` (and ``--version``) into a stdout that cannot be written (a
+    full disk) is one error line naming it, status 1, as every output of the programs is: the
+    options that print and exit (eager, with no value for the command) print through
+    :func:`writing_stdout`, and nothing else that parsing does is taken for a write."""
+
+    def get_params(self, ctx: click.Context) -> list[click.Parameter]:
+        params = super().get_params(ctx)
+        for param in params:
+            callback = param.callback
+            if param.is_eager and not param.expose_value and callback and not isinstance(callback, _Printing):
+                param.callback = _Printing(callback)
+        return params
+
+
+class _Printing:
+    """The callback of an option that prints and exits, its output written through :func:`writing_stdout`."""
+
+    def __init__(self, callback: Callable[..., Any]) -> None:
+        self.callback = callback
+
+    def __call__(self, ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+        with writing_stdout(ctx.find_root().info_name or "cdi-plugin"):
+            return self.callback(ctx, param, value)
+
+
+class JsonErrorsGroup(HelpCommand, click.Group):
     """A group whose commands, given ``--json``, also print each error as ``{"error": MESSAGE}``
     on stdout: their own (:func:`fail`), usage errors, which click prints to stderr, and an
     interruption (SIGINT). A reader of stdout that goes away (``| head``) ends the command
-    quietly with status 1."""
+    quietly with status 1. Its commands are each a :class:`HelpCommand`."""
+
+    command_class = HelpCommand
 
     def resolve_command(
         self, ctx: click.Context, args: list[str]
@@ -61,15 +91,11 @@ class JsonErrorsGroup(click.Group):
             ctx.meta[JSON_ERRORS] = True
         return name, cmd, rest
 
-    def make_context(
-        self, info_name: str | None, args: list[str], parent: click.Context | None = None, **extra: Any
-    ) -> click.Context:
-        with writing_stdout(info_name or self.name or "cdi-plugin"):  # --help and --version print here
-            return super().make_context(info_name, args, parent, **extra)
-
     def invoke(self, ctx: click.Context) -> Any:
         with contextlib.suppress(AttributeError):  # text a locale cannot encode is escaped, not fatal
             sys.stdout.reconfigure(errors="backslashreplace")  # type: ignore[union-attr]
+        buffer_stdout()
+        configure_command(ctx.find_root().info_name or "cdi-plugin")
         try:
             try:
                 return super().invoke(ctx)
@@ -81,8 +107,8 @@ class JsonErrorsGroup(click.Group):
         except BrokenPipeError:
             _drop_stdout()
             raise SystemExit(1) from None
-        except KeyboardInterrupt:
-            fail(ctx.find_root().info_name or "cdi-plugin", "interrupted")
+        except KeyboardInterrupt:  # after a whole document, no error document follows it
+            fail(ctx.find_root().info_name or "cdi-plugin", "interrupted", json_error=not document_written())
 
 
 def _asks_json(cmd: click.Command, args: list[str]) -> bool:
@@ -120,6 +146,17 @@ def writing_stdout(program: str) -> Iterator[None]:
     except OSError as exc:
         _drop_stdout()
         fail(program, f"cannot write to standard output: {exc.strerror or exc}", json_error=False)
+
+
+def absolute(path: Path) -> Path:
+    """``path`` made absolute; a usage error naming it when the current directory is gone."""
+    try:
+        return path.absolute()
+    except OSError as exc:
+        raise click.BadParameter(
+            f"{escape_controls(str(path))}: relative, and the current directory cannot be read: "
+            f"{exc.strerror or exc}"
+        ) from None
 
 
 def require_dirs(program: str, spec_dirs: Iterable[Path]) -> None:

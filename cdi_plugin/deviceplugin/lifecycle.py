@@ -5,9 +5,10 @@ then wait until the kubelet restarts. A kubelet restart shows as our socket bein
 kubelet removes the sockets in its directory when it starts) or kubelet.sock being replaced; both
 are seen through the plugin directory's inotify watch, and lead to serving afresh and registering
 again at once. Failures are logged with their reason and retried with exponential backoff (cut
-short when kubelet.sock is recreated). Waiting for the kubelet (its directory or kubelet.sock
-missing) is logged once, then every :data:`WAIT_REMINDER` seconds while it lasts. The endpoint
-unlinks only the socket it bound itself, recognised by its inode.
+short when kubelet.sock is recreated). A failure or a wait for the kubelet (its directory or
+kubelet.sock missing) is logged once, then summarised every few minutes while it lasts, and its
+end is logged once (:class:`~cdi_plugin.recurring.Recurring`); a new reason is logged at once.
+The endpoint unlinks only the socket it bound itself, recognised by its inode.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from cdi_plugin.deviceplugin.servicer import DevicePluginService
 from cdi_plugin.deviceplugin.settings import Settings
 from cdi_plugin.errors import CdiPluginError
 from cdi_plugin.metrics import PluginMetrics
+from cdi_plugin.recurring import Recurring
 from cdi_plugin.wording import file_type
 
 log = logging.getLogger(__name__)
@@ -48,8 +50,6 @@ SOCKET_PREFIX = "cdi-plugin-"
 BACKOFF_FIRST = 0.1
 BACKOFF_MAX = 10.0
 STOP_GRACE = 0.5
-#: While waiting for the kubelet, say so again this often, so that a log shows the plugin is alive.
-WAIT_REMINDER = 60.0
 
 
 def socket_name(resource: str, plugin_dir: Path) -> str:
@@ -111,8 +111,8 @@ class Endpoint:
         self._servicer: DevicePluginService | None = None
         self._bound: Identity | None = None
         self._extra = {"resource": resource}
-        self._last_problem: str | None = None
-        self._waiting_since = self._reminded = 0.0
+        #: What keeps the endpoint from being registered, while it lasts.
+        self._problem = Recurring(log, extra=self._extra, prefix=f"{resource}: ")
         self._metrics = metrics if metrics is not None else PluginMetrics()
 
     def _log(self, level: int, message: str, *args: object) -> None:
@@ -213,23 +213,15 @@ class Endpoint:
                 return
             await self._watch.pulse.wait_after(seen, remaining)
 
-    def _report(self, level: int, problem: str, delay: float, *, always: bool = False) -> None:
-        """Log a failure and the retry; the same problem again is logged at debug level only."""
-        repeated = problem == self._last_problem and not always
-        self._last_problem = problem
-        self._log(logging.DEBUG if repeated else level, "%s; retrying in %.1fs", problem, delay)
+    def _report(self, level: int, problem: str, delay: float) -> None:
+        """Log a failure and the retry (:meth:`Recurring.report`)."""
+        self._problem.report(level, problem, f"; retrying in {delay:.1f}s")
 
     async def _wait_for_kubelet(self, waiting: str, seen: int) -> None:
-        """Say what the endpoint waits for (once, then every :data:`WAIT_REMINDER` seconds) and wait
-        until the plugin directory changes or the next reminder is due."""
-        now = asyncio.get_running_loop().time()
-        if waiting != self._last_problem:
-            self._log(logging.INFO, "%s", waiting)
-            self._last_problem, self._waiting_since, self._reminded = waiting, now, now
-        elif now - self._reminded >= WAIT_REMINDER:
-            self._log(logging.INFO, "still %s (for %.0f min)", waiting, (now - self._waiting_since) / 60)
-            self._reminded = now
-        await self._watch.pulse.wait_after(seen, max(0.0, self._reminded + WAIT_REMINDER - now))
+        """Say what the endpoint waits for (:meth:`Recurring.report`) and wait until the plugin
+        directory changes or the next summary is due, so that a log shows the plugin is alive."""
+        self._problem.report(logging.INFO, waiting)
+        await self._watch.pulse.wait_after(seen, self._problem.due())
 
     async def run(self) -> None:
         """Serve and stay registered until cancelled."""
@@ -265,14 +257,12 @@ class Endpoint:
                 self._metrics.registration(self.resource, "refused" if exc.refused else "unreachable")
                 delay = backoff.next()
                 problem = f"registration failed: {exc}"
-                self._report(
-                    logging.ERROR if exc.refused else logging.WARNING, problem, delay, always=exc.refused
-                )
+                self._report(logging.ERROR if exc.refused else logging.WARNING, problem, delay)
                 await self._pause(delay, (*side[:2], identity(self.path)))  # the socket is ours now
                 continue
             backoff.reset()
             self._metrics.registration(self.resource, "ok")
-            self._last_problem = None
+            self._problem.recovered()
             self._log(
                 logging.INFO, "registered with the kubelet (API %s, endpoint %s)", api.VERSION, self.path.name
             )

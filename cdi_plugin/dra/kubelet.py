@@ -44,6 +44,7 @@ from cdi_plugin.dra.report import UNREPORTED, Report
 from cdi_plugin.dra.serialize import LOCK_NAME
 from cdi_plugin.dra.service import DraService
 from cdi_plugin.errors import CdiPluginError
+from cdi_plugin.recurring import Recurring
 from cdi_plugin.wording import clipped, file_type
 
 log = logging.getLogger(__name__)
@@ -85,7 +86,9 @@ class Paths:
 class Registrar:
     """The Registration service the kubelet's plugin watcher calls. The driver counts as registered
     (:attr:`registered`, and to ``report``) from the kubelet's confirmation until the kubelet
-    refuses it or the socket stops being served (:meth:`unregistered`)."""
+    refuses it or the socket stops being served (:meth:`unregistered`). The plugin watcher tries
+    again every second or so: a refusal for the same reason is logged once, then summarised every
+    few minutes, and the registration that ends it says so (:class:`~cdi_plugin.recurring.Recurring`)."""
 
     def __init__(
         self,
@@ -100,6 +103,7 @@ class Registrar:
         self.report = report
         self.registered = asyncio.Event()
         self.error = ""
+        self._refused = Recurring(log)
 
     def unregistered(self, why: str = "") -> None:
         self.registered.clear()
@@ -118,6 +122,7 @@ class Registrar:
             self.error = ""
             self.registered.set()
             self.report.registered(True)
+            self._refused.recovered()
             log.info("registered with the kubelet as DRA driver %s", self.driver)
             if self.on_registered is not None:
                 self.on_registered()
@@ -125,7 +130,7 @@ class Registrar:
             # the kubelet's words, on one line of a bounded length
             self.error = reason = clipped(request.error or "no reason given", MAX_REASON)
             self.unregistered(f"refused: {reason}")
-            log.error("the kubelet refused DRA driver %s: %s", self.driver, reason)
+            self._refused.report(logging.ERROR, f"the kubelet refused DRA driver {self.driver}: {reason}")
         return api.RegistrationStatusResponse()
 
 

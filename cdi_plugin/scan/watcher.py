@@ -347,7 +347,7 @@ class Watcher:
         keys, events = batch.keys, batch.events
         wanted: set[str] = set().union(*(k for k in keys if isinstance(k, frozenset)))
         devices = [k for k in keys if isinstance(k, DeviceEvent)]
-        self.feed.lost_logged = False
+        self.feed.batch_started()
         scope: set[str] | None = None
         if ALL not in wanted:
             scope = wanted - {OUTPUT}

@@ -7,11 +7,13 @@ import errno
 import logging
 import os
 import stat
+import threading
 from pathlib import Path
 
 from cdi_plugin.cdi import codec
 from cdi_plugin.cdi.names import Kind
 from cdi_plugin.errors import SpecLoadError
+from cdi_plugin.recurring import Recurring
 from cdi_plugin.store.atomic import WRITTEN_NAME_MAX
 from cdi_plugin.wording import file_type
 
@@ -60,13 +62,29 @@ def list_spec_files(directory: Path) -> list[Path]:
 
     A directory that does not exist yields []; one that cannot be listed (not a directory, no
     permission) is skipped with a warning, as runtimes skip it: one bad directory must not stop
-    the others from being read. :func:`scan_spec_dir` raises instead.
+    the others from being read. The warning is said once while the directory stays unreadable for
+    the same reason, then summarised every few minutes, and the directory being read again is said
+    once (:class:`~cdi_plugin.recurring.Recurring`). :func:`scan_spec_dir` raises instead.
     """
     try:
-        return scan_spec_dir(directory)
+        found = scan_spec_dir(directory)
     except SpecLoadError as exc:
-        log.warning("skipping spec directory %s", exc)
+        with _UNLISTED_LOCK:
+            unlisted = _UNLISTED.setdefault(directory, Recurring(log))
+        unlisted.report(logging.WARNING, f"skipping spec directory {exc}")
         return []
+    if directory in _UNLISTED:
+        with _UNLISTED_LOCK:
+            ended = _UNLISTED.pop(directory) if directory in _UNLISTED else None
+        if ended is not None:
+            ended.recovered()
+    return found
+
+
+#: The spec directories that could not be listed the last time, while they cannot (a few: those
+#: the runtimes of this node read).
+_UNLISTED: dict[Path, Recurring] = {}
+_UNLISTED_LOCK = threading.Lock()
 
 
 def scan_spec_dir(directory: Path) -> list[Path]:

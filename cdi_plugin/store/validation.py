@@ -15,7 +15,7 @@ from cdi_plugin.cdi.runtime_checks import refusals
 from cdi_plugin.cdi.runtimes import Runtime
 from cdi_plugin.cdi.validate import runtime_problems, validate_bytes
 from cdi_plugin.errors import SpecLoadError
-from cdi_plugin.store.files import read_spec_bytes, scan_spec_dir, spec_dirs, spec_format
+from cdi_plugin.store.files import is_linked_dir, read_spec_bytes, scan_spec_dir, spec_dirs, spec_format
 from cdi_plugin.store.registry import SpecFile, resolve
 
 
@@ -88,6 +88,13 @@ def _check_file(
         report.problems.append(
             Problem("", "ignored-suffix", "runtimes ignore this file: only .json and .yaml are read",
                     "rename it", Severity.WARNING)
+        )  # fmt: skip
+    if is_linked_dir(path.parent):
+        report.problems.append(
+            Problem("", "linked-dir",
+                    f"runtimes ignore this file: its directory {path.parent} is a symbolic link, which "
+                    "their CDI library does not follow",
+                    "name the directory it points to in their spec directories", Severity.WARNING)
         )  # fmt: skip
     try:
         data = read_spec_bytes(path)

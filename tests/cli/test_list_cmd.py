@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from cdi_plugin.store.files import LINKED_DIR
 from tests.cli.conftest import CDI_GEN, Invoke, report, run_cdi_gen, run_on_terminal
 from tests.store.specfiles import write_spec
 from tests.store.unprivileged import run_as_nobody, world_dir
@@ -31,6 +32,7 @@ def test_list_json(cli: Invoke, dirs: tuple[Path, Path]) -> None:
     assert result.exit_code == 1, "a conflict and a broken file"
     assert report(result) == {
         "dirs": [str(etc), str(run)],
+        "skippedDirs": [],
         "devices": [
             {"kind": "acme.example/gpu", "name": "card0", "qualifiedName": "acme.example/gpu=card0",
              "path": str(etc / "gpu.json"), "priority": 0},
@@ -72,6 +74,7 @@ def test_list_with_nothing_to_show(cli: Invoke, tmp_path: Path) -> None:
     assert result.stderr == f"no resolvable devices in {tmp_path}\n"
     assert report(cli("list", "--json", "--spec-dir", tmp_path)) == {
         "dirs": [str(tmp_path)],
+        "skippedDirs": [],
         "devices": [],
         "conflicts": [],
         "broken": [],
@@ -146,7 +149,25 @@ def test_a_spec_dir_that_is_a_symbolic_link_overrides_nothing(tmp_path: Path) ->
         ("acme.example/gpu=card0", str(etc / "gpu.json")),
         ("acme.example/gpu=card1", str(etc / "gpu.json")),
     ]
-    assert f"skipping spec directory {run}: is a symbolic link" in result.stderr
+    assert result.stderr == f"cdi-gen: warning: skipping spec directory {run}: {LINKED_DIR}\n"
+    assert report(result)["skippedDirs"] == [
+        {"path": str(run), "priority": 1,
+         "problems": [{"pointer": "", "rule": "not-a-directory", "severity": "error", "message": LINKED_DIR,
+                       "hint": ""}]},
+    ]  # fmt: skip
+
+
+def test_a_spec_dir_that_is_a_file_is_skipped(cli: Invoke, private_spec_dirs: tuple[Path, Path]) -> None:
+    etc, run = private_spec_dirs
+    write_spec(etc, "gpu.json", "acme.example/gpu", "card0")
+    run.write_text("")
+    result = cli("list", "--json")
+    assert result.exit_code == 0
+    listed = report(result)
+    assert [d["qualifiedName"] for d in listed["devices"]] == ["acme.example/gpu=card0"]
+    assert [
+        (d["path"], d["priority"], [p["message"] for p in d["problems"]]) for d in listed["skippedDirs"]
+    ] == [(str(run), 1, ["is a regular file, not a directory"])]
 
 
 @pytest.mark.root

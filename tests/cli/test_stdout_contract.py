@@ -1,6 +1,7 @@
-"""What both programs do when their reader goes away (``| head -c1``), their stdout is full or
-they are interrupted: no traceback, the status of an error (1), no error about a pipe closed by
-its reader, and with ``--json`` still one JSON object on stdout for an interruption."""
+"""What both programs do when their reader goes away (``| head -c1``, before or in the middle of
+a write), their stdout is full (``--help`` too) or they are interrupted: no traceback, the status
+of an error (1), no error about a pipe closed by its reader, and with ``--json`` still one JSON
+document on stdout for an interruption: the whole report, or the error object alone."""
 
 from __future__ import annotations
 
@@ -58,6 +59,59 @@ def test_a_reader_gone_ends_the_command_quietly(spec_dir: Path, args: list[str |
     assert (done.returncode, done.stderr) == (1, "")
 
 
+@pytest.fixture(scope="module")
+def many_kinds(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A spec directory whose listings, reports and objects are larger than a small pipe's buffer."""
+    directory = tmp_path_factory.mktemp("many")
+    for i in range(100):
+        write_spec(directory, f"gpu{i}.json", f"acme.example/gpu{i}", "null")  # /dev/null
+    return directory
+
+
+#: The names of every device of :func:`many_kinds`, and the options of dra-objects for all its kinds.
+MANY_NAMES = [f"acme.example/gpu{i}=null" for i in range(100)]
+MANY_OBJECTS = ["--spec-dir", "{dir}", "--kind", "acme.example/*", "--examples"]
+
+
+@pytest.mark.parametrize("unbuffered", [True, False], ids=["PYTHONUNBUFFERED", "buffered"])
+@pytest.mark.parametrize(
+    "args",
+    [
+        [CDI_GEN, "list", "--spec-dir", "{dir}"],
+        [CDI_GEN, "list", "--json", "--spec-dir", "{dir}"],
+        [CDI_GEN, "validate", "{dir}"],
+        [CDI_GEN, "validate", "--json", "{dir}"],
+        [CDI_GEN, "inspect", "--json", "--spec-dir", "{dir}", *MANY_NAMES],
+        [CDI_GEN, "scan", "--dry-run", "--source", "simulated", "--output-dir", "{dir}/out"],
+        [CDI_GEN, "scan", "--json", "--dry-run", "--source", "simulated", "--output-dir", "{dir}/out"],
+        [CDI_PLUGIN, "dra-objects", *MANY_OBJECTS],
+        [CDI_PLUGIN, "dra-objects", "--json", *MANY_OBJECTS],
+    ],
+    ids=lambda args: " ".join(map(str, args[1:3])),
+)
+def test_a_reader_gone_in_the_middle_ends_the_command_quietly(
+    many_kinds: Path, args: list[str | Path], unbuffered: bool
+) -> None:
+    """The reader takes one byte and goes away while the command still writes: the rest of the
+    output cannot be written, which is an error (status 1), not a success with output cut."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    if unbuffered:
+        env["PYTHONUNBUFFERED"] = "1"
+    read_end, write_end = os.pipe()
+    fcntl.fcntl(write_end, fcntl.F_SETPIPE_SZ, 4096)  # the output does not fit: the command must wait
+    with os.fdopen(read_end, "rb", buffering=0) as reader:
+        proc = subprocess.Popen(
+            [str(a).format(dir=many_kinds) for a in args],
+            stdout=write_end, stderr=subprocess.PIPE, text=True, env=env,
+        )  # fmt: skip
+        os.close(write_end)
+        assert reader.read(1)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 1
+    program = Path(args[0]).name
+    assert [line for line in stderr.splitlines() if not line.startswith(f"{program}: warning: ")] == []
+
+
 @pytest.mark.parametrize(
     "args",
     [
@@ -82,6 +136,62 @@ def test_a_full_stdout_is_one_error_line(spec_dir: Path, args: list[str | Path])
         1,
         f"{program}: error: cannot write to standard output: No space left on device\n",
     )
+
+
+def _subcommands() -> list[tuple[Path, str]]:
+    from cdi_plugin.cli import gen, plugin
+
+    return [(CDI_GEN, name) for name in gen.main.commands] + [
+        (CDI_PLUGIN, name) for name in plugin.main.commands
+    ]
+
+
+@pytest.mark.parametrize(("program", "command"), _subcommands(), ids=lambda v: getattr(v, "name", v))
+def test_a_subcommands_help_into_a_full_stdout_is_one_error_line(program: Path, command: str) -> None:
+    with open("/dev/full", "w") as full:
+        done = subprocess.run(
+            [program, command, "--help"],
+            stdout=full,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    assert (done.returncode, done.stderr) == (
+        1,
+        f"{program.name}: error: cannot write to standard output: No space left on device\n",
+    )
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["serve", "--spec-dir", "rel"],
+        ["serve", "--api", "dra", "--kubelet-plugins-dir", "rel"],
+        ["dra-objects", "--spec-dir", "rel"],
+    ],
+    ids=lambda a: a[-2],
+)
+def test_a_relative_path_in_a_removed_current_directory_is_a_usage_error(
+    tmp_path: Path, args: list[str]
+) -> None:
+    """Not taken for a failed write (its --help prints through the same parsing), nor a traceback."""
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    done = subprocess.run(
+        ["sh", "-c", 'cd "$0" && rmdir "$0" && exec "$@"', gone, CDI_PLUGIN, *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.endswith(
+        f"Error: Invalid value for '{args[-2]}': rel: relative, and the current directory cannot be "
+        "read: No such file or directory\n"
+    )
+    assert "Traceback" not in done.stderr
+    assert not done.stdout
 
 
 def test_a_usage_error_is_told_on_stderr_when_stdout_is_gone() -> None:
@@ -131,6 +241,53 @@ def test_an_interrupted_scan_is_one_error(tmp_path: Path, as_json: bool) -> None
     else:
         assert stdout == ""
     assert os.listdir(out) == [LOCK_NAME]
+
+
+def _waits_to_write_into_a_pipe(pid: int) -> bool:
+    """Whether process ``pid`` waits in the kernel's pipe_write (anon_pipe_write since Linux 6.14)."""
+    return "pipe_write" in Path(f"/proc/{pid}/wchan").read_text()
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        [CDI_GEN, "list", "--json", "--spec-dir", "{dir}"],
+        [CDI_GEN, "validate", "--json", "{dir}"],
+        [CDI_GEN, "inspect", "--json", "--spec-dir", "{dir}", *MANY_NAMES],
+        [CDI_PLUGIN, "dra-objects", "--json", *MANY_OBJECTS],
+    ],
+    ids=lambda args: " ".join(map(str, args[1:3])),
+)
+def test_an_interruption_while_a_report_is_written_leaves_it_whole(
+    many_kinds: Path, args: list[str | Path]
+) -> None:
+    """SIGINT while the report waits to go into a full pipe: the report is written whole, with
+    no error object after it, and the command ends as interrupted."""
+    command = [str(a).format(dir=many_kinds) for a in args]
+    whole = subprocess.run(command, capture_output=True, text=True, timeout=60, check=True).stdout
+    read_end, write_end = os.pipe()
+    fcntl.fcntl(
+        write_end, fcntl.F_SETPIPE_SZ, 4096
+    )  # the report does not fit: the command waits in the write
+    with os.fdopen(read_end, "r") as reader:
+        proc = subprocess.Popen(command, stdout=write_end, stderr=subprocess.PIPE, text=True)
+        os.close(write_end)
+        try:
+            deadline = time.monotonic() + 60
+            while not _waits_to_write_into_a_pipe(proc.pid):
+                assert proc.poll() is None, "the command ended without waiting to write"
+                assert time.monotonic() < deadline, "the command never waited to write"
+                time.sleep(0.01)
+            proc.send_signal(signal.SIGINT)
+            stdout = reader.read()
+            _, stderr = proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+    assert proc.returncode == 1
+    assert stderr == f"{Path(args[0]).name}: error: interrupted\n"
+    assert stdout == whole
 
 
 def test_a_locale_without_utf8_gets_escapes_not_an_error(tmp_path: Path) -> None:

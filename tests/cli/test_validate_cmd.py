@@ -246,6 +246,30 @@ def test_files_runtimes_ignore_get_a_warning(cli: Invoke, tmp_path: Path) -> Non
     assert (problem["rule"], problem["severity"]) == ("ignored-suffix", "warning")
 
 
+def test_a_file_in_a_spec_dir_reached_through_a_link_gets_a_warning(tmp_path: Path) -> None:
+    """Runtimes read nothing from a spec directory that is a symbolic link: the file named through
+    it is valid (its content is not at fault) but never read, as with a suffix runtimes ignore."""
+    real = write_spec(tmp_path / "real", "gpu.json", "example.com/gpu", "card0")
+    (tmp_path / "cdi").symlink_to("real")
+    linked = tmp_path / "cdi" / "gpu.json"
+    text, as_json, strict = (
+        run_cdi_gen("validate", *args, linked) for args in ([], ["--json"], ["--strict"])
+    )
+    assert (text.returncode, as_json.returncode, strict.returncode) == (0, 0, 1)
+    message = (
+        f"runtimes ignore this file: its directory {tmp_path / 'cdi'} is a symbolic link, which their CDI "
+        "library does not follow"
+    )
+    assert text.stdout.startswith(f"! {linked}  ")
+    assert any(line.split()[:3] == ["-", "warning", "linked-dir"] for line in text.stdout.splitlines())
+    [file] = report(as_json)["files"]
+    assert (file["path"], file["valid"]) == (str(linked), True)
+    assert [(p["rule"], p["severity"], p["message"]) for p in file["problems"]] == [
+        ("linked-dir", "warning", message)
+    ]
+    assert report(run_cdi_gen("validate", "--json", real))["files"][0]["problems"] == []
+
+
 def test_directories_read_only_what_runtimes_read(cli: Invoke, tmp_path: Path) -> None:
     write_spec(tmp_path, "a.json", "example.com/widget", "w0")
     (tmp_path / "b.yml").write_text("{")

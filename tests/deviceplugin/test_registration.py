@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import re
 import shutil
 import socket
 import stat
@@ -15,7 +16,8 @@ from pathlib import Path
 import grpc
 import pytest
 
-from cdi_plugin.deviceplugin import api, lifecycle
+from cdi_plugin import recurring
+from cdi_plugin.deviceplugin import api
 from cdi_plugin.deviceplugin.lifecycle import socket_name
 from tests.deviceplugin.fake_kubelet import FakeKubelet
 from tests.deviceplugin.helpers import (
@@ -30,6 +32,7 @@ from tests.deviceplugin.helpers import (
     write_spec,
 )
 
+WHEN = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC"
 KIND = "cdi-plugin.io/test"
 OTHER = "cdi-plugin.io/other"
 
@@ -112,7 +115,7 @@ def test_plugin_started_before_the_kubelet_waits_and_registers(
     layout: Layout, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     caplog.set_level(logging.INFO, "cdi_plugin")
-    monkeypatch.setattr(lifecycle, "WAIT_REMINDER", 3600.0)  # the kubelet's socket is seen, not polled
+    monkeypatch.setattr(recurring, "SUMMARY_EVERY", 3600.0)  # the kubelet's socket is seen, not polled
     write_spec(layout.etc, spec_of(KIND, {"a": [make_node(layout.dev / "n1")]}))
 
     async def scenario() -> None:
@@ -149,23 +152,73 @@ def test_unreachable_kubelet_is_retried_with_the_reason_logged(
     run(scenario())
 
 
-def test_registration_refused_by_the_kubelet_is_logged_and_retried(
-    layout: Layout, caplog: pytest.LogCaptureFixture
+def test_a_lasting_refusal_is_logged_once_then_summarised_then_its_end(
+    layout: Layout, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    caplog.set_level(logging.INFO, "cdi_plugin")
+    """Six refusals in a row: one error line, one summary once the interval has passed (shrunk
+    here), and one line when the kubelet accepts the registration at last."""
+    caplog.set_level(logging.DEBUG, "cdi_plugin.deviceplugin.lifecycle")
+    monkeypatch.setattr(recurring, "SUMMARY_EVERY", 3600.0)
     write_spec(layout.etc, spec_of(KIND, {"a": [make_node(layout.dev / "n1")]}))
+    refusal = "resource cdi-plugin.io/test is busy"
+    failed = f"{KIND}: registration failed: the kubelet refused the registration: {refusal}"
+    condition = re.escape(failed[len(KIND) + 2 :])
+
+    def lines() -> list[tuple[int, str]]:
+        return [(r.levelno, r.getMessage()) for r in caplog.records if refusal in r.getMessage()]
 
     async def scenario() -> None:
-        refusal = "resource cdi-plugin.io/test is busy"
         async with (
-            FakeKubelet(layout.plugin_dir, refusal=refusal, refusals=2) as kubelet,
+            FakeKubelet(layout.plugin_dir, refusal=refusal, refusals=6) as kubelet,
             running_plugin(layout.settings()),
         ):
+            await eventually(lambda: len(lines()) == 4, "four refusals handled")
+            assert kubelet.refused == [refusal] * 4
+            said = lines()
+            assert said[0] == (logging.ERROR, f"{failed}; retrying in 0.1s"), said
+            assert [level for level, _ in said[1:]] == [logging.DEBUG] * 3, "no repeat within the interval"
+            # at least 0.1 + 0.2 + 0.4 s went by since the first line: a shorter interval has passed
+            monkeypatch.setattr(recurring, "SUMMARY_EVERY", 0.05)
+            await eventually(lambda: len(lines()) == 5, "the fifth refusal handled")
+            monkeypatch.setattr(recurring, "SUMMARY_EVERY", 3600.0)
+            level, summary = lines()[4]
+            assert level == logging.ERROR
+            assert re.fullmatch(
+                rf"{KIND}: still {condition} \(5 times since {WHEN}, for [\d.]+ s\)",
+                summary,
+            ), summary
             await kubelet.wait_registered(KIND)
-            assert kubelet.refused == [refusal, refusal]
-            errors = [r for r in caplog.records if r.levelno == logging.ERROR]
-            assert len(errors) == 2
-            assert all(f"the kubelet refused the registration: {refusal}" in r.getMessage() for r in errors)
+            assert kubelet.refused == [refusal] * 6
+            recovered = f"{KIND}: recovered after "
+            await eventually(lambda: any(m.startswith(recovered) for m in caplog.messages), "the end said")
+            *_, (level, sixth), (_, end) = lines()
+            assert (level, sixth[: len(failed)]) == (logging.DEBUG, failed), "the interval starts again"
+            ended = [m for m in caplog.messages if m.startswith(recovered)]
+            assert ended == [end], caplog.messages
+            assert re.fullmatch(
+                rf"{KIND}: recovered after [\d.]+ s \(6 times since {WHEN}\): {condition}",
+                ended[0],
+            ), ended
+
+    run(scenario())
+
+
+def test_a_new_reason_is_logged_at_once(layout: Layout, caplog: pytest.LogCaptureFixture) -> None:
+    """The kubelet refuses once, then cannot be reached: both are said, each once, at once."""
+    caplog.set_level(logging.INFO, "cdi_plugin")
+    write_spec(layout.etc, spec_of(KIND, {"a": [make_node(layout.dev / "n1")]}))
+    refusal = "resource cdi-plugin.io/test is busy"
+
+    async def scenario() -> None:
+        async with running_plugin(layout.settings()):
+            async with FakeKubelet(layout.plugin_dir, refusal=refusal, refusals=1000) as kubelet:
+                await eventually(lambda: len(kubelet.refused) >= 2, "refused twice")
+            dead = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            dead.bind(str(layout.plugin_dir / "kubelet.sock"))  # a socket file nobody listens on
+            dead.close()
+            await eventually(lambda: any("cannot reach" in m for m in caplog.messages), "unreachable")
+            refused = [m for m in caplog.messages if refusal in m]
+            assert len(refused) == 1, caplog.messages
 
     run(scenario())
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import re
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -11,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from cdi_plugin import recurring
 from cdi_plugin.deviceplugin import lifecycle
 from tests.deviceplugin.fake_kubelet import FakeKubelet
 from tests.deviceplugin.helpers import (
@@ -25,6 +27,7 @@ from tests.deviceplugin.helpers import (
 )
 
 KIND = "cdi-plugin.io/wait"
+WHEN = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC"
 
 
 @pytest.fixture
@@ -56,11 +59,11 @@ def slow(times: list[float], interval: float) -> bool:
     return all(b - a >= interval - 0.05 for a, b in itertools.pairwise(times))
 
 
-def test_waiting_for_the_plugin_directory_is_said_once_then_at_a_slow_interval(
+def test_waiting_for_the_plugin_directory_is_said_once_then_at_a_slow_interval_then_its_end(
     layout: Layout, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch, short_dir: Path
 ) -> None:
     caplog.set_level(logging.INFO, "cdi_plugin")
-    monkeypatch.setattr(lifecycle, "WAIT_REMINDER", 0.4)
+    monkeypatch.setattr(recurring, "SUMMARY_EVERY", 0.4)
     plugin_dir = short_dir / "kubelet" / "device-plugins"
     waiting = f"{KIND}: waiting for the kubelet: {plugin_dir} does not exist yet"
     reminder = f"{KIND}: still waiting for the kubelet: {plugin_dir} "
@@ -72,7 +75,7 @@ def test_waiting_for_the_plugin_directory_is_said_once_then_at_a_slow_interval(
 
         def emit(self, record: logging.LogRecord) -> None:
             if self.armed and record.getMessage().startswith(reminder):
-                lifecycle.WAIT_REMINDER = 3600.0  # read right after the reminder is logged
+                recurring.SUMMARY_EVERY = 3600.0  # read right after the reminder is logged
                 self.flipped = True
 
     handler = NextInAnHour()
@@ -83,6 +86,9 @@ def test_waiting_for_the_plugin_directory_is_said_once_then_at_a_slow_interval(
             said = messages(caplog)
             assert said.count(waiting) == 1
             assert slow(said_at(caplog, reminder), 0.4), said
+            assert all(
+                re.search(rf" \(\d+ times since {WHEN}, for \d", m) for m in said if m.startswith(reminder)
+            )
             assert not [m for m in said if "retrying" in m], said
             # the directory appearing is noticed at once, not at the next reminder
             handler.armed = True
@@ -90,6 +96,10 @@ def test_waiting_for_the_plugin_directory_is_said_once_then_at_a_slow_interval(
             plugin_dir.mkdir(parents=True)
             async with FakeKubelet(plugin_dir) as kubelet:
                 await kubelet.wait_registered(KIND)
+                recovered = f"{KIND}: recovered after "
+                await eventually(lambda: any(m.startswith(recovered) for m in messages(caplog)), "its end")
+                (end,) = [m for m in messages(caplog) if m.startswith(recovered)]
+                assert re.search(rf" \(\d+ times since {WHEN}\): waiting for the kubelet: ", end), end
 
     logger = logging.getLogger(lifecycle.__name__)
     logger.addHandler(handler)
@@ -103,7 +113,7 @@ def test_waiting_for_kubelet_sock_is_said_once_then_at_a_slow_interval(
     layout: Layout, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     caplog.set_level(logging.INFO, "cdi_plugin")
-    monkeypatch.setattr(lifecycle, "WAIT_REMINDER", 0.4)
+    monkeypatch.setattr(recurring, "SUMMARY_EVERY", 0.4)
     waiting = f"waiting for the kubelet: {layout.plugin_dir / 'kubelet.sock'} does not exist yet"
 
     async def scenario() -> None:
@@ -111,7 +121,10 @@ def test_waiting_for_kubelet_sock_is_said_once_then_at_a_slow_interval(
             await eventually(lambda: len(said_at(caplog, f"{KIND}: still {waiting}")) >= 2, "two reminders")
         said = messages(caplog)
         assert said.count(f"{KIND}: {waiting}") == 1
-        assert said.count(f"{KIND}: still {waiting} (for 0 min)") >= 2, said
+        still = re.compile(
+            rf"{re.escape(f'{KIND}: still {waiting}')} \(\d+ times since {WHEN}, for [\d.]+ s\)"
+        )
+        assert len([m for m in said if still.fullmatch(m)]) >= 2, said
         assert slow(said_at(caplog, f"{KIND}: still {waiting}"), 0.4), said
         socket = layout.plugin_dir / sock(layout, KIND)
         assert said[-2:] == [f"{KIND}: stopped serving, removed {socket}", "stopped"]

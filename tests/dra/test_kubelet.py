@@ -16,6 +16,7 @@ import grpc
 import pytest
 import pytest_asyncio
 
+from cdi_plugin import recurring
 from cdi_plugin.aio.sockets import MAX_SOCKET_PATH, identity
 from cdi_plugin.cli.serve_dra import dra_options
 from cdi_plugin.dra import api
@@ -175,6 +176,46 @@ async def test_refusal_is_logged(
     assert not plugin.registrar.registered.is_set()
     assert "none of the versions" in plugin.registrar.error
     assert f"the kubelet refused DRA driver {DRIVER}: none of the versions" in caplog.text
+
+
+async def test_a_lasting_refusal_is_logged_once_then_summarised_then_its_end(
+    paths: Paths, plugin: KubeletPlugin, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The plugin watcher tries again and again, refused for the same reason: one error line, one
+    summary once the (shrunk) interval has passed, one line when a registration succeeds."""
+    monkeypatch.setattr(recurring, "SUMMARY_EVERY", 3600.0)
+    when = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC"
+    refusing = FakeKubelet(paths.registry_dir, known_versions=["v1alpha4.DRAPlugin"])
+    refused = f"the kubelet refused DRA driver {DRIVER}: none of the versions"
+
+    def said(start: str) -> list[logging.LogRecord]:
+        return [r for r in caplog.records if r.getMessage().startswith(start)]
+
+    async def attempt() -> None:
+        with pytest.raises(RegistrationRefused):
+            await refusing.register(refusing.sockets()[0], DRIVER)
+
+    with caplog.at_level(logging.DEBUG, "cdi_plugin.dra.kubelet"):
+        for _ in range(4):
+            await attempt()
+        assert [r.levelno for r in said(refused)] == [logging.ERROR] + [logging.DEBUG] * 3
+        monkeypatch.setattr(recurring, "SUMMARY_EVERY", 0.0)
+        await attempt()
+        monkeypatch.setattr(recurring, "SUMMARY_EVERY", 3600.0)
+        await attempt()
+        (summary,) = said("still ")
+        assert summary.levelno == logging.ERROR
+        assert re.fullmatch(
+            rf"still {refused}.* \(5 times since {when}, for [\d.]+ s\)", summary.getMessage()
+        )
+        assert said(refused)[-1].levelno == logging.DEBUG, "the next summary waits a whole interval"
+        await FakeKubelet(paths.registry_dir).register(refusing.sockets()[0], DRIVER)
+        (end,) = said("recovered after ")
+        assert re.fullmatch(
+            rf"recovered after [\d.]+ s \(6 times since {when}\): {refused}.*", end.getMessage()
+        )
+        assert caplog.messages[-1] == f"registered with the kubelet as DRA driver {DRIVER}"
+    assert plugin.registrar.registered.is_set()
 
 
 async def test_a_refusals_reason_is_logged_on_one_line_of_bounded_length(
