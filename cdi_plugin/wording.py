@@ -1,6 +1,5 @@
 """How messages count things (``1 device``, ``2 devices``, ``3 device classes``), list them
-(``A, B and C``), tell a length of time (``5 min 2 s``), name what a file is (``a FIFO``) and show
-text from outside (escaped)."""
+(``A, B and C``), name what a file is (``a FIFO``) and show text from outside (escaped)."""
 
 from __future__ import annotations
 
@@ -13,16 +12,6 @@ def plural(n: int, word: str) -> str:
     if n == 1:
         return f"{n} {word}"
     return f"{n} {word}{'es' if word.endswith('s') else 's'}"
-
-
-def duration(seconds: float) -> str:
-    """``42 s``, ``5 min 2 s``, ``3 h 20 min``: a length of time, rounded to its two largest units."""
-    s = max(0, round(seconds))
-    if s < 60:
-        return f"{s} s"
-    if s < 3600:
-        return f"{s // 60} min {s % 60} s"
-    return f"{s // 3600} h {s % 3600 // 60} min"
 
 
 def joined(items: list[str]) -> str:

@@ -12,9 +12,9 @@ others are written, so no deletion takes the pool from readers (:func:`~cdi_plug
 Each pass, and each failure, goes to the driver's :class:`~cdi_plugin.dra.report.Report`.
 A failed write is tried again, with the inventory's latest state, after a delay growing from 1 s
 to 30 s, or as long as the server's ``Retry-After`` asks when that is longer (at most 30 s); a
-conflict (the cache was behind) lists the slices once before. Failures in a row are logged as an
-:class:`~cdi_plugin.dra.backoff.Outage` (the first as an error, then one line every 5 minutes,
-and one when a publish works again).
+conflict (the cache was behind) lists the slices once before. Failures in a row are logged as one
+lasting condition (:class:`~cdi_plugin.recurring.Recurring`): the first as an error, then a
+summary every 5 minutes, and its end when a publish works again.
 Device taints are used until the API server shows it drops them (the DRADeviceTaints gate is
 off): from then on unhealthy devices are withdrawn instead. The kubelet side keeps serving
 whatever happens here.
@@ -30,7 +30,7 @@ from typing import Any
 
 from cdi_plugin.aio.pulse import Pulse
 from cdi_plugin.aio.run import run_until
-from cdi_plugin.dra.backoff import STILL_FAILING_EVERY, Backoff, Failures, Outage
+from cdi_plugin.dra.backoff import Backoff, Failures
 from cdi_plugin.dra.inventory import Inventory, ServedDevice
 from cdi_plugin.dra.kube import KubeApi
 from cdi_plugin.dra.names import DraConfigError
@@ -39,11 +39,14 @@ from cdi_plugin.dra.report import UNREPORTED, Report
 from cdi_plugin.dra.rest import ApiServerError
 from cdi_plugin.dra.shapes import Obj
 from cdi_plugin.dra.slices import Plan, Pool, build_pool, content, plan, taints_dropped
+from cdi_plugin.recurring import Recurring
 
 log = logging.getLogger(__name__)
 
 #: Between failed publishes.
 RETRY = Backoff(initial=1.0, maximum=30.0)
+#: The condition of failures in a row (each failure is its detail).
+FAILING = "failing to publish ResourceSlices"
 
 
 def _untainted(slice_content: Any) -> Any:
@@ -64,13 +67,13 @@ class SlicePublisher:
         watch_timeout: tuple[int, int] = WATCH_TIMEOUT,
         read_timeout: float = READ_TIMEOUT,
         report: Report = UNREPORTED,
-        log_every: float = STILL_FAILING_EVERY,
+        log_every: float | None = None,
     ) -> None:
         self.kube = kube
         self.report = report
         self.taints = taints
         self.failures = Failures(backoff)
-        self.outage = Outage(log, "publishing ResourceSlices", level=logging.ERROR, every=log_every)
+        self.failing = Recurring(log, every=log_every)
         self.sleep = sleep
         self.on_publish = on_publish
         self._wake = Pulse()
@@ -204,9 +207,9 @@ class SlicePublisher:
                 problem = str(exc) if api else f"{type(exc).__name__}: {exc}"
                 self.report.published("failed", problem)
                 delay = self.failures.next_delay(api.retry_after if api else None)
-                self.outage.failed(problem, f"trying again in {delay:.0f} s")
+                self.failing.report(logging.ERROR, FAILING, f": {problem}; trying again in {delay:.0f} s")
                 await self.sleep(delay)
                 continue
             self.failures.reset()
-            self.outage.recovered()
+            self.failing.recovered()
             await self._wake.wait_after(seen)

@@ -17,8 +17,8 @@ version, and only a version the server no longer keeps (410 Expired) or has not 
 with the cause ResourceVersionTooLarge), or a refusal (a Status such as 400 or 403, not one of
 throttling or of a server error; a proxy's page of a 4xx status but 408 and 429) makes it list
 again, so a storm of 410s lists at most 4 times in 10 s, then once every 30 s. Failures in a row
-are logged as an :class:`Outage`: the first as a warning, then one line every 5 minutes, and one
-when a list works or a watch lasts as asked.
+are logged as one lasting condition (:class:`~cdi_plugin.recurring.Recurring`): the first as a
+warning, then a summary every 5 minutes, and its end when a list works or a watch lasts as asked.
 """
 
 from __future__ import annotations
@@ -30,10 +30,11 @@ import random
 import time
 from collections.abc import Awaitable, Callable, Iterable
 
-from cdi_plugin.dra.backoff import STILL_FAILING_EVERY, Backoff, Failures, Outage
+from cdi_plugin.dra.backoff import Backoff, Failures
 from cdi_plugin.dra.kube import SLICES, KubeApi
 from cdi_plugin.dra.rest import ApiServerError
 from cdi_plugin.dra.shapes import Obj
+from cdi_plugin.recurring import Recurring
 from cdi_plugin.wording import plural
 
 log = logging.getLogger(__name__)
@@ -44,6 +45,8 @@ WATCH_TIMEOUT = (45, 55)
 #: every WATCH_TIMEOUT, a bookmark or the end of the watch).
 READ_TIMEOUT = 60.0
 RETRY = Backoff(initial=1.0, maximum=30.0)
+#: The condition of failures in a row (each failure is its detail).
+FAILING = "failing to follow the ResourceSlices"
 
 
 def _number(version: str) -> int | None:
@@ -132,13 +135,13 @@ class SliceWatch:
         watch_timeout: tuple[int, int] = WATCH_TIMEOUT,
         read_timeout: float = READ_TIMEOUT,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
-        log_every: float = STILL_FAILING_EVERY,
+        log_every: float | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.kube = kube
         self.cache = cache
         self.failures = Failures(backoff, clock=clock)
-        self.outage = Outage(log, "following the ResourceSlices", every=log_every, clock=clock)
+        self.failing = Recurring(log, every=log_every, clock=clock)
         self.watch_timeout = watch_timeout
         self.read_timeout = read_timeout
         self.sleep = sleep
@@ -150,7 +153,7 @@ class SliceWatch:
                 if not self.version:
                     items, self.version = await self.kube.list_slices()
                     self.cache.replace(items, self.version)
-                    self.outage.recovered()
+                    self.failing.recovered()
                     log.debug("ResourceSlices listed at version %s: %d", self.version, len(items))
                 await self._watch()
                 continue
@@ -164,7 +167,7 @@ class SliceWatch:
                 problem, wait = f"unexpected {type(exc).__name__}: {exc}", None
             delay = self.failures.next_delay(wait)
             again = "watching them again" if self.version else "listing them again"
-            self.outage.failed(problem, f"{again} in {delay:.1f} s")
+            self.failing.report(logging.WARNING, FAILING, f": {problem}; {again} in {delay:.1f} s")
             await self.sleep(delay)
 
     async def _watch(self) -> None:
@@ -184,4 +187,4 @@ class SliceWatch:
             raise ApiServerError(
                 f"GET {SLICES} (watch)", f"ended after {lasted:.1f} s with {brought} (asked for {timeout} s)"
             )
-        self.outage.recovered()
+        self.failing.recovered()

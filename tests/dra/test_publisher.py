@@ -428,7 +428,7 @@ async def test_a_bad_list_is_logged_and_tried_again(
                 )
     finally:
         await kube.close()
-    prefix = f"following the ResourceSlices: GET {SLICES}: "
+    prefix = f"failing to follow the ResourceSlices: GET {SLICES}: "
     failures = [r for r in caplog.records if r.getMessage().startswith(prefix)]
     assert [r.levelno for r in failures] == [logging.WARNING, logging.DEBUG], caplog.text  # two in a row
     assert all("\n" not in r.getMessage() for r in failures)

@@ -22,7 +22,6 @@ from cdi_plugin.dra.shapes import (
     status_of,
 )
 from cdi_plugin.dra.slices import build_pool
-from cdi_plugin.wording import duration
 from tests.dra.conftest import DRIVER, NODE
 from tests.dra.test_kubelet import claim_obj
 
@@ -150,9 +149,3 @@ def test_a_retry_after_is_seconds_or_a_date_else_nothing() -> None:
                     email.utils.formatdate(NOW - 20, usegmt=True), "Mon, 99 Foo 2015 99:99:99 GMT",
                     "Sat, 01 Jan 10000 00:00:00 GMT", "Fri, 31 Dec 9999 23:59:59 GMT"):  # fmt: skip
         assert retry_after(garbage, NOW) is None, garbage
-
-
-def test_a_length_of_time_in_its_two_largest_units() -> None:
-    assert [duration(s) for s in (-1, 0.4, 59.6, 61, 3599, 3600, 7 * 3600 + 125)] == [
-        "0 s", "0 s", "1 min 0 s", "1 min 1 s", "59 min 59 s", "1 h 0 min", "7 h 2 min",
-    ]  # fmt: skip

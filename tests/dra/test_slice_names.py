@@ -285,12 +285,14 @@ async def test_a_name_taken_by_another_drivers_slice_is_named_in_one_line_and_tr
         with pytest.raises(asyncio.CancelledError):
             await task
     failures = [
-        r.getMessage() for r in caplog.records if r.getMessage().startswith("publishing ResourceSlices: POST")
+        r.getMessage()
+        for r in caplog.records
+        if r.getMessage().startswith("failing to publish ResourceSlices: POST")
     ]
     assert len(failures) == len(sleeps)
     assert all(
         re.fullmatch(
-            rf"publishing ResourceSlices: POST {re.escape(SLICES)}: the name '{name}' is "
+            rf"failing to publish ResourceSlices: POST {re.escape(SLICES)}: the name '{name}' is "
             r"taken by a ResourceSlice of driver 'gpu\.example\.com' on node 'node-a' \(409 AlreadyExists\); "
             r"trying again in \d+ s",
             message,
