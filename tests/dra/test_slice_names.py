@@ -273,9 +273,8 @@ async def test_a_name_taken_by_another_drivers_slice_is_named_in_one_line_and_tr
     publisher = SlicePublisher(kube, sleep=sleeps)
     task = asyncio.create_task(publisher.run(inventory_of(spec_dir, host_nodes, 1)))
     try:
-        with caplog.at_level(
-            logging.DEBUG, "cdi_plugin"
-        ):  # failures in a row after the first: at debug level
+        # failures in a row after the first are at debug level
+        with caplog.at_level(logging.DEBUG, "cdi_plugin"):
             await eventually(lambda: len(sleeps) >= 3, "three failed publishes")
             assert server.slices[name] == taken
             server.delete_slices(driver="gpu.example.com")  # the stale slice deleted by hand
