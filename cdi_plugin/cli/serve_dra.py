@@ -59,6 +59,7 @@ from cdi_plugin.dra.rest import ApiServerError
 from cdi_plugin.dra.rolling import check_pod_uid, fixed_names_reason
 from cdi_plugin.dra.serialize import SerializeError, Serializer
 from cdi_plugin.dra.service import DraService
+from cdi_plugin.recurring import Recurring
 
 log = logging.getLogger(__name__)
 
@@ -218,17 +219,17 @@ class DraDriver:
 
     async def _confirm_node(self) -> None:
         """Return once the API server knows the node; DraConfigError when it says there is none."""
-        failures = Failures(RETRY)
+        failures, failing = Failures(RETRY), Recurring(log, prefix=f"DRA driver {self.options.driver}: ")
         while True:
             try:
                 await self.kube.read_node_uid()
+                failing.recovered()
                 return
             except ApiServerError as exc:
-                delay = failures.next_delay()
-                log.error(
-                    "DRA driver %s: cannot confirm node %s: %s; not registered with the kubelet yet, "
-                    "trying again in %.0f s",
-                    self.options.driver, self.options.node, exc, delay,
+                delay = failures.next_delay(exc.retry_after)
+                failing.report(
+                    logging.ERROR, f"cannot confirm node {self.options.node}",
+                    f": {exc}; not registered with the kubelet yet, trying again in {delay:.0f} s",
                 )  # fmt: skip
                 await asyncio.sleep(delay)
 
@@ -238,23 +239,23 @@ class DraDriver:
         DraConfigError with --api dra. An answer that tells nothing (an error, a proxy's page)
         is logged and asked again with backoff, as for the node."""
         o = self.options
-        failures = Failures(RETRY)
+        failures, failing = Failures(RETRY), Recurring(log, prefix=f"DRA driver {o.driver}: ")
         while True:
             try:
                 problem = await self.kube.dra_api_problem()
             except ApiServerError as exc:
                 if self.not_started is None:
-                    delay = failures.next_delay()
-                    log.error(
-                        "DRA driver %s: cannot tell whether the API server serves DRA: %s; not registered "
-                        "with the kubelet yet, trying again in %.0f s",
-                        o.driver, exc, delay,
+                    delay = failures.next_delay(exc.retry_after)
+                    failing.report(
+                        logging.ERROR, "cannot tell whether the API server serves DRA",
+                        f": {exc}; not registered with the kubelet yet, trying again in {delay:.0f} s",
                     )  # fmt: skip
                 else:  # said once already: the next question, as planned
                     delay = self.recheck
                     log.debug("DRA driver %s: %s", o.driver, exc)
                 await asyncio.sleep(delay)
                 continue
+            failing.recovered()
             if problem is None:
                 if self.not_started is not None:
                     log.info("DRA driver %s: the API server serves DRA now; starting", o.driver)

@@ -39,14 +39,16 @@ class Failures:
         self.count = 0
         self._last = 0.0
 
-    def next_delay(self) -> float:
-        """Count a failure; the delay to wait before trying again."""
+    def next_delay(self, at_least: float | None = None) -> float:
+        """Count a failure; the delay to wait before trying again: ``at_least`` seconds (the
+        server's ``Retry-After``) when that is longer, but never more than the backoff's maximum."""
         now = self.clock()
         if self.count and now - self._last > self.reset_after:
             self.count = 0
         self._last = now
         self.count += 1
-        return self.backoff.delay(self.count - 1)
+        delay = self.backoff.delay(self.count - 1)
+        return delay if at_least is None else max(delay, min(at_least, self.backoff.maximum))
 
     def reset(self) -> None:
         self.count = 0

@@ -7,7 +7,9 @@ Names go into paths only after they passed the API's name rules, and as escaped 
 * The node: one GET at start, and one before slices are created anew (its UID makes the Node own them).
 * ``resource.k8s.io/v1``: its discovery document, one GET at start (see :meth:`KubeApi.dra_api_problem`).
 * A claim: one GET each, when the kubelet asks to prepare it, retried within a deadline well
-  inside the kubelet's 45 s, each attempt with its own timeout. No claim is ever listed or watched.
+  inside the kubelet's 45 s, each attempt with its own timeout, never sooner than the server's
+  ``Retry-After`` asks (past the deadline, the read fails at once). No claim is ever listed or
+  watched.
 * The slices: listed and watched with the field selectors ``spec.driver`` and ``spec.nodeName``
   (only this node's slices of this driver; what comes back is checked again), created, replaced
   with their stored ``resourceVersion`` and deleted, one at a time by name. A create refused as
@@ -154,6 +156,15 @@ class KubeApi:
                 delay = self.backoff.delay(attempt - 1)
                 if not exc.retryable or attempt >= self.backoff.attempts:
                     raise ClaimReadError(f"{exc} (attempt {attempt})") from None
+                if exc.retry_after is not None:  # the server's wish, when the deadline allows it
+                    left = deadline - loop.time()
+                    if exc.retry_after >= left:
+                        raise ClaimReadError(
+                            f"{exc}; the API server asks to retry in {exc.retry_after:.0f} s, more than the "
+                            f"{max(0.0, left):.1f} s left of the {self.claim_deadline:g} s given to reading "
+                            f"it (attempt {attempt})"
+                        ) from None
+                    delay = max(delay, exc.retry_after)
                 if loop.time() + delay >= deadline:
                     raise ClaimReadError(
                         f"{exc} (gave up after {attempt} attempts in {self.claim_deadline:g} s)"

@@ -10,8 +10,11 @@ comparison sees them before the watch brings them. Slices no longer wanted are d
 others are written, so no deletion takes the pool from readers (:func:`~cdi_plugin.dra.slices.plan`).
 
 Each pass, and each failure, goes to the driver's :class:`~cdi_plugin.dra.report.Report`.
-A failed write is logged in one line and tried again, with the inventory's latest state, after a
-delay growing from 1 s to 30 s; a conflict (the cache was behind) lists the slices once before.
+A failed write is tried again, with the inventory's latest state, after a delay growing from 1 s
+to 30 s, or as long as the server's ``Retry-After`` asks when that is longer (at most 30 s); a
+conflict (the cache was behind) lists the slices once before. Failures in a row are logged as one
+lasting condition (:class:`~cdi_plugin.recurring.Recurring`): the first as an error, then a
+summary every 5 minutes, and its end when a publish works again.
 Device taints are used until the API server shows it drops them (the DRADeviceTaints gate is
 off): from then on unhealthy devices are withdrawn instead. The kubelet side keeps serving
 whatever happens here.
@@ -36,11 +39,14 @@ from cdi_plugin.dra.report import UNREPORTED, Report
 from cdi_plugin.dra.rest import ApiServerError
 from cdi_plugin.dra.shapes import Obj
 from cdi_plugin.dra.slices import Plan, Pool, build_pool, content, plan, taints_dropped
+from cdi_plugin.recurring import Recurring
 
 log = logging.getLogger(__name__)
 
 #: Between failed publishes.
 RETRY = Backoff(initial=1.0, maximum=30.0)
+#: The condition of failures in a row (each failure is its detail).
+FAILING = "failing to publish ResourceSlices"
 
 
 def _untainted(slice_content: Any) -> Any:
@@ -61,18 +67,21 @@ class SlicePublisher:
         watch_timeout: tuple[int, int] = WATCH_TIMEOUT,
         read_timeout: float = READ_TIMEOUT,
         report: Report = UNREPORTED,
+        log_every: float | None = None,
     ) -> None:
         self.kube = kube
         self.report = report
         self.taints = taints
         self.failures = Failures(backoff)
+        self.failing = Recurring(log, every=log_every)
         self.sleep = sleep
         self.on_publish = on_publish
         self._wake = Pulse()
         self.cache = SliceCache(on_change=self._wake.fire)
         self.watch = SliceWatch(
-            kube, self.cache, watch_timeout=watch_timeout, read_timeout=read_timeout, sleep=sleep
-        )
+            kube, self.cache, watch_timeout=watch_timeout, read_timeout=read_timeout, sleep=sleep,
+            log_every=log_every,
+        )  # fmt: skip
         self._stale = False  # a write met a conflict: list before the next
         self._published = False  # once: the node's UID read at start is not read again at once
         #: Slices the API server stored otherwise than written, by name: (the spec written,
@@ -194,11 +203,13 @@ class SlicePublisher:
             try:
                 await self.publish(inventory.devices())
             except Exception as exc:  # ApiServerError; anything else is a fault of the driver's own
-                problem = str(exc) if isinstance(exc, ApiServerError) else f"{type(exc).__name__}: {exc}"
+                api = exc if isinstance(exc, ApiServerError) else None
+                problem = str(exc) if api else f"{type(exc).__name__}: {exc}"
                 self.report.published("failed", problem)
-                delay = self.failures.next_delay()
-                log.error("publishing ResourceSlices: %s; trying again in %.0f s", problem, delay)
+                delay = self.failures.next_delay(api.retry_after if api else None)
+                self.failing.report(logging.ERROR, FAILING, f": {problem}; trying again in {delay:.0f} s")
                 await self.sleep(delay)
                 continue
             self.failures.reset()
+            self.failing.recovered()
             await self._wake.wait_after(seen)

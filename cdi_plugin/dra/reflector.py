@@ -10,11 +10,15 @@ however much the rest of the cluster changes. A connection that sends nothing fo
 request every 50 s or so, and nothing else.
 
 A failure (no answer, an error, an answer that is not one, a silent connection, a watch that ends
-before half the time asked for, whatever it brought) is logged in one line and followed by a delay
-growing from 1 s to 30 s, with jitter, across cycles (:class:`Failures`): a watch that failed is
-started again from the last version, and only a version the server no longer keeps (410 Expired)
-or a refusal (a Status such as 400 or 403, not one of throttling or of a server error) makes it list
-again, so a storm of 410s lists at most 4 times in 10 s, then once every 30 s.
+before half the time asked for, whatever it brought) is followed by a delay growing from 1 s to
+30 s, with jitter, across cycles (:class:`Failures`), or as long as the server's ``Retry-After``
+asks when that is longer (up to 30 s): a watch that failed is started again from the last
+version, and only a version the server no longer keeps (410 Expired) or has not seen yet (504
+with the cause ResourceVersionTooLarge), or a refusal (a Status such as 400 or 403, not one of
+throttling or of a server error; a proxy's page of a 4xx status but 408 and 429) makes it list
+again, so a storm of 410s lists at most 4 times in 10 s, then once every 30 s. Failures in a row
+are logged as one lasting condition (:class:`~cdi_plugin.recurring.Recurring`): the first as a
+warning, then a summary every 5 minutes, and its end when a list works or a watch lasts as asked.
 """
 
 from __future__ import annotations
@@ -23,12 +27,14 @@ import asyncio
 import contextlib
 import logging
 import random
+import time
 from collections.abc import Awaitable, Callable, Iterable
 
 from cdi_plugin.dra.backoff import Backoff, Failures
 from cdi_plugin.dra.kube import SLICES, KubeApi
 from cdi_plugin.dra.rest import ApiServerError
 from cdi_plugin.dra.shapes import Obj
+from cdi_plugin.recurring import Recurring
 from cdi_plugin.wording import plural
 
 log = logging.getLogger(__name__)
@@ -39,6 +45,8 @@ WATCH_TIMEOUT = (45, 55)
 #: every WATCH_TIMEOUT, a bookmark or the end of the watch).
 READ_TIMEOUT = 60.0
 RETRY = Backoff(initial=1.0, maximum=30.0)
+#: The condition of failures in a row (each failure is its detail).
+FAILING = "failing to follow the ResourceSlices"
 
 
 def _number(version: str) -> int | None:
@@ -127,10 +135,13 @@ class SliceWatch:
         watch_timeout: tuple[int, int] = WATCH_TIMEOUT,
         read_timeout: float = READ_TIMEOUT,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        log_every: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.kube = kube
         self.cache = cache
-        self.failures = Failures(backoff)
+        self.failures = Failures(backoff, clock=clock)
+        self.failing = Recurring(log, every=log_every, clock=clock)
         self.watch_timeout = watch_timeout
         self.read_timeout = read_timeout
         self.sleep = sleep
@@ -142,18 +153,21 @@ class SliceWatch:
                 if not self.version:
                     items, self.version = await self.kube.list_slices()
                     self.cache.replace(items, self.version)
+                    self.failing.recovered()
                     log.debug("ResourceSlices listed at version %s: %d", self.version, len(items))
                 await self._watch()
                 continue
             except ApiServerError as exc:
-                if exc.code == 410 or (exc.code is not None and not exc.retryable):
-                    self.version = ""  # expired, or refused (400 for a version the server never gave)
-                problem = str(exc)
+                if exc.code == 410 or exc.refused or exc.version_too_large:
+                    # expired, too new for this server (client-go lists again), or refused (400 for
+                    # a version the server never gave; a proxy's 403 page): listed again
+                    self.version = ""
+                problem, wait = str(exc), exc.retry_after
             except Exception as exc:  # a fault of the driver itself: logged, and the loop goes on
-                problem = f"unexpected {type(exc).__name__} following the ResourceSlices: {exc}"
-            delay = self.failures.next_delay()
+                problem, wait = f"unexpected {type(exc).__name__}: {exc}", None
+            delay = self.failures.next_delay(wait)
             again = "watching them again" if self.version else "listing them again"
-            log.warning("%s; %s in %.1f s", problem, again, delay)
+            self.failing.report(logging.WARNING, FAILING, f": {problem}; {again} in {delay:.1f} s")
             await self.sleep(delay)
 
     async def _watch(self) -> None:
@@ -173,3 +187,4 @@ class SliceWatch:
             raise ApiServerError(
                 f"GET {SLICES} (watch)", f"ended after {lasted:.1f} s with {brought} (asked for {timeout} s)"
             )
+        self.failing.recovered()

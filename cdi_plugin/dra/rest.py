@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import AsyncGenerator, Mapping
 from pathlib import Path
 
@@ -29,7 +30,7 @@ from lightkube.config.client_adapter import AsyncClient, ConnectionParams
 from cdi_plugin import __version__
 from cdi_plugin.dra.names import DraConfigError
 from cdi_plugin.dra.report import UNREPORTED, ApiResult, ApiVerb, Report, result_of_code, verb_of
-from cdi_plugin.dra.shapes import BadAnswer, Obj, decode_object, status_of, watch_event
+from cdi_plugin.dra.shapes import BadAnswer, Obj, Status, decode_object, retry_after, status_of, watch_event
 from cdi_plugin.errors import CdiPluginError
 from cdi_plugin.wording import clipped
 
@@ -53,8 +54,12 @@ RETRYABLE = frozenset({429, 500, 502, 503, 504})
 class ApiServerError(CdiPluginError):
     """A request that failed: refused by the API server, not answered, or answered with something
     that is not an answer of the Kubernetes API. ``code`` and ``reason`` are the Status's, when
-    the API server sent one; ``retryable`` says whether trying again may help; ``result`` is how
-    the request is counted (by default from ``code``, else an answer that is not one)."""
+    the API server sent one; ``retryable`` says whether trying again may help; ``refused`` that
+    the request was refused as it is (a Status that is not ``retryable``, or any other answer of
+    a 4xx status but 408 and 429: a proxy's page); ``version_too_large`` that the version asked for
+    is newer than the server has seen; ``retry_after`` the seconds the server asked to wait before
+    the next attempt (``Retry-After``, with a 429 or a 503); ``result`` is how the request is
+    counted (by default from ``code``, else an answer that is not one)."""
 
     def __init__(
         self,
@@ -64,10 +69,16 @@ class ApiServerError(CdiPluginError):
         code: int | None = None,
         reason: str = "",
         retryable: bool = True,
+        refused: bool | None = None,
+        version_too_large: bool = False,
+        retry_after: float | None = None,
         result: ApiResult | None = None,
     ) -> None:
         super().__init__(f"{request}: {problem}")
         self.code, self.reason, self.retryable = code, reason, retryable
+        self.refused = code is not None and not retryable if refused is None else refused
+        self.version_too_large = version_too_large
+        self.retry_after = retry_after
         self.result: ApiResult = result or (result_of_code(code) if code is not None else "bad-answer")
 
 
@@ -136,6 +147,7 @@ async def _body(response: httpx2.Response, limit: int) -> bytes:
 async def _failure(what: str, response: httpx2.Response) -> ApiServerError:
     """The error a non-2xx answer stands for: its Status when it is one, else what it is."""
     code = response.status_code
+    wait = retry_after(response.headers.get("Retry-After"), time.time()) if code in (429, 503) else None
     try:
         status = status_of(decode_object(await _body(response, MAX_ERROR_BODY)))
     except (_TooBig, BadAnswer, httpx2.HTTPError):
@@ -143,11 +155,18 @@ async def _failure(what: str, response: httpx2.Response) -> ApiServerError:
     if status is None:
         kind = clipped(response.headers.get("Content-Type", "no content type").split(";")[0], 60)
         problem = f"{code} {clipped(response.reason_phrase, 60)} ({kind}, not a Status)"
-        return ApiServerError(what, problem, result=result_of_code(code))
+        refused = 400 <= code < 500 and code not in (408, 429)
+        return ApiServerError(what, problem, refused=refused, retry_after=wait, result=result_of_code(code))
     retryable = code in RETRYABLE or status.code in RETRYABLE
+    return _status_error(what, status, retryable, result_of_code(code), wait)
+
+
+def _status_error(
+    what: str, status: Status, retryable: bool, result: ApiResult, wait: float | None = None
+) -> ApiServerError:
     return ApiServerError(
         what, str(status), code=status.code, reason=status.reason, retryable=retryable,
-        result=result_of_code(code),
+        version_too_large=status.version_too_large, retry_after=wait, result=result,
     )  # fmt: skip
 
 
@@ -307,10 +326,9 @@ class RestClient:
                         status = status_of(obj)
                         if status is None:
                             raise ApiServerError(what, "an ERROR event without a Status")
-                        raise ApiServerError(
-                            what, str(status), code=status.code, reason=status.reason,
-                            retryable=status.code in RETRYABLE, result=result_of_code(status.code),
-                        )  # fmt: skip
+                        raise _status_error(
+                            what, status, status.code in RETRYABLE, result_of_code(status.code)
+                        )
                     yield kind, obj
         finally:
             await response.aclose()

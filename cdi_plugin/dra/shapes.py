@@ -7,6 +7,8 @@ Pure: bytes and plain dicts in, plain dicts, tuples or a :class:`BadAnswer` sayi
 
 from __future__ import annotations
 
+import datetime
+import email.utils
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -23,6 +25,12 @@ MAX_VERSION_CHARS = 64
 #: The API allows at most this many allocation results in a claim.
 MAX_RESULTS = 32
 WATCH_TYPES = frozenset({"ADDED", "MODIFIED", "DELETED", "BOOKMARK", "ERROR"})
+#: A longer ``Retry-After`` is not one (an HTTP-date has 29 characters).
+MAX_HEADER_CHARS = 64
+#: The longest wait a ``Retry-After`` may ask for and be heard (a longer one is not meant).
+MAX_RETRY_AFTER = 86400.0
+#: The causes of a Status looked at (the API server sends a few).
+MAX_CAUSES = 32
 
 Obj = dict[str, Any]
 
@@ -93,11 +101,14 @@ def resource_version(obj: Mapping[str, Any]) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Status:
-    """A failure as the API server describes it (a ``Status`` object)."""
+    """A failure as the API server describes it (a ``Status`` object). ``version_too_large``: the
+    version asked for is newer than the server has seen (``504 Timeout`` with the cause
+    ``ResourceVersionTooLarge``, or its message alone as servers before 1.18.6 sent it)."""
 
     code: int
     reason: str
     message: str
+    version_too_large: bool = False
 
     def __str__(self) -> str:
         return f"{self.code} {self.reason}: {clipped(self.message, 200)}".replace(" :", ":")
@@ -113,7 +124,35 @@ def status_of(obj: Mapping[str, Any]) -> Status | None:
         message = _at(obj, "message", str, required=False) or ""
     except BadAnswer:
         return None
-    return Status(code, clipped(reason, 40), message)
+    return Status(code, clipped(reason, 40), message, _version_too_large(obj, code, message))
+
+
+def _version_too_large(obj: Mapping[str, Any], code: int, message: str) -> bool:
+    try:
+        causes = _at(obj, "details.causes", list, required=False) or []
+    except BadAnswer:
+        causes = []
+    if any(isinstance(c, dict) and c.get("type") == "ResourceVersionTooLarge" for c in causes[:MAX_CAUSES]):
+        return True
+    return code == 504 and "Too large resource version" in message
+
+
+def retry_after(value: str | None, now: float) -> float | None:
+    """The seconds a ``Retry-After`` header asks to wait (delay-seconds, or an HTTP-date compared
+    with ``now``, a Unix time); None when there is none, or it is not one of those, is in the
+    past, or is more than :data:`MAX_RETRY_AFTER` seconds away."""
+    if value is None or len(value) > MAX_HEADER_CHARS:
+        return None
+    value = value.strip()
+    if value.isascii() and value.isdigit():
+        seconds = float(value)
+    else:
+        try:
+            when = email.utils.parsedate_to_datetime(value)
+        except (TypeError, ValueError, IndexError, OverflowError):
+            return None
+        seconds = when.replace(tzinfo=when.tzinfo or datetime.UTC).timestamp() - now
+    return seconds if 0 < seconds <= MAX_RETRY_AFTER else None
 
 
 def list_of(obj: Mapping[str, Any]) -> tuple[list[Obj], str, str]:

@@ -13,7 +13,7 @@ import json
 import select
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from http.server import BaseHTTPRequestHandler
 from typing import Any
 
@@ -45,11 +45,19 @@ def _closed(h: BaseHTTPRequestHandler, stopping: threading.Event, seconds: float
     return False
 
 
-def _start(h: BaseHTTPRequestHandler, code: int, content_type: str, length: int | None = None) -> None:
+def _start(
+    h: BaseHTTPRequestHandler,
+    code: int,
+    content_type: str,
+    length: int | None = None,
+    headers: Mapping[str, str] | None = None,
+) -> None:
     """The head of an answer after which the connection is closed (and the client told so)."""
     h.send_response(code)
     h.send_header("Connection", "close")
     h.send_header("Content-Type", content_type)
+    for name, value in (headers or {}).items():
+        h.send_header(name, value)
     if length is None:
         h.send_header("Transfer-Encoding", "chunked")
     else:
@@ -67,11 +75,14 @@ def _done(h: BaseHTTPRequestHandler) -> None:
     h.close_connection = True
 
 
-def body(code: int, data: bytes, content_type: str = "application/json") -> Action:
-    """An answer with this status and body (a JSON array, garbage, a document of the wrong shape)."""
+def body(
+    code: int, data: bytes, content_type: str = "application/json", headers: Mapping[str, str] | None = None
+) -> Action:
+    """An answer with this status, body and ``headers`` (a JSON array, garbage, a document of the
+    wrong shape)."""
 
     def act(h: BaseHTTPRequestHandler, stopping: threading.Event) -> None:
-        _start(h, code, content_type, len(data))
+        _start(h, code, content_type, len(data), headers)
         h.wfile.write(data)
         _done(h)
 
@@ -106,14 +117,16 @@ def gzip_bomb(size: int) -> Action:
     return act
 
 
-def html(code: int = 503) -> Action:
+def html(code: int = 503, headers: Mapping[str, str] | None = None) -> Action:
     """A load balancer's error page."""
-    return body(code, HTML_503, "text/html")
+    return body(code, HTML_503, "text/html", headers)
 
 
-def status(code: int, reason: str = "", message: str = "injected") -> Action:
+def status(
+    code: int, reason: str = "", message: str = "injected", headers: Mapping[str, str] | None = None
+) -> Action:
     """A Status, as the API server sends it."""
-    return body(code, json.dumps(status_body(code, reason, message)).encode())
+    return body(code, json.dumps(status_body(code, reason, message)).encode(), headers=headers)
 
 
 def huge(size: int, *, declared: bool = False) -> Action:

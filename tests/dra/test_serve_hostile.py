@@ -58,7 +58,8 @@ def test_with_api_both_a_hostile_api_server_never_touches_the_device_plugin(dra_
     async def scenario() -> None:
         async with DevicePluginKubelet(dra_node.device_plugins) as dp_kubelet:
             server.misbehave("GET", "/", faults.html(503), times=None)
-            serve = await Serve.start(dra_node.args("both", *dra_node.both_ways()))
+            # --verbose: failures in a row after the first are logged at debug level
+            serve = await Serve.start(dra_node.args("both", *dra_node.both_ways(), "--verbose"))
             try:
                 client = await dp_kubelet.wait_registered(FUSE, timeout=20)
                 await client.wait_until(lambda d: "fuse" in d)
@@ -70,6 +71,7 @@ def test_with_api_both_a_hostile_api_server_never_touches_the_device_plugin(dra_
                 html_503 = "503 Service Unavailable (text/html, not a Status)"
                 await serve.logged(f"cannot confirm node {NODE}: GET {NODES}{NODE}: {html_503}")
                 await allocates()
+                await serve.wait_for(lambda: server.count("GET", f"{NODES}{NODE}") >= 3, "three node reads")
 
                 server.behave()  # the node is found, nothing else is right
                 bad_slice = {"metadata": {"name": "s"}, "spec": {"driver": DRIVER, "nodeName": NODE}}
@@ -104,8 +106,21 @@ def test_with_api_both_a_hostile_api_server_never_touches_the_device_plugin(dra_
                 }
                 assert await kubelet.prepare(CLAIM) == {CLAIM.uid: prepared("fuse")}
                 await allocates()
+                await serve.wait_for(
+                    lambda: any(
+                        m.startswith("recovered after ")
+                        and m.endswith("): failing to follow the ResourceSlices")
+                        for m in serve.messages()
+                    ),
+                    "the end of the failures logged",
+                )
                 assert serve.proc.returncode is None
                 assert all(line.startswith("{") for line in serve.lines), serve.lines  # no traceback
+                # the node's reads that failed in a row: their first in full, and their end
+                node = [json.loads(line) for line in serve.lines if f"cannot confirm node {NODE}" in line]
+                assert [r["level"] for r in node if r["level"] != "debug"] == ["error", "info"], node
+                assert re.fullmatch(rf"DRA driver {DRIVER}: recovered after .*: cannot confirm node {NODE}",
+                                    node[-1]["msg"])  # fmt: skip
             finally:
                 code = await serve.stop()
         assert code == 0, serve.lines

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import email.utils
 import random
 from typing import Any
 
@@ -11,7 +12,15 @@ from hypothesis import strategies as st
 
 from cdi_plugin.dra import api
 from cdi_plugin.dra.backoff import Backoff, Failures
-from cdi_plugin.dra.shapes import Allocated, BadAnswer, claim_results, decode_object, slice_problem, status_of
+from cdi_plugin.dra.shapes import (
+    Allocated,
+    BadAnswer,
+    claim_results,
+    decode_object,
+    retry_after,
+    slice_problem,
+    status_of,
+)
 from cdi_plugin.dra.slices import build_pool
 from tests.dra.conftest import DRIVER, NODE
 from tests.dra.test_kubelet import claim_obj
@@ -91,6 +100,21 @@ def test_status_of() -> None:
     assert status_of({"error": "x"}) is None
 
 
+def test_a_version_too_large_is_told_by_its_cause_or_by_its_message() -> None:
+    def too_large(**fields: Any) -> bool:
+        status = status_of({"kind": "Status", "code": 504, "reason": "Timeout", **fields})
+        assert status is not None
+        return status.version_too_large
+
+    assert too_large(details={"causes": [{"type": "ResourceVersionTooLarge"}]})
+    assert too_large(message="Timeout: Too large resource version: 5, current: 4")
+    assert not too_large(message="Timeout: request did not complete within 60s")
+    late = [{}] * 40 + [{"type": "ResourceVersionTooLarge"}]  # past the causes looked at
+    for causes in ("x", [1, None, "ResourceVersionTooLarge"], [{"type": 5}], late):
+        assert not too_large(details={"causes": causes})
+    assert not too_large(details=[])
+
+
 def test_failures_back_off_to_the_cap_and_are_forgotten_after_a_quiet_while() -> None:
     random.seed(1)
     now = [0.0]
@@ -104,3 +128,24 @@ def test_failures_back_off_to_the_cap_and_are_forgotten_after_a_quiet_while() ->
     assert all(24 <= d <= 36 for d in delays[5:])
     now[0] += 121
     assert 0.8 <= failures.next_delay() <= 1.2
+
+
+def test_a_failure_waits_as_long_as_the_server_asks_up_to_the_cap() -> None:
+    failures = Failures(Backoff(1.0, 30.0))
+    assert failures.next_delay(7.0) == 7.0
+    assert failures.next_delay(3600.0) == 30.0
+    assert 3.2 <= failures.next_delay(0.5) <= 4.8  # the backoff's own delay when longer
+
+
+NOW = 1_800_000_000.0
+
+
+def test_a_retry_after_is_seconds_or_a_date_else_nothing() -> None:
+    assert retry_after("7", NOW) == 7.0
+    assert retry_after(" 120 ", NOW) == 120.0
+    assert retry_after(email.utils.formatdate(NOW + 20, usegmt=True), NOW) == 20.0
+    assert retry_after(email.utils.formatdate(NOW + 20), NOW) == 20.0  # as -0000, taken as GMT
+    for garbage in (None, "", "0", "-5", "1.5", "1e3", "soon", "\u0663", "3, 4", "9" * 65, "86401",
+                    email.utils.formatdate(NOW - 20, usegmt=True), "Mon, 99 Foo 2015 99:99:99 GMT",
+                    "Sat, 01 Jan 10000 00:00:00 GMT", "Fri, 31 Dec 9999 23:59:59 GMT"):  # fmt: skip
+        assert retry_after(garbage, NOW) is None, garbage

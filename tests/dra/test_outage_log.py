@@ -1,0 +1,94 @@
+"""An API server that fails for a long while costs a few log lines, not one per attempt: the first
+failure, a summary every ``log_every`` seconds, and one line when it works again; against the fake
+API server over real HTTP, in the time the loop waits (its sleeps recorded, not slept)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+from pathlib import Path
+
+import pytest
+
+from cdi_plugin.dra.kube import SLICES, KubeApi
+from cdi_plugin.dra.publisher import SlicePublisher
+from cdi_plugin.dra.reflector import SliceCache, SliceWatch
+from tests.deviceplugin.helpers import eventually
+from tests.dra import faults
+from tests.dra.fakeapiserver import FakeApiServer
+from tests.dra.kubefixtures import Sleeps, inventory_of, kube, ours, server, sleeps
+from tests.dra.test_publisher import lists, publishing
+
+__all__ = ["kube", "server", "sleeps"]
+
+pytestmark = pytest.mark.asyncio
+
+SINCE = r"since \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC"
+STILL = re.compile(rf"still failing to follow the ResourceSlices \((\d+) times {SINCE}, for [\d.]+ (s|min)\)")
+
+
+async def test_a_long_outage_is_logged_when_it_starts_every_few_minutes_and_when_it_ends(
+    kube: KubeApi, server: FakeApiServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    server.misbehave("GET", SLICES, faults.status(503, "ServiceUnavailable", "down"), watch=False, times=None)
+    sleeps = Sleeps()
+    cache = SliceCache()
+    reflector = SliceWatch(kube, cache, sleep=sleeps, log_every=60.0, clock=lambda: sum(sleeps))
+    with caplog.at_level(logging.DEBUG, "cdi_plugin"):
+        task = asyncio.create_task(reflector.run())
+        try:
+            await eventually(lambda: lists(server) >= 15, "15 failed lists")
+            server.behave()
+            await asyncio.wait_for(cache.synced.wait(), 30)
+        finally:
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+    failed = lists(server) - 1
+    records = [r for r in caplog.records if r.name == "cdi_plugin.dra.reflector"]
+    loud = [r.getMessage() for r in records if r.levelno >= logging.WARNING]
+    assert loud[0] == (
+        f"failing to follow the ResourceSlices: GET {SLICES}: 503 ServiceUnavailable: down; "
+        f"listing them again in {sleeps[0]:.1f} s"
+    )
+    still = [STILL.fullmatch(m) for m in loud[1:]]
+    assert all(still), loud
+    # one every 60 s of the time the loop waited (15 attempts: some 4 min), or a little more
+    waited = sum(sleeps[: failed - 1])
+    assert max(1, int(waited // 120)) <= len(still) <= int(waited // 60)
+    counts = [int(m.group(1)) for m in still if m]
+    assert counts == sorted(set(counts))
+    between = [
+        r for r in records if r.levelno == logging.DEBUG and "503 ServiceUnavailable" in r.getMessage()
+    ]
+    assert len(between) == failed - len(loud)
+    [ended] = [r.getMessage() for r in records if r.levelno == logging.INFO]
+    after = rf"recovered after [\d.]+ (s|min) \({failed} times {SINCE}\)"
+    assert re.fullmatch(rf"{after}: failing to follow the ResourceSlices", ended)
+
+
+async def test_a_publisher_that_fails_then_works_logs_two_lines(
+    kube: KubeApi, server: FakeApiServer, spec_dir: Path, host_nodes: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    server.misbehave("POST", SLICES, faults.html(502), times=4)
+    publisher = SlicePublisher(kube, sleep=Sleeps())
+    with caplog.at_level(logging.DEBUG, "cdi_plugin.dra.publisher"):
+        async with publishing(publisher, inventory_of(spec_dir, host_nodes, 1)):
+            await eventually(lambda: len(ours(server)) == 1, "published after 4 failures")
+            await eventually(lambda: any("recovered" in r.getMessage() for r in caplog.records), "the end")
+    lines = [
+        (r.levelno, r.getMessage()) for r in caplog.records if "publish ResourceSlices" in r.getMessage()
+    ]
+    assert [level for level, _ in lines] == [
+        logging.ERROR,
+        logging.DEBUG,
+        logging.DEBUG,
+        logging.DEBUG,
+        logging.INFO,
+    ]
+    first = f"failing to publish ResourceSlices: POST {SLICES}: 502 Bad Gateway (text/html, not a Status); "
+    assert lines[0][1].startswith(first + "trying again in ")
+    assert re.fullmatch(
+        rf"recovered after [\d.]+ s \(4 times {SINCE}\): failing to publish ResourceSlices", lines[-1][1]
+    )

@@ -1,0 +1,117 @@
+"""The API server's ``Retry-After`` (with a 429 or a 503, a Status or a proxy's page) heard by the
+slices' list, watch and writes, within their backoff's cap, and by a claim's read within its
+deadline; against the fake API server over real HTTP, the waits recorded, not slept."""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import time
+from pathlib import Path
+
+import pytest
+
+from cdi_plugin.dra.kube import SLICES, KubeApi
+from cdi_plugin.dra.prepare import ClaimReadError
+from cdi_plugin.dra.publisher import SlicePublisher
+from tests.deviceplugin.helpers import eventually, make_node
+from tests.dra import faults
+from tests.dra.conftest import write_spec
+from tests.dra.fakeapiserver import CLAIMS, FakeApiServer
+from tests.dra.kubefixtures import Sleeps, kube, ours, server, sleeps
+from tests.dra.specinventory import spec_inventory
+from tests.dra.test_kube import CLAIM, CLAIM_PATH
+from tests.dra.test_publisher import publishing, reflecting
+
+__all__ = ["kube", "server", "sleeps"]
+
+pytestmark = pytest.mark.asyncio
+
+
+def http_date(seconds_from_now: float) -> str:
+    return email.utils.formatdate(time.time() + seconds_from_now, usegmt=True)
+
+
+@pytest.mark.parametrize(
+    ("action", "waited"),
+    [
+        (faults.status(429, "TooManyRequests", headers={"Retry-After": "7"}), 7.0),
+        (faults.html(503, headers={"Retry-After": "12"}), 12.0),
+        (faults.html(429, headers={"Retry-After": "3600"}), 30.0),  # the loop's cap
+    ],
+    ids=["a Status", "a proxy's page", "longer than the cap"],
+)
+@pytest.mark.parametrize("watch", [False, True], ids=["list", "watch"])
+async def test_the_list_and_the_watch_wait_as_long_as_the_server_asks(
+    kube: KubeApi, server: FakeApiServer, action: faults.Action, waited: float, watch: bool
+) -> None:
+    server.misbehave("GET", SLICES, action, watch=watch)
+    sleeps = Sleeps()
+    async with reflecting(kube, sleeps):
+        await eventually(lambda: server.count("GET", SLICES, watch=True) >= 1 + watch, "watched after")
+    assert sleeps == [waited]
+
+
+@pytest.mark.parametrize(
+    "header", ["soon", "-5", "99999999999999", "9" * 100, "Wed, 21 Oct 2015 07:28:00 GMT", "1\x1b[2J"]
+)
+async def test_a_retry_after_that_is_not_one_is_ignored(
+    kube: KubeApi, server: FakeApiServer, header: str
+) -> None:
+    server.misbehave("GET", SLICES, faults.html(503, headers={"Retry-After": header}), watch=False)
+    sleeps = Sleeps()
+    async with reflecting(kube, sleeps):
+        await eventually(lambda: server.count("GET", SLICES, watch=True) >= 1, "watched after")
+    assert len(sleeps) == 1
+    assert sleeps[0] <= 1.2  # the first step of the backoff
+
+
+async def test_an_http_date_is_heard(kube: KubeApi, server: FakeApiServer) -> None:
+    server.misbehave("GET", SLICES, faults.html(503, headers={"Retry-After": http_date(20)}), watch=False)
+    sleeps = Sleeps()
+    async with reflecting(kube, sleeps):
+        await eventually(lambda: server.count("GET", SLICES, watch=True) >= 1, "watched after")
+    [waited] = sleeps
+    assert 10 < waited <= 21
+
+
+async def test_a_write_waits_as_long_as_the_server_asks(
+    kube: KubeApi, server: FakeApiServer, spec_dir: Path, host_nodes: Path
+) -> None:
+    make_node(host_nodes / "fuse")
+    write_spec(spec_dir, "cdi-plugin.io/fuse", {"fuse": str(host_nodes / "fuse")})
+    server.misbehave("POST", SLICES, faults.status(429, "TooManyRequests", headers={"Retry-After": "9"}))
+    sleeps = Sleeps()
+    async with publishing(SlicePublisher(kube, sleep=sleeps), spec_inventory([spec_dir])):
+        await eventually(lambda: len(ours(server)) == 1, "published after the 429")
+    assert sleeps == [9.0]
+
+
+async def test_a_claim_read_waits_as_long_as_the_server_asks_within_its_deadline(
+    kube: KubeApi, server: FakeApiServer, sleeps: Sleeps
+) -> None:
+    server.add_claim(CLAIM)
+    server.misbehave("GET", CLAIMS, faults.status(429, "TooManyRequests", headers={"Retry-After": "2"}))
+    claim = await kube.read_claim("ns", "c")
+    assert claim is not None
+    assert claim["metadata"]["uid"] == "u1"
+    assert sleeps == [2.0]  # the backoff alone would have waited 0.1 s
+
+
+@pytest.mark.parametrize("header", ["60", "5"])
+async def test_a_claim_read_the_server_puts_off_past_its_deadline_fails_at_once(
+    kube: KubeApi, server: FakeApiServer, sleeps: Sleeps, header: str
+) -> None:
+    """Not retried sooner than the server asks: the kubelet calls again later."""
+    server.add_claim(CLAIM)
+    server.misbehave("GET", CLAIMS, faults.html(503, headers={"Retry-After": header}))
+    started = asyncio.get_running_loop().time()
+    with pytest.raises(ClaimReadError) as info:
+        await kube.read_claim("ns", "c")
+    assert asyncio.get_running_loop().time() - started < 5  # the deadline is 5 s
+    message = str(info.value)
+    assert message.startswith(f"GET {CLAIM_PATH}: 503 ")
+    assert f"; the API server asks to retry in {header} s, more than the " in message
+    assert " s left of the 5 s given to reading it (attempt 1)" in message
+    assert sleeps == []
+    assert server.count("GET", CLAIM_PATH) == 1
