@@ -18,7 +18,8 @@ with the cause ResourceVersionTooLarge), or a refusal (a Status such as 400 or 4
 throttling or of a server error; a proxy's page of a 4xx status but 408 and 429) makes it list
 again, so a storm of 410s lists at most 4 times in 10 s, then once every 30 s. Failures in a row
 are logged as one lasting condition (:class:`~cdi_plugin.recurring.Recurring`): the first as a
-warning, then a summary every 5 minutes, and its end when a list works or a watch lasts as asked.
+warning, then a summary every 5 minutes, and its end when a watch lasts as asked (a list that
+works is not the end: a watch refused after every list would log its end at every cycle).
 """
 
 from __future__ import annotations
@@ -153,7 +154,6 @@ class SliceWatch:
                 if not self.version:
                     items, self.version = await self.kube.list_slices()
                     self.cache.replace(items, self.version)
-                    self.failing.recovered()
                     log.debug("ResourceSlices listed at version %s: %d", self.version, len(items))
                 await self._watch()
                 continue

@@ -106,14 +106,6 @@ def test_with_api_both_a_hostile_api_server_never_touches_the_device_plugin(dra_
                 }
                 assert await kubelet.prepare(CLAIM) == {CLAIM.uid: prepared("fuse")}
                 await allocates()
-                await serve.wait_for(
-                    lambda: any(
-                        m.startswith("recovered after ")
-                        and m.endswith("): failing to follow the ResourceSlices")
-                        for m in serve.messages()
-                    ),
-                    "the end of the failures logged",
-                )
                 assert serve.proc.returncode is None
                 assert all(line.startswith("{") for line in serve.lines), serve.lines  # no traceback
                 # the node's reads that failed in a row: their first in full, and their end
