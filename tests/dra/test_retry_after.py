@@ -49,7 +49,8 @@ async def test_the_list_and_the_watch_wait_as_long_as_the_server_asks(
     sleeps = Sleeps()
     async with reflecting(kube, sleeps):
         await eventually(lambda: server.count("GET", SLICES, watch=True) >= 1 + watch, "watched after")
-    assert sleeps == [waited]
+    [slept] = sleeps
+    assert waited <= slept <= waited * 1.2  # jitter upwards only
 
 
 @pytest.mark.parametrize(
@@ -72,7 +73,7 @@ async def test_an_http_date_is_heard(kube: KubeApi, server: FakeApiServer) -> No
     async with reflecting(kube, sleeps):
         await eventually(lambda: server.count("GET", SLICES, watch=True) >= 1, "watched after")
     [waited] = sleeps
-    assert 10 < waited <= 21
+    assert 10 < waited <= 21 * 1.2
 
 
 async def test_a_write_waits_as_long_as_the_server_asks(
@@ -84,7 +85,8 @@ async def test_a_write_waits_as_long_as_the_server_asks(
     sleeps = Sleeps()
     async with publishing(SlicePublisher(kube, sleep=sleeps), spec_inventory([spec_dir])):
         await eventually(lambda: len(ours(server)) == 1, "published after the 429")
-    assert sleeps == [9.0]
+    [slept] = sleeps
+    assert 9.0 <= slept <= 10.8
 
 
 async def test_a_claim_read_waits_as_long_as_the_server_asks_within_its_deadline(
