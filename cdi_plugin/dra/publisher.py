@@ -67,21 +67,19 @@ class SlicePublisher:
         watch_timeout: tuple[int, int] = WATCH_TIMEOUT,
         read_timeout: float = READ_TIMEOUT,
         report: Report = UNREPORTED,
-        log_every: float | None = None,
     ) -> None:
         self.kube = kube
         self.report = report
         self.taints = taints
         self.failures = Failures(backoff)
-        self.failing = Recurring(log, every=log_every)
+        self.failing = Recurring(log)
         self.sleep = sleep
         self.on_publish = on_publish
         self._wake = Pulse()
         self.cache = SliceCache(on_change=self._wake.fire)
         self.watch = SliceWatch(
-            kube, self.cache, watch_timeout=watch_timeout, read_timeout=read_timeout, sleep=sleep,
-            log_every=log_every,
-        )  # fmt: skip
+            kube, self.cache, watch_timeout=watch_timeout, read_timeout=read_timeout, sleep=sleep
+        )
         self._stale = False  # a write met a conflict: list before the next
         self._published = False  # once: the node's UID read at start is not read again at once
         #: Slices the API server stored otherwise than written, by name: (the spec written,
