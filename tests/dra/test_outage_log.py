@@ -17,8 +17,7 @@ from cdi_plugin.dra.reflector import SliceCache, SliceWatch
 from tests.deviceplugin.helpers import eventually
 from tests.dra import faults
 from tests.dra.fakeapiserver import FakeApiServer
-from tests.dra.kubefixtures import Sleeps, inventory_of, kube, ours, server, sleeps
-from tests.dra.test_publisher import lists, publishing
+from tests.dra.kubefixtures import Sleeps, inventory_of, kube, lists, ours, publishing, server, sleeps
 
 __all__ = ["kube", "server", "sleeps"]
 

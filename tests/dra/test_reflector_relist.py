@@ -14,8 +14,7 @@ from cdi_plugin.dra.kube import SLICES, KubeApi
 from tests.deviceplugin.helpers import eventually
 from tests.dra import faults
 from tests.dra.fakeapiserver import FakeApiServer
-from tests.dra.kubefixtures import Sleeps, kube, server, sleeps
-from tests.dra.test_publisher import lists, reflecting, watches
+from tests.dra.kubefixtures import Sleeps, kube, lists, reflecting, server, sleeps, watches
 
 __all__ = ["kube", "server", "sleeps"]
 

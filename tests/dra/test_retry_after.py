@@ -18,10 +18,9 @@ from tests.deviceplugin.helpers import eventually, make_node
 from tests.dra import faults
 from tests.dra.conftest import write_spec
 from tests.dra.fakeapiserver import CLAIMS, FakeApiServer
-from tests.dra.kubefixtures import Sleeps, kube, ours, server, sleeps
+from tests.dra.kubefixtures import Sleeps, kube, ours, publishing, reflecting, server, sleeps
 from tests.dra.specinventory import spec_inventory
 from tests.dra.test_kube import CLAIM, CLAIM_PATH
-from tests.dra.test_publisher import publishing, reflecting
 
 __all__ = ["kube", "server", "sleeps"]
 
