@@ -11,10 +11,10 @@ others are written, so no deletion takes the pool from readers (:func:`~cdi_plug
 
 Each pass, and each failure, goes to the driver's :class:`~cdi_plugin.dra.report.Report`.
 A failed write is tried again, with the inventory's latest state, after a delay growing from 1 s
-to 30 s, or as long as the server's ``Retry-After`` asks when that is longer (at most 30 s); a
-conflict (the cache was behind) lists the slices once before. Failures in a row are logged as one
-lasting condition (:class:`~cdi_plugin.recurring.Recurring`): the first as an error, then a
-summary every 5 minutes, and its end when a publish works again.
+to 30 s, or as long as the server's ``Retry-After`` asks when that is longer (at most 30 s, with
+jitter upwards); a conflict (the cache was behind) lists the slices once before. Failures in a
+row are logged as one lasting condition (:class:`~cdi_plugin.recurring.Recurring`): the first as
+an error, then a summary every 5 minutes, and its end when a publish works again.
 Device taints are used until the API server shows it drops them (the DRADeviceTaints gate is
 off): from then on unhealthy devices are withdrawn instead. The kubelet side keeps serving
 whatever happens here.
