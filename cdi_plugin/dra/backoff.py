@@ -41,14 +41,17 @@ class Failures:
 
     def next_delay(self, at_least: float | None = None) -> float:
         """Count a failure; the delay to wait before trying again: ``at_least`` seconds (the
-        server's ``Retry-After``) when that is longer, but never more than the backoff's maximum."""
+        server's ``Retry-After``, up to the backoff's maximum) when that is longer, with up to 20 %
+        more as jitter: the nodes an API server put off together do not come back together."""
         now = self.clock()
         if self.count and now - self._last > self.reset_after:
             self.count = 0
         self._last = now
         self.count += 1
         delay = self.backoff.delay(self.count - 1)
-        return delay if at_least is None else max(delay, min(at_least, self.backoff.maximum))
+        if at_least is None:
+            return delay
+        return max(delay, min(at_least, self.backoff.maximum) * random.uniform(1.0, 1.2))
 
     def reset(self) -> None:
         self.count = 0

@@ -11,10 +11,10 @@ others are written, so no deletion takes the pool from readers (:func:`~cdi_plug
 
 Each pass, and each failure, goes to the driver's :class:`~cdi_plugin.dra.report.Report`.
 A failed write is tried again, with the inventory's latest state, after a delay growing from 1 s
-to 30 s, or as long as the server's ``Retry-After`` asks when that is longer (at most 30 s); a
-conflict (the cache was behind) lists the slices once before. Failures in a row are logged as one
-lasting condition (:class:`~cdi_plugin.recurring.Recurring`): the first as an error, then a
-summary every 5 minutes, and its end when a publish works again.
+to 30 s, or as long as the server's ``Retry-After`` asks when that is longer (at most 30 s, with
+jitter upwards); a conflict (the cache was behind) lists the slices once before. Failures in a
+row are logged as one lasting condition (:class:`~cdi_plugin.recurring.Recurring`): the first as
+an error, then a summary every 5 minutes, and its end when a publish works again.
 Device taints are used until the API server shows it drops them (the DRADeviceTaints gate is
 off): from then on unhealthy devices are withdrawn instead. The kubelet side keeps serving
 whatever happens here.
@@ -67,21 +67,19 @@ class SlicePublisher:
         watch_timeout: tuple[int, int] = WATCH_TIMEOUT,
         read_timeout: float = READ_TIMEOUT,
         report: Report = UNREPORTED,
-        log_every: float | None = None,
     ) -> None:
         self.kube = kube
         self.report = report
         self.taints = taints
         self.failures = Failures(backoff)
-        self.failing = Recurring(log, every=log_every)
+        self.failing = Recurring(log)
         self.sleep = sleep
         self.on_publish = on_publish
         self._wake = Pulse()
         self.cache = SliceCache(on_change=self._wake.fire)
         self.watch = SliceWatch(
-            kube, self.cache, watch_timeout=watch_timeout, read_timeout=read_timeout, sleep=sleep,
-            log_every=log_every,
-        )  # fmt: skip
+            kube, self.cache, watch_timeout=watch_timeout, read_timeout=read_timeout, sleep=sleep
+        )
         self._stale = False  # a write met a conflict: list before the next
         self._published = False  # once: the node's UID read at start is not read again at once
         #: Slices the API server stored otherwise than written, by name: (the spec written,

@@ -12,13 +12,15 @@ request every 50 s or so, and nothing else.
 A failure (no answer, an error, an answer that is not one, a silent connection, a watch that ends
 before half the time asked for, whatever it brought) is followed by a delay growing from 1 s to
 30 s, with jitter, across cycles (:class:`Failures`), or as long as the server's ``Retry-After``
-asks when that is longer (up to 30 s): a watch that failed is started again from the last
-version, and only a version the server no longer keeps (410 Expired) or has not seen yet (504
-with the cause ResourceVersionTooLarge), or a refusal (a Status such as 400 or 403, not one of
-throttling or of a server error; a proxy's page of a 4xx status but 408 and 429) makes it list
-again, so a storm of 410s lists at most 4 times in 10 s, then once every 30 s. Failures in a row
-are logged as one lasting condition (:class:`~cdi_plugin.recurring.Recurring`): the first as a
-warning, then a summary every 5 minutes, and its end when a list works or a watch lasts as asked.
+asks when that is longer (up to 30 s, with jitter upwards): a watch that failed is started again
+from the last version, and only a version the server no longer keeps (410 Expired) or has not
+seen yet (504 with the cause ResourceVersionTooLarge), or a refusal (a Status such as 400 or 403,
+not one of throttling or of a server error; a proxy's page of a 4xx status but 408 and 429) makes
+it list again, so a storm of 410s lists at most 4 times in 10 s, then once every 30 s. Failures
+in a row are logged as one lasting condition (:class:`~cdi_plugin.recurring.Recurring`): the
+first as a warning, then a summary every 5 minutes, and its end when a watch lasts as asked (a
+list that works is not the end: a watch refused after every list would log its end at every
+cycle).
 """
 
 from __future__ import annotations
@@ -153,7 +155,6 @@ class SliceWatch:
                 if not self.version:
                     items, self.version = await self.kube.list_slices()
                     self.cache.replace(items, self.version)
-                    self.failing.recovered()
                     log.debug("ResourceSlices listed at version %s: %d", self.version, len(items))
                 await self._watch()
                 continue

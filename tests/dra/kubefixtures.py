@@ -1,8 +1,11 @@
 """The driver's API server side against the fake API server over real HTTP: the server, a
-kubeconfig naming it, a KubeApi on it, an inventory of N devices, and sleeps that are recorded."""
+kubeconfig naming it, a KubeApi on it, an inventory of N devices, sleeps that are recorded, the
+publisher or the list and watch alone running, and what the server received."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -11,7 +14,9 @@ import pytest
 import pytest_asyncio
 
 from cdi_plugin.dra.backoff import Backoff
-from cdi_plugin.dra.kube import KubeApi
+from cdi_plugin.dra.kube import SLICES, KubeApi
+from cdi_plugin.dra.publisher import SlicePublisher
+from cdi_plugin.dra.reflector import SliceCache, SliceWatch
 from cdi_plugin.dra.slices import build_pool
 from cdi_plugin.inventory import SpecInventory
 from tests.deviceplugin.helpers import make_node
@@ -31,8 +36,6 @@ class Sleeps(list[float]):
         self.real = real
 
     async def __call__(self, delay: float) -> None:
-        import asyncio
-
         self.append(delay)
         await asyncio.sleep(self.real)
 
@@ -84,3 +87,43 @@ def ours(server: FakeApiServer, driver: str = DRIVER, node: str = NODE) -> list[
 
 def foreign(node: str, driver: str) -> dict[str, Any]:
     return build_pool(driver, node, {}, taints=True).slices(0)[0]
+
+
+def device_names(server: FakeApiServer) -> set[str]:
+    """The names of the devices in the slices of this node and driver."""
+    return {d["name"] for s in ours(server) for d in s["spec"]["devices"]}
+
+
+@contextlib.asynccontextmanager
+async def publishing(publisher: SlicePublisher, inventory: SpecInventory) -> AsyncIterator[None]:
+    """The publisher running on ``inventory``, cancelled at the end."""
+    task = asyncio.create_task(publisher.run(inventory))
+    try:
+        yield
+    finally:
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+
+def lists(server: FakeApiServer) -> int:
+    """The lists of the slices received."""
+    return server.count("GET", SLICES, watch=False)
+
+
+def watches(server: FakeApiServer) -> list[str]:
+    """The version each watch of the slices started from, in order."""
+    return [c.query["resourceVersion"][0] for c in server.calls if c.path == SLICES and c.watch]
+
+
+@contextlib.asynccontextmanager
+async def reflecting(kube: KubeApi, sleeps: Sleeps) -> AsyncIterator[SliceCache]:
+    """The list and watch of the node's slices alone, its delays recorded in ``sleeps``."""
+    cache = SliceCache()
+    task = asyncio.create_task(SliceWatch(kube, cache, sleep=sleeps).run())
+    try:
+        yield cache
+    finally:
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task

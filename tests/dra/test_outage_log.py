@@ -17,8 +17,7 @@ from cdi_plugin.dra.reflector import SliceCache, SliceWatch
 from tests.deviceplugin.helpers import eventually
 from tests.dra import faults
 from tests.dra.fakeapiserver import FakeApiServer
-from tests.dra.kubefixtures import Sleeps, inventory_of, kube, ours, server, sleeps
-from tests.dra.test_publisher import lists, publishing
+from tests.dra.kubefixtures import Sleeps, inventory_of, kube, lists, ours, publishing, server, sleeps
 
 __all__ = ["kube", "server", "sleeps"]
 
@@ -34,13 +33,16 @@ async def test_a_long_outage_is_logged_when_it_starts_every_few_minutes_and_when
     server.misbehave("GET", SLICES, faults.status(503, "ServiceUnavailable", "down"), watch=False, times=None)
     sleeps = Sleeps()
     cache = SliceCache()
-    reflector = SliceWatch(kube, cache, sleep=sleeps, log_every=60.0, clock=lambda: sum(sleeps))
+    reflector = SliceWatch(
+        kube, cache, sleep=sleeps, log_every=60.0, clock=lambda: sum(sleeps), watch_timeout=(1, 1)
+    )
     with caplog.at_level(logging.DEBUG, "cdi_plugin"):
         task = asyncio.create_task(reflector.run())
         try:
             await eventually(lambda: lists(server) >= 15, "15 failed lists")
             server.behave()
-            await asyncio.wait_for(cache.synced.wait(), 30)
+            # the end: a list, then a watch that lasts as asked
+            await eventually(lambda: "recovered after " in caplog.text, "the end of the outage logged")
         finally:
             task.cancel()
             with pytest.raises(asyncio.CancelledError):
@@ -92,3 +94,27 @@ async def test_a_publisher_that_fails_then_works_logs_two_lines(
     assert re.fullmatch(
         rf"recovered after [\d.]+ s \(4 times {SINCE}\): failing to publish ResourceSlices", lines[-1][1]
     )
+
+
+@pytest.mark.parametrize("action", [faults.expired(), faults.html(403)], ids=["410 Expired", "a proxy's 403"])
+async def test_a_watch_refused_after_every_list_is_one_condition_not_one_per_cycle(
+    kube: KubeApi, server: FakeApiServer, caplog: pytest.LogCaptureFixture, action: faults.Action
+) -> None:
+    """Each list works and each watch after it fails: the slices are not followed, so the lists
+    that work do not end the condition (a recovery then a failure in full at every cycle)."""
+    server.misbehave("GET", SLICES, action, watch=True, times=None)
+    sleeps = Sleeps()
+    # no summary, however many cycles run before the task is cancelled
+    reflector = SliceWatch(kube, SliceCache(), sleep=sleeps, log_every=1e9, clock=lambda: sum(sleeps))
+    with caplog.at_level(logging.DEBUG, "cdi_plugin"):
+        task = asyncio.create_task(reflector.run())
+        try:
+            await eventually(lambda: lists(server) >= 6, "six lists")
+        finally:
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+    records = [r for r in caplog.records if r.name == "cdi_plugin.dra.reflector"]
+    assert not [r.getMessage() for r in records if r.levelno == logging.INFO]
+    [first] = [r.getMessage() for r in records if r.levelno >= logging.WARNING]
+    assert first.startswith(f"failing to follow the ResourceSlices: GET {SLICES} (watch): ")

@@ -18,10 +18,9 @@ from tests.deviceplugin.helpers import eventually, make_node
 from tests.dra import faults
 from tests.dra.conftest import write_spec
 from tests.dra.fakeapiserver import CLAIMS, FakeApiServer
-from tests.dra.kubefixtures import Sleeps, kube, ours, server, sleeps
+from tests.dra.kubefixtures import Sleeps, kube, ours, publishing, reflecting, server, sleeps
 from tests.dra.specinventory import spec_inventory
 from tests.dra.test_kube import CLAIM, CLAIM_PATH
-from tests.dra.test_publisher import publishing, reflecting
 
 __all__ = ["kube", "server", "sleeps"]
 
@@ -49,7 +48,8 @@ async def test_the_list_and_the_watch_wait_as_long_as_the_server_asks(
     sleeps = Sleeps()
     async with reflecting(kube, sleeps):
         await eventually(lambda: server.count("GET", SLICES, watch=True) >= 1 + watch, "watched after")
-    assert sleeps == [waited]
+    [slept] = sleeps
+    assert waited <= slept <= waited * 1.2  # jitter upwards only
 
 
 @pytest.mark.parametrize(
@@ -72,7 +72,7 @@ async def test_an_http_date_is_heard(kube: KubeApi, server: FakeApiServer) -> No
     async with reflecting(kube, sleeps):
         await eventually(lambda: server.count("GET", SLICES, watch=True) >= 1, "watched after")
     [waited] = sleeps
-    assert 10 < waited <= 21
+    assert 10 < waited <= 21 * 1.2
 
 
 async def test_a_write_waits_as_long_as_the_server_asks(
@@ -84,7 +84,8 @@ async def test_a_write_waits_as_long_as_the_server_asks(
     sleeps = Sleeps()
     async with publishing(SlicePublisher(kube, sleep=sleeps), spec_inventory([spec_dir])):
         await eventually(lambda: len(ours(server)) == 1, "published after the 429")
-    assert sleeps == [9.0]
+    [slept] = sleeps
+    assert 9.0 <= slept <= 10.8
 
 
 async def test_a_claim_read_waits_as_long_as_the_server_asks_within_its_deadline(

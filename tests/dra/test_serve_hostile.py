@@ -106,14 +106,6 @@ def test_with_api_both_a_hostile_api_server_never_touches_the_device_plugin(dra_
                 }
                 assert await kubelet.prepare(CLAIM) == {CLAIM.uid: prepared("fuse")}
                 await allocates()
-                await serve.wait_for(
-                    lambda: any(
-                        m.startswith("recovered after ")
-                        and m.endswith("): failing to follow the ResourceSlices")
-                        for m in serve.messages()
-                    ),
-                    "the end of the failures logged",
-                )
                 assert serve.proc.returncode is None
                 assert all(line.startswith("{") for line in serve.lines), serve.lines  # no traceback
                 # the node's reads that failed in a row: their first in full, and their end
@@ -201,7 +193,9 @@ def test_a_storm_of_410s_lists_a_few_times_and_slower_and_slower(dra_node: DraNo
         serve = run(scenario(), timeout=60)
     at = lists(server)
     assert at[3] - at[0] >= 0.8 * (1 + 2 + 4) - 0.1  # 1 s, 2 s, 4 s apart, less their jitter
-    assert sum("410 Expired" in m for m in serve.messages()) <= len(at)
+    # one lasting failure: its first line, and no end while each watch after a list fails
+    assert sum("410 Expired" in m for m in serve.messages()) == 1, serve.messages()
+    assert not [m for m in serve.messages() if "recovered after " in m]
 
 
 def test_a_storm_of_watch_errors_backs_off_and_lists_no_more(dra_node: DraNode) -> None:

@@ -132,9 +132,16 @@ def test_failures_back_off_to_the_cap_and_are_forgotten_after_a_quiet_while() ->
 
 def test_a_failure_waits_as_long_as_the_server_asks_up_to_the_cap() -> None:
     failures = Failures(Backoff(1.0, 30.0))
-    assert failures.next_delay(7.0) == 7.0
-    assert failures.next_delay(3600.0) == 30.0
+    assert 7.0 <= failures.next_delay(7.0) <= 8.4
+    assert 30.0 <= failures.next_delay(3600.0) <= 36.0
     assert 3.2 <= failures.next_delay(0.5) <= 4.8  # the backoff's own delay when longer
+
+
+def test_nodes_told_the_same_retry_after_do_not_come_back_at_the_same_instant() -> None:
+    """The same jitter as the backoff's own, upwards only: never sooner than asked."""
+    delays = [Failures(Backoff(1.0, 30.0)).next_delay(7.0) for _ in range(1000)]
+    assert all(7.0 <= d <= 8.4 for d in delays)
+    assert max(delays) - min(delays) > 1.0
 
 
 NOW = 1_800_000_000.0
