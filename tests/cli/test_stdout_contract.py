@@ -9,6 +9,7 @@ import contextlib
 import fcntl
 import json
 import os
+import resource
 import signal
 import subprocess
 import time
@@ -160,6 +161,38 @@ def test_a_subcommands_help_into_a_full_stdout_is_one_error_line(program: Path, 
     assert (done.returncode, done.stderr) == (
         1,
         f"{program.name}: error: cannot write to standard output: No space left on device\n",
+    )
+
+
+def _limit_file_size() -> None:
+    resource.setrlimit(resource.RLIMIT_FSIZE, (10, 10))
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        [CDI_GEN, "--help"],
+        [CDI_GEN, "--version"],
+        [CDI_GEN, "list", "--help"],
+        [CDI_PLUGIN, "--help"],
+        [CDI_PLUGIN, "--version"],
+    ],
+    ids=lambda args: " ".join([Path(args[0]).name, *map(str, args[1:])]),
+)
+def test_help_cut_short_by_a_file_too_small_is_one_error_line(tmp_path: Path, args: list[str | Path]) -> None:
+    """A file that takes only the first bytes of the help (the room left on a disk; here, the
+    file size limit), without a buffer in the program (PYTHONUNBUFFERED): the rest is written
+    again and fails, which is one error line, not a success with the text cut."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    with open(tmp_path / "out", "w") as out:
+        done = subprocess.run(
+            list(map(str, args)), stdout=out, stderr=subprocess.PIPE, text=True, env=env,
+            preexec_fn=_limit_file_size, timeout=60, check=False,
+        )  # fmt: skip
+    program = Path(args[0]).name
+    assert (done.returncode, done.stderr) == (
+        1,
+        f"{program}: error: cannot write to standard output: File too large\n",
     )
 
 
