@@ -359,7 +359,7 @@ def test_an_interruption_adds_the_error_object_unless_its_own_command_wrote_a_do
     from click.testing import CliRunner
 
     from cdi_plugin.cli import gen
-    from cdi_plugin.store import registry
+    from cdi_plugin.store import files
 
     runner = CliRunner()
     first = runner.invoke(gen.main, ["list", "--json", "--spec-dir", str(tmp_path)])
@@ -368,6 +368,6 @@ def test_an_interruption_adds_the_error_object_unless_its_own_command_wrote_a_do
     def interrupted(*args: object) -> None:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(registry, "load_registry", interrupted)
+    monkeypatch.setattr(files, "scan_spec_dir", interrupted)
     second = runner.invoke(gen.main, ["list", "--json", "--spec-dir", str(tmp_path)])
     assert (second.exit_code, second.stdout) == (1, '{"error": "interrupted"}\n')
