@@ -209,7 +209,7 @@ def _read_dirs(dirs: Sequence[Path]) -> tuple[Snapshot, tuple[SpecFile, ...]]:
     import logging
     from dataclasses import replace
 
-    from cdi_plugin.cdi.problems import from_error
+    from cdi_plugin.cdi.problems import Severity, from_error
     from cdi_plugin.errors import SpecLoadError
     from cdi_plugin.store.files import scan_spec_dir
     from cdi_plugin.store.registry import SpecFile, SpecRegistry, file_stat
@@ -222,12 +222,12 @@ def _read_dirs(dirs: Sequence[Path]) -> tuple[Snapshot, tuple[SpecFile, ...]]:
             found = scan_spec_dir(directory)
         except SpecLoadError as exc:
             found = []
-            entry = SpecFile(directory, priority, None, (from_error(exc),))
             if exc.rule == "unreadable":
-                unreadable.append(entry)
-            else:
+                unreadable.append(SpecFile(directory, priority, None, (from_error(exc),)))
+            else:  # the listing is whole: a warning, as for a file runtimes do not read
                 logging.getLogger(__name__).warning("skipping spec directory %s", exc)
-                skipped.append(entry)
+                problem = replace(from_error(exc), severity=Severity.WARNING)
+                skipped.append(SpecFile(directory, priority, None, (problem,)))
         listings.append({path.name: file_stat(path) for path in found})
     snapshot = SpecRegistry(dirs).refresh(listings)
     return replace(snapshot, files=snapshot.files + tuple(unreadable)), tuple(skipped)

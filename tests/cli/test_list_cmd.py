@@ -155,7 +155,7 @@ def test_a_spec_dir_that_is_a_symbolic_link_overrides_nothing(tmp_path: Path) ->
     assert result.stderr == f"cdi-gen: warning: skipping spec directory {run}: {LINKED_DIR}\n"
     assert report(result)["skippedDirs"] == [
         {"path": str(run), "priority": 1,
-         "problems": [{"pointer": "", "rule": "not-a-directory", "severity": "error", "message": LINKED_DIR,
+         "problems": [{"pointer": "", "rule": "not-a-directory", "severity": "warning", "message": LINKED_DIR,
                        "hint": ""}]},
     ]  # fmt: skip
 
@@ -193,8 +193,9 @@ def test_a_spec_dir_that_is_a_file_is_skipped(cli: Invoke, private_spec_dirs: tu
     listed = report(result)
     assert [d["qualifiedName"] for d in listed["devices"]] == ["acme.example/gpu=card0"]
     assert [
-        (d["path"], d["priority"], [p["message"] for p in d["problems"]]) for d in listed["skippedDirs"]
-    ] == [(str(run), 1, ["is a regular file, not a directory"])]
+        (d["path"], d["priority"], [(p["severity"], p["message"]) for p in d["problems"]])
+        for d in listed["skippedDirs"]
+    ] == [(str(run), 1, [("warning", "is a regular file, not a directory")])]
 
 
 @pytest.mark.root
