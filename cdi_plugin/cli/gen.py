@@ -133,7 +133,7 @@ def validate(
 
     A file runtimes never read (a suffix other than .json or .yaml; a directory, as named, that is
     a symbolic link, which their CDI library does not follow) gets a warning, as its content is
-    not at fault: it is valid, unless --strict.
+    not at fault: it is valid, unless --strict, and its devices conflict with no other file's.
 
     Exit status: 0 when everything is valid, 1 when anything is invalid, 2 on usage errors. A
     file with warnings but no errors is valid, unless --strict.
