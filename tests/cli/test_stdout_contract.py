@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from cdi_plugin.store.dirlock import LOCK_NAME
+from tests.cdi.helpers import doc
 from tests.cli.conftest import CDI_GEN
 from tests.store.specfiles import write_spec
 from tests.store.unprivileged import VENV_BIN
@@ -321,6 +322,40 @@ def test_an_interruption_while_a_report_is_written_leaves_it_whole(
     assert proc.returncode == 1
     assert stderr == f"{Path(args[0]).name}: error: interrupted\n"
     assert stdout == whole
+
+
+@pytest.mark.parametrize("unbuffered", [True, False], ids=["PYTHONUNBUFFERED", "buffered"])
+def test_an_interruption_while_text_is_written_ends_it_at_a_line(tmp_path: Path, unbuffered: bool) -> None:
+    """SIGINT while a table larger than the pipe waits to go into it: the table is written whole,
+    so that the error starts on a line of its own where both streams meet (a terminal)."""
+    (tmp_path / "env.json").write_text(json.dumps(doc(edits={"env": ["=x"] * 150})))
+    command = [str(CDI_GEN), "validate", str(tmp_path)]
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    if unbuffered:
+        env["PYTHONUNBUFFERED"] = "1"
+    whole = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False, env=env).stdout
+    read_end, write_end = os.pipe()
+    fcntl.fcntl(write_end, fcntl.F_SETPIPE_SZ, 4096)  # the table does not fit: the command waits
+    with os.fdopen(read_end, "r") as reader:
+        proc = subprocess.Popen(command, stdout=write_end, stderr=subprocess.PIPE, text=True, env=env)
+        os.close(write_end)
+        try:
+            deadline = time.monotonic() + 60
+            while not _waits_to_write_into_a_pipe(proc.pid):
+                assert proc.poll() is None, "the command ended without waiting to write"
+                assert time.monotonic() < deadline, "the command never waited to write"
+                time.sleep(0.01)
+            proc.send_signal(signal.SIGINT)
+            stdout = reader.read()
+            _, stderr = proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+    assert (proc.returncode, stderr) == (1, "cdi-gen: error: interrupted\n")
+    assert len(stdout) > 4096, "interrupted before the table"
+    assert whole.startswith(stdout)
+    assert stdout.endswith("\n")
 
 
 def test_a_locale_without_utf8_gets_escapes_not_an_error(tmp_path: Path) -> None:
