@@ -7,7 +7,7 @@ This module imports only click; each command imports what it needs when it runs,
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -39,7 +39,7 @@ from cdi_plugin.cli.scanopts import (
 )
 
 if TYPE_CHECKING:
-    from cdi_plugin.store.registry import Snapshot, SpecFile
+    from cdi_plugin.store.registry import Snapshot, SpecFile, Stat
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -133,7 +133,7 @@ def validate(
 
     A file runtimes never read (a suffix other than .json or .yaml; a directory, as named, that is
     a symbolic link, which their CDI library does not follow) gets a warning, as its content is
-    not at fault: it is valid, unless --strict.
+    not at fault: it is valid, unless --strict, and its devices conflict with no other file's.
 
     Exit status: 0 when everything is valid, 1 when anything is invalid, 2 on usage errors. A
     file with warnings but no errors is valid, unless --strict.
@@ -185,10 +185,9 @@ def list_(spec_dirs: tuple[Path, ...], as_json: bool, runtimes: tuple[str, ...])
     from cdi_plugin.cli import render
     from cdi_plugin.cli.render_runtimes import print_views, runtime_views
     from cdi_plugin.store.files import spec_dirs as default_spec_dirs
-    from cdi_plugin.store.registry import load_registry
 
     require_dirs(PROGRAM, spec_dirs)
-    snapshot, skipped = _read_dirs(load_registry(list(spec_dirs or default_spec_dirs())))
+    snapshot, skipped = _read_dirs(spec_dirs or default_spec_dirs())
     views = runtime_views(snapshot, runtimes)
     with writing_stdout(PROGRAM):
         if as_json:
@@ -202,25 +201,35 @@ def list_(spec_dirs: tuple[Path, ...], as_json: bool, runtimes: tuple[str, ...])
     sys.exit(1 if snapshot.broken or snapshot.conflicts or any(v.unseen for v in views) else 0)
 
 
-def _read_dirs(snapshot: Snapshot) -> tuple[Snapshot, tuple[SpecFile, ...]]:
-    """``snapshot`` with each spec directory that cannot be read as a broken file: runtimes may
-    resolve names from it that the listing lacks; and each one that is no directory (a symbolic
-    link), skipped with a warning: runtimes read nothing from it either."""
+def _read_dirs(dirs: Sequence[Path]) -> tuple[Snapshot, tuple[SpecFile, ...]]:
+    """The snapshot of ``dirs``, each listed once, so that the report tells of one listing; a
+    directory that cannot be read is a broken file in it (runtimes may resolve names from it that
+    the listing lacks), and one that is no directory (a symbolic link) is returned apart, skipped
+    with a warning: runtimes read nothing from it either."""
+    import logging
     from dataclasses import replace
 
-    from cdi_plugin.cdi.problems import from_error
+    from cdi_plugin.cdi.problems import Severity, from_error
     from cdi_plugin.errors import SpecLoadError
     from cdi_plugin.store.files import scan_spec_dir
-    from cdi_plugin.store.registry import SpecFile
+    from cdi_plugin.store.registry import SpecFile, SpecRegistry, file_stat
 
+    listings: list[dict[str, Stat | None]] = []
     unreadable: list[SpecFile] = []
     skipped: list[SpecFile] = []
-    for priority, directory in enumerate(snapshot.dirs):
+    for priority, directory in enumerate(dirs):
         try:
-            scan_spec_dir(directory)
+            found = scan_spec_dir(directory)
         except SpecLoadError as exc:
-            entry = SpecFile(directory, priority, None, (from_error(exc),))
-            (unreadable if exc.rule == "unreadable" else skipped).append(entry)
+            found = []
+            if exc.rule == "unreadable":
+                unreadable.append(SpecFile(directory, priority, None, (from_error(exc),)))
+            else:  # the listing is whole: a warning, as for a file runtimes do not read
+                logging.getLogger(__name__).warning("skipping spec directory %s", exc)
+                problem = replace(from_error(exc), severity=Severity.WARNING)
+                skipped.append(SpecFile(directory, priority, None, (problem,)))
+        listings.append({path.name: file_stat(path) for path in found})
+    snapshot = SpecRegistry(dirs).refresh(listings)
     return replace(snapshot, files=snapshot.files + tuple(unreadable)), tuple(skipped)
 
 

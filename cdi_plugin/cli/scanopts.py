@@ -71,8 +71,13 @@ class _Printing:
         self.callback = callback
 
     def __call__(self, ctx: click.Context, param: click.Parameter, value: Any) -> Any:
-        with writing_stdout(ctx.find_root().info_name or "cdi-plugin"):
-            return self.callback(ctx, param, value)
+        buffer_stdout()  # the group's own options print while it parses, before it is invoked
+        try:
+            with writing_stdout(ctx.find_root().info_name or "cdi-plugin"):
+                return self.callback(ctx, param, value)
+        except BrokenPipeError:
+            _drop_stdout()
+            raise SystemExit(1) from None
 
 
 class JsonErrorsGroup(HelpCommand, click.Group):

@@ -29,6 +29,9 @@ class FileCheck:
     strict: bool = False
     #: Per runtime checked (``validate --runtime``): why it drops the file or reads it differently.
     runtimes: dict[str, list[Problem]] = field(default_factory=dict)
+    #: Runtimes never read the file (its suffix, its directory a symbolic link): checked on its
+    #: own, but its devices clash with no other file's.
+    ignored: bool = False
 
     @property
     def valid(self) -> bool:
@@ -85,11 +88,13 @@ def _check_file(
     report = FileCheck(path, priority)
     fmt = spec_format(path)
     if fmt is None and path.exists():
+        report.ignored = True
         report.problems.append(
             Problem("", "ignored-suffix", "runtimes ignore this file: only .json and .yaml are read",
                     "rename it", Severity.WARNING)
         )  # fmt: skip
     if is_linked_dir(path.parent):
+        report.ignored = True
         report.problems.append(
             Problem("", "linked-dir",
                     f"runtimes ignore this file: its directory {path.parent} is a symbolic link, which "
@@ -115,10 +120,11 @@ def _check_file(
 def _add_conflicts(reports: list[FileCheck]) -> None:
     """Report what the runtime's cache would do with names defined in several files.
 
-    Every file a runtime loads takes part, including those only the stricter rules reject.
+    Every file a runtime loads takes part, including those only the stricter rules reject; one it
+    never reads does not.
     """
     by_path = {r.path: r for r in reports}
-    files = [SpecFile(r.path, r.priority, r.spec) for r in reports if _runtime_loads(r)]
+    files = [SpecFile(r.path, r.priority, r.spec) for r in reports if not r.ignored and _runtime_loads(r)]
     files.sort(key=lambda f: (f.priority, f.path.name))
     devices, conflicts = resolve(files)
     pointers: dict[Path, dict[str, str]] = {}

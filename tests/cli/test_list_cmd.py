@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -152,9 +155,33 @@ def test_a_spec_dir_that_is_a_symbolic_link_overrides_nothing(tmp_path: Path) ->
     assert result.stderr == f"cdi-gen: warning: skipping spec directory {run}: {LINKED_DIR}\n"
     assert report(result)["skippedDirs"] == [
         {"path": str(run), "priority": 1,
-         "problems": [{"pointer": "", "rule": "not-a-directory", "severity": "error", "message": LINKED_DIR,
+         "problems": [{"pointer": "", "rule": "not-a-directory", "severity": "warning", "message": LINKED_DIR,
                        "hint": ""}]},
     ]  # fmt: skip
+
+
+def test_each_spec_dir_is_listed_once(cli: Invoke, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A report made of two listings of a directory could tell of two states of it (a file
+    added in between, a directory replaced by a link): each is opened for listing once."""
+    etc, run, plain = tmp_path / "etc", tmp_path / "run", tmp_path / "plain"
+    write_spec(etc, "gpu.json", "acme.example/gpu", "card0")
+    write_spec(tmp_path / "real-run", "nic.json", "acme.example/nic", "nic0")
+    run.symlink_to("real-run")
+    plain.write_text("")
+    listed: Counter[str] = Counter()
+    real_open = os.open
+
+    def counting_open(path: str | Path, flags: int, *args: Any, **kwargs: Any) -> int:
+        if flags & os.O_DIRECTORY:
+            listed[str(path)] += 1
+        return real_open(path, flags, *args, **kwargs)
+
+    monkeypatch.setenv("CDI_SPEC_DIRS", f"{etc}:{run}:{plain}")  # --spec-dir refuses a file
+    monkeypatch.setattr(os, "open", counting_open)
+    result = cli("list", "--json")
+    assert result.exit_code == 0, result.output
+    assert [d["qualifiedName"] for d in report(result)["devices"]] == ["acme.example/gpu=card0"]
+    assert listed == {str(etc): 1, str(run): 1, str(plain): 1}
 
 
 def test_a_spec_dir_that_is_a_file_is_skipped(cli: Invoke, private_spec_dirs: tuple[Path, Path]) -> None:
@@ -166,8 +193,9 @@ def test_a_spec_dir_that_is_a_file_is_skipped(cli: Invoke, private_spec_dirs: tu
     listed = report(result)
     assert [d["qualifiedName"] for d in listed["devices"]] == ["acme.example/gpu=card0"]
     assert [
-        (d["path"], d["priority"], [p["message"] for p in d["problems"]]) for d in listed["skippedDirs"]
-    ] == [(str(run), 1, ["is a regular file, not a directory"])]
+        (d["path"], d["priority"], [(p["severity"], p["message"]) for p in d["problems"]])
+        for d in listed["skippedDirs"]
+    ] == [(str(run), 1, [("warning", "is a regular file, not a directory")])]
 
 
 @pytest.mark.root

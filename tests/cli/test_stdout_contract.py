@@ -9,6 +9,7 @@ import contextlib
 import fcntl
 import json
 import os
+import resource
 import signal
 import subprocess
 import time
@@ -17,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from cdi_plugin.store.dirlock import LOCK_NAME
+from tests.cdi.helpers import doc
 from tests.cli.conftest import CDI_GEN
 from tests.store.specfiles import write_spec
 from tests.store.unprivileged import VENV_BIN
@@ -163,6 +165,38 @@ def test_a_subcommands_help_into_a_full_stdout_is_one_error_line(program: Path, 
     )
 
 
+def _limit_file_size() -> None:
+    resource.setrlimit(resource.RLIMIT_FSIZE, (10, 10))
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        [CDI_GEN, "--help"],
+        [CDI_GEN, "--version"],
+        [CDI_GEN, "list", "--help"],
+        [CDI_PLUGIN, "--help"],
+        [CDI_PLUGIN, "--version"],
+    ],
+    ids=lambda args: " ".join([Path(args[0]).name, *map(str, args[1:])]),
+)
+def test_help_cut_short_by_a_file_too_small_is_one_error_line(tmp_path: Path, args: list[str | Path]) -> None:
+    """A file that takes only the first bytes of the help (the room left on a disk; here, the
+    file size limit), without a buffer in the program (PYTHONUNBUFFERED): the rest is written
+    again and fails, which is one error line, not a success with the text cut."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    with open(tmp_path / "out", "w") as out:
+        done = subprocess.run(
+            list(map(str, args)), stdout=out, stderr=subprocess.PIPE, text=True, env=env,
+            preexec_fn=_limit_file_size, timeout=60, check=False,
+        )  # fmt: skip
+    program = Path(args[0]).name
+    assert (done.returncode, done.stderr) == (
+        1,
+        f"{program}: error: cannot write to standard output: File too large\n",
+    )
+
+
 @pytest.mark.parametrize(
     "args",
     [
@@ -290,6 +324,40 @@ def test_an_interruption_while_a_report_is_written_leaves_it_whole(
     assert stdout == whole
 
 
+@pytest.mark.parametrize("unbuffered", [True, False], ids=["PYTHONUNBUFFERED", "buffered"])
+def test_an_interruption_while_text_is_written_ends_it_at_a_line(tmp_path: Path, unbuffered: bool) -> None:
+    """SIGINT while a table larger than the pipe waits to go into it: the table is written whole,
+    so that the error starts on a line of its own where both streams meet (a terminal)."""
+    (tmp_path / "env.json").write_text(json.dumps(doc(edits={"env": ["=x"] * 150})))
+    command = [str(CDI_GEN), "validate", str(tmp_path)]
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    if unbuffered:
+        env["PYTHONUNBUFFERED"] = "1"
+    whole = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False, env=env).stdout
+    read_end, write_end = os.pipe()
+    fcntl.fcntl(write_end, fcntl.F_SETPIPE_SZ, 4096)  # the table does not fit: the command waits
+    with os.fdopen(read_end, "r") as reader:
+        proc = subprocess.Popen(command, stdout=write_end, stderr=subprocess.PIPE, text=True, env=env)
+        os.close(write_end)
+        try:
+            deadline = time.monotonic() + 60
+            while not _waits_to_write_into_a_pipe(proc.pid):
+                assert proc.poll() is None, "the command ended without waiting to write"
+                assert time.monotonic() < deadline, "the command never waited to write"
+                time.sleep(0.01)
+            proc.send_signal(signal.SIGINT)
+            stdout = reader.read()
+            _, stderr = proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+    assert (proc.returncode, stderr) == (1, "cdi-gen: error: interrupted\n")
+    assert len(stdout) > 4096, "interrupted before the table"
+    assert whole.startswith(stdout)
+    assert stdout.endswith("\n")
+
+
 def test_a_locale_without_utf8_gets_escapes_not_an_error(tmp_path: Path) -> None:
     """The C locale of a Python without UTF-8 mode: stdout is ASCII. A name from a spec that
     ASCII lacks is escaped, and the marks of validate are ASCII."""
@@ -326,7 +394,7 @@ def test_an_interruption_adds_the_error_object_unless_its_own_command_wrote_a_do
     from click.testing import CliRunner
 
     from cdi_plugin.cli import gen
-    from cdi_plugin.store import registry
+    from cdi_plugin.store import files
 
     runner = CliRunner()
     first = runner.invoke(gen.main, ["list", "--json", "--spec-dir", str(tmp_path)])
@@ -335,6 +403,6 @@ def test_an_interruption_adds_the_error_object_unless_its_own_command_wrote_a_do
     def interrupted(*args: object) -> None:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(registry, "load_registry", interrupted)
+    monkeypatch.setattr(files, "scan_spec_dir", interrupted)
     second = runner.invoke(gen.main, ["list", "--json", "--spec-dir", str(tmp_path)])
     assert (second.exit_code, second.stdout) == (1, '{"error": "interrupted"}\n')

@@ -270,6 +270,28 @@ def test_a_file_in_a_spec_dir_reached_through_a_link_gets_a_warning(tmp_path: Pa
     assert report(run_cdi_gen("validate", "--json", real))["files"][0]["problems"] == []
 
 
+def test_files_runtimes_never_read_conflict_with_no_other(cli: Invoke, tmp_path: Path) -> None:
+    """Files that define the same device in one directory, named through a link to it (which
+    runtimes do not follow) or with a suffix runtimes skip: no conflict, each file is checked on
+    its own."""
+    real = tmp_path / "real"
+    for name in ("a.json", "b.json", "c.yml"):
+        write_spec(real, name, "example.com/widget", "w0")
+    (tmp_path / "link").symlink_to("real")
+    linked = [tmp_path / "link" / "a.json", tmp_path / "link" / "b.json"]
+    result = cli("validate", "--json", *linked)
+    assert result.exit_code == 0, result.output
+    assert [(f["path"], [p["rule"] for p in f["problems"]]) for f in report(result)["files"]] == [
+        (str(path), ["linked-dir"]) for path in linked
+    ]
+    result = cli("validate", "--json", real / "c.yml", real / "a.json")
+    assert result.exit_code == 0, result.output
+    assert [(f["path"], [p["rule"] for p in f["problems"]]) for f in report(result)["files"]] == [
+        (str(real / "c.yml"), ["ignored-suffix"]),
+        (str(real / "a.json"), []),
+    ]
+
+
 def test_directories_read_only_what_runtimes_read(cli: Invoke, tmp_path: Path) -> None:
     write_spec(tmp_path, "a.json", "example.com/widget", "w0")
     (tmp_path / "b.yml").write_text("{")
