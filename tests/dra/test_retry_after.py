@@ -6,21 +6,37 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
+import re
 import time
 from pathlib import Path
 
 import pytest
 
+from cdi_plugin.dra import api
 from cdi_plugin.dra.kube import SLICES, KubeApi
 from cdi_plugin.dra.prepare import ClaimReadError
+from cdi_plugin.dra.prepared import PreparedClaims
 from cdi_plugin.dra.publisher import SlicePublisher
+from cdi_plugin.dra.service import DraService
 from tests.deviceplugin.helpers import eventually, make_node
 from tests.dra import faults
-from tests.dra.conftest import write_spec
+from tests.dra.conftest import DRIVER, NODE, write_spec
 from tests.dra.fakeapiserver import CLAIMS, FakeApiServer
-from tests.dra.kubefixtures import Sleeps, kube, ours, publishing, reflecting, server, sleeps
+from tests.dra.kubefixtures import (
+    Sleeps,
+    connect,
+    inventory_of,
+    kube,
+    ours,
+    publishing,
+    reflecting,
+    server,
+    sleeps,
+)
 from tests.dra.specinventory import spec_inventory
 from tests.dra.test_kube import CLAIM, CLAIM_PATH
+from tests.dra.test_kubelet import claim_obj
+from tests.dra.test_serve import claim_path
 
 __all__ = ["kube", "server", "sleeps"]
 
@@ -116,3 +132,31 @@ async def test_a_claim_read_the_server_puts_off_past_its_deadline_fails_at_once(
     assert " s left of the 5 s given to reading it (attempt 1)" in message
     assert sleeps == []
     assert server.count("GET", CLAIM_PATH) == 1
+
+
+async def test_a_claim_read_compares_the_retry_after_with_what_is_left_of_the_call(
+    tmp_path: Path, server: FakeApiServer, spec_dir: Path, host_nodes: Path
+) -> None:
+    """A read started late in a call of many claims has less left than its own deadline: a wait
+    longer than what is left of the call fails at once, naming the server's wish, instead of
+    ending as a read the call ran out of time for."""
+    ref = api.Claim("ns", "c", "uid-1")
+    server.add_claim(claim_obj(ref, ("r", NODE, "fuse-fuse0")))
+    server.misbehave("GET", CLAIMS, faults.status(429, "TooManyRequests", headers={"Retry-After": "3"}))
+    kube = connect(tmp_path, server.url, claim_deadline=20.0)  # real sleeps
+    service = DraService(
+        DRIVER, NODE, inventory_of(spec_dir, host_nodes, 1), kube, PreparedClaims(tmp_path / "prepared.json"),
+        call_budget=2.0,
+    )  # fmt: skip
+    try:
+        [error] = (await service.prepare([ref])).values()
+    finally:
+        await kube.close()
+    assert isinstance(error, str)
+    assert re.fullmatch(
+        rf"claim ns/c: cannot read it: GET {claim_path(ref)}: 429 TooManyRequests: injected; "
+        r"the API server asks to retry in 3 s, more than the [\d.]+ s left of the time the kubelet "
+        r"gives the call \(attempt 1\)",
+        error,
+    ), error
+    assert server.count("GET", claim_path(ref)) == 1
