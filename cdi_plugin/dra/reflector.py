@@ -37,7 +37,7 @@ from cdi_plugin.dra.kube import SLICES, KubeApi
 from cdi_plugin.dra.rest import ApiServerError
 from cdi_plugin.dra.shapes import Obj
 from cdi_plugin.recurring import Recurring
-from cdi_plugin.wording import plural
+from cdi_plugin.wording import fault, plural
 
 log = logging.getLogger(__name__)
 
@@ -165,7 +165,7 @@ class SliceWatch:
                     self.version = ""
                 problem, wait = str(exc), exc.retry_after
             except Exception as exc:  # a fault of the driver itself: logged, and the loop goes on
-                problem, wait = f"unexpected {type(exc).__name__}: {exc}", None
+                problem, wait = f"unexpected {fault(exc)}", None
             delay = self.failures.next_delay(wait)
             again = "watching them again" if self.version else "listing them again"
             self.failing.report(logging.WARNING, FAILING, f": {problem}; {again} in {delay:.1f} s")
