@@ -195,16 +195,20 @@ class KubeApi:
         raise ApiServerError(f"GET {SLICES}", f"still more pages after {MAX_PAGES}")
 
     async def watch_slices(
-        self, since: str, *, timeout: int, read_timeout: float
+        self, since: str, *, timeout: int, read_timeout: float, on_start: Callable[[], None] = lambda: None
     ) -> AsyncGenerator[tuple[str, Obj], None]:
         """Changes to this node's slices after ``since`` (with bookmarks); the API server ends the
-        watch after ``timeout`` seconds. ApiServerError when it fails (code 410: list again)."""
+        watch after ``timeout`` seconds; ``on_start()`` once it accepted it. ApiServerError when it
+        fails (code 410: list again)."""
         params = {
             **self._selector, "watch": "true", "resourceVersion": since,
             "allowWatchBookmarks": "true", "timeoutSeconds": str(timeout),
         }  # fmt: skip
         what = f"GET {SLICES} (watch)"
-        events = self.rest.watch(SLICES, params, read_timeout=read_timeout, longest=timeout + read_timeout)
+        longest = timeout + read_timeout
+        events = self.rest.watch(
+            SLICES, params, read_timeout=read_timeout, longest=longest, on_start=on_start
+        )
         others = _Others()
         try:
             async for kind, obj in events:

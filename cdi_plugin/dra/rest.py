@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncGenerator, Mapping
+from collections.abc import AsyncGenerator, Callable, Mapping
 from pathlib import Path
 
 import httpx2
@@ -277,9 +277,16 @@ class RestClient:
             raise ApiServerError(what, f"{response.status_code} answer: {exc}") from None
 
     async def watch(
-        self, path: str, params: Mapping[str, str], *, read_timeout: float, longest: float
+        self,
+        path: str,
+        params: Mapping[str, str],
+        *,
+        read_timeout: float,
+        longest: float,
+        on_start: Callable[[], None] = lambda: None,
     ) -> AsyncGenerator[tuple[str, Obj], None]:
-        """The events of a watch (type and object) until the API server ends it.
+        """The events of a watch (type and object) until the API server ends it; ``on_start()`` is
+        called once the API server accepted it (200), before any event.
 
         ApiServerError when it cannot start, sends something that is not an event, sends nothing
         for ``read_timeout`` seconds (a silent connection), is still open after ``longest`` seconds,
@@ -288,7 +295,8 @@ class RestClient:
         """
         result: ApiResult = "ok"
         try:
-            async with contextlib.aclosing(self._watch(path, params, read_timeout, longest)) as events:
+            stream = self._watch(path, params, read_timeout, longest, on_start)
+            async with contextlib.aclosing(stream) as events:
                 async for event in events:
                     yield event
         except ApiServerError as exc:
@@ -298,7 +306,12 @@ class RestClient:
             self.report.api_request("watch", result)
 
     async def _watch(
-        self, path: str, params: Mapping[str, str], read_timeout: float, longest: float
+        self,
+        path: str,
+        params: Mapping[str, str],
+        read_timeout: float,
+        longest: float,
+        on_start: Callable[[], None],
     ) -> AsyncGenerator[tuple[str, Obj], None]:
         what = f"GET {path} (watch)"
         request = self.http.build_request(
@@ -322,6 +335,7 @@ class RestClient:
         except _NoCredentials as exc:
             raise _no_credentials(what, exc) from None
         try:
+            on_start()
             async with contextlib.aclosing(_lines(response, what, read_timeout, deadline)) as lines:
                 async for line in lines:
                     try:

@@ -20,6 +20,7 @@ from tests.deviceplugin.helpers import eventually
 from tests.dra import faults
 from tests.dra.fakeapiserver import FakeApiServer
 from tests.dra.kubefixtures import Sleeps, inventory_of, kube, lists, ours, publishing, server, sleeps
+from tests.dra.test_rest_report import Requests
 
 __all__ = ["kube", "server", "sleeps"]
 
@@ -178,3 +179,28 @@ async def test_an_unexpected_fault_of_a_publish_is_logged_and_reported_cut(
     [message] = [r.getMessage() for r in caplog.records if "unexpected" in r.getMessage()]
     assert_cut(message, "failing to publish ResourceSlices", "trying again")
     assert max(len(why) for why in reasons) < 600
+
+
+@pytest.mark.parametrize("watch", [False, True], ids=["the list", "the watch's start"])
+async def test_the_end_of_an_outage_is_logged_when_what_failed_works_not_when_the_watch_ends(
+    kube: KubeApi, server: FakeApiServer, caplog: pytest.LogCaptureFixture, watch: bool
+) -> None:
+    """The list (or the watch's start) fails, then works: the outage's end is logged then, while
+    the first watch after it is still open (it lasts 45 s or more)."""
+    server.misbehave("GET", SLICES, faults.status(503, "ServiceUnavailable", "down"), watch=watch, times=3)
+    kube.rest.report = requests = Requests()
+    reflector = SliceWatch(kube, SliceCache(), sleep=Sleeps(), watch_timeout=(45, 55))
+    with caplog.at_level(logging.INFO, "cdi_plugin.dra.reflector"):
+        task = asyncio.create_task(reflector.run())
+        try:
+            await eventually(lambda: "recovered after " in caplog.text, "the end of the outage logged")
+            ended = [result for verb, result in requests if verb == "watch"]
+        finally:
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+    failed = 3 if watch else 0
+    assert ended == ["5xx"] * failed  # the watch after the outage not ended yet
+    [line] = [r.getMessage() for r in caplog.records if r.levelno == logging.INFO]
+    after = rf"recovered after [\d.]+ s \(3 times {SINCE}\)"
+    assert re.fullmatch(rf"{after}: failing to follow the ResourceSlices", line)
