@@ -205,9 +205,8 @@ class KubeApi:
             "allowWatchBookmarks": "true", "timeoutSeconds": str(timeout),
         }  # fmt: skip
         what = f"GET {SLICES} (watch)"
-        longest = timeout + read_timeout
         events = self.rest.watch(
-            SLICES, params, read_timeout=read_timeout, longest=longest, on_start=on_start
+            SLICES, params, read_timeout=read_timeout, longest=timeout + read_timeout, on_start=on_start
         )
         others = _Others()
         try:

@@ -159,9 +159,13 @@ class SliceWatch:
 
     def _works(self, step: Step) -> None:
         """``step`` of the cycle worked: the end of the failures when it is the one that failed."""
-        self._step = "stream" if step == "start" else step
         if self._failed == step:
             self.failing.recovered()
+
+    def _started(self) -> None:
+        """The API server accepted the watch: what fails from now on is its stream."""
+        self._works("start")
+        self._step = "stream"
 
     async def run(self) -> None:
         while True:
@@ -194,10 +198,7 @@ class SliceWatch:
         loop = asyncio.get_running_loop()
         started, seen = loop.time(), 0
         events = self.kube.watch_slices(
-            self.version,
-            timeout=timeout,
-            read_timeout=self.read_timeout,
-            on_start=lambda: self._works("start"),
+            self.version, timeout=timeout, read_timeout=self.read_timeout, on_start=self._started
         )
         async with contextlib.aclosing(events) as stream:
             async for kind, obj in stream:
