@@ -8,6 +8,11 @@ seconds, as ``still <message> (<n> times since <when>, for <how long>)``; a diff
 (a new reason) is logged at once, while one that comes back before the condition ends (two
 reasons in turn) is summarised as if it had never stopped; and when the condition ends, one
 line says so: ``recovered after <how long> (<n> times since <when>): <message>``.
+
+A reason that changes at every attempt (a counter, an address in it) is not a new line each
+time: after :data:`REASONS_SAID` reasons of one condition said in full, a further new reason is
+logged at debug level only, and counted in a summary said at most every :data:`SUMMARY_EVERY`
+seconds, ``still <message> (<n> new reasons since <when>, logged at debug level)``.
 """
 
 from __future__ import annotations
@@ -24,6 +29,8 @@ from cdi_plugin.wording import plural
 SUMMARY_EVERY = 300.0
 #: The reasons of a condition remembered while it lasts (those reported last).
 REASONS_KEPT = 8
+#: The new reasons of a condition said in full; the next ones are summarised.
+REASONS_SAID = 5
 
 
 def duration(seconds: float) -> str:
@@ -76,6 +83,12 @@ class Recurring:
         self.message: str | None = None
         #: The condition's reasons, the one reported last at the end.
         self._reasons: dict[str, _Reason] = {}
+        #: The new reasons said in full; when a line was last said at the condition's level; the
+        #: new reasons logged at debug level since, and since when (wall clock).
+        self._new_said = 0
+        self._said = 0.0
+        self._quiet = 0
+        self._quiet_since = 0.0
 
     def __bool__(self) -> bool:
         """Whether the condition holds (reported and not recovered since)."""
@@ -86,12 +99,14 @@ class Recurring:
         with self._lock:
             return self._due(self._clock())
 
+    def _interval(self) -> float:
+        return SUMMARY_EVERY if self._every is None else self._every
+
     def _due(self, now: float) -> float:
         reason = self._reasons.get(self.message) if self.message is not None else None
         if reason is None:
             return 0.0
-        every = SUMMARY_EVERY if self._every is None else self._every
-        return max(0.0, reason.said + every - now)
+        return max(0.0, reason.said + self._interval() - now)
 
     def report(self, level: int, message: str, detail: str = "") -> None:
         """The condition ``message`` holds (again). ``detail`` (a retry delay, say) is appended to
@@ -107,13 +122,24 @@ class Recurring:
             if len(self._reasons) > REASONS_KEPT:
                 del self._reasons[next(iter(self._reasons))]
             reason.count += 1
-            if fresh:
+            line: str | None = None  # None: logged at debug level only
+            if fresh and self._new_said < REASONS_SAID:
+                self._new_said += 1
                 line = message + detail
-            elif self._due(now) > 0:
-                level, line = logging.DEBUG, message + detail
-            else:
+            elif fresh:
+                self._quiet += 1
+                self._quiet_since = self._quiet_since or reason.since_wall
+                if now >= self._said + self._interval():
+                    line = f"still {message} ({plural(self._quiet, 'new reason')} since "
+                    line += f"{_when(self._quiet_since)}, logged at debug level)"
+                    self._quiet, self._quiet_since = 0, 0.0
+            elif self._due(now) == 0:
                 reason.said = now
                 line = f"still {message} ({reason.tally()}, for {duration(now - reason.since)})"
+            if line is not None:
+                self._said = now
+            else:
+                level, line = logging.DEBUG, message + detail
         self._logger.log(level, "%s%s", self._prefix, line, extra=self._extra, stacklevel=2)
 
     def recovered(self, level: int = logging.INFO) -> bool:
@@ -126,6 +152,7 @@ class Recurring:
                 return False
             reason = self._reasons[message]
             self._reasons.clear()
+            self._new_said, self._quiet, self._quiet_since = 0, 0, 0.0
             lasted, tally = duration(now - reason.since), reason.tally()
         self._logger.log(
             level,

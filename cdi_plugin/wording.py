@@ -1,5 +1,6 @@
 """How messages count things (``1 device``, ``2 devices``, ``3 device classes``), list them
-(``A, B and C``), name what a file is (``a FIFO``) and show text from outside (escaped)."""
+(``A, B and C``), name what a file is (``a FIFO``) and show text from outside (escaped and cut),
+an unexpected exception's among it."""
 
 from __future__ import annotations
 
@@ -77,3 +78,14 @@ def clipped(text: str, limit: int = 80) -> str:
 
 def _cut(text: str, limit: int) -> str:
     return f"... ({len(text)} characters)" if len(text) > limit else ""
+
+
+#: What is shown of the text of an exception no one expected (it may hold a whole answer or file).
+FAULT_CHARS = 300
+
+
+def fault(exc: BaseException) -> str:
+    """``Type: text`` of an exception no one expected, for a message: the text escaped and cut
+    after :data:`FAULT_CHARS` characters, so that no message can make a huge log line."""
+    text = str(exc)
+    return f"{type(exc).__name__}: {clipped(text, FAULT_CHARS)}" if text else type(exc).__name__

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from cdi_plugin.recurring import Recurring, duration
+from cdi_plugin.recurring import REASONS_SAID, Recurring, duration
 
 WHEN = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC"
 
@@ -96,3 +96,35 @@ def test_two_reasons_in_turn_are_each_said_once_then_summarised(caplog: pytest.L
     assert condition.recovered()
     ((_, line),) = said(caplog)
     assert re.fullmatch(rf"recovered after 6\.5 min \(11 times since {WHEN}\): refused", line), line
+
+
+def test_a_reason_that_changes_at_every_attempt_is_said_a_few_times_then_summarised(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """An address or a counter in the reason: the first reasons in full, then one summary per
+    interval counting those logged at debug level, the existing rules kept for the rest."""
+    caplog.set_level(logging.DEBUG)
+    clock = Clock()
+    condition = Recurring(logging.getLogger("t"), every=300, clock=clock)
+    for attempt in range(100):  # one every 10 s
+        condition.report(logging.WARNING, f"refused: attempt {attempt}", "; retrying in 10 s")
+        clock.now += 10
+    lines = said(caplog)
+    loud = [line for level, line in lines if level == logging.WARNING]
+    assert loud[:REASONS_SAID] == [f"refused: attempt {i}; retrying in 10 s" for i in range(REASONS_SAID)]
+    summaries = loud[REASONS_SAID:]
+    assert len(summaries) == 3  # at 340 s, 640 s and 940 s
+    for summary, attempt in zip(summaries, (34, 64, 94), strict=True):
+        new = rf"\(30 new reasons since {WHEN}, logged at debug level\)"
+        assert re.fullmatch(rf"still refused: attempt {attempt} {new}", summary), summary
+    assert [line for level, line in lines if level == logging.DEBUG] == [
+        f"refused: attempt {i}; retrying in 10 s" for i in range(REASONS_SAID, 100) if i not in (34, 64, 94)
+    ]
+    condition.report(logging.WARNING, "refused: attempt 99")  # the same again: the usual summary
+    assert said(caplog) == [(logging.DEBUG, "refused: attempt 99")]
+    assert condition.recovered()
+    ((_, line),) = said(caplog)
+    assert re.fullmatch(rf"recovered after 10 s \(2 times since {WHEN}\): refused: attempt 99", line), line
+    for attempt in range(REASONS_SAID):  # a new condition: its reasons said in full again
+        condition.report(logging.WARNING, f"refused: again {attempt}")
+    assert [level for level, _ in said(caplog)] == [logging.WARNING] * REASONS_SAID

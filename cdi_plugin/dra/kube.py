@@ -132,11 +132,15 @@ class KubeApi:
             return f"the API server serves {GROUP_VERSION} without {joined(missing)} (turned off?)"
         return None
 
-    async def read_claim(self, namespace: str, name: str) -> Mapping[str, Any] | None:
+    async def read_claim(
+        self, namespace: str, name: str, *, until: float | None = None
+    ) -> Mapping[str, Any] | None:
         """A ResourceClaim as the API server holds it, None when it has none by that name.
 
         ClaimReadError naming the claim and the reason when it cannot be read: a name the API
-        would refuse (nothing is sent), a refusal, or failures until the deadline or the last attempt.
+        would refuse (nothing is sent), a refusal, or failures until the deadline or the last
+        attempt. ``until`` (event loop time) is when the call reading it must have its answer:
+        the read's deadline when that comes first, a ``Retry-After`` compared with what is left.
         """
         problem = claim_name_problem(namespace, name)
         if problem is not None:
@@ -144,6 +148,10 @@ class KubeApi:
         path = f"{RESOURCE_API}/namespaces/{_segment(namespace)}/resourceclaims/{_segment(name)}"
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.claim_deadline
+        given, spent = f"the {self.claim_deadline:g} s given to reading it", f"in {self.claim_deadline:g} s"
+        if until is not None and until < deadline:  # a read started late in a call of many claims
+            deadline, given = until, "the time the kubelet gives the call"
+            spent = f"within {given}"
         attempt = 0
         while True:
             attempt += 1
@@ -161,14 +169,11 @@ class KubeApi:
                     if exc.retry_after >= left:
                         raise ClaimReadError(
                             f"{exc}; the API server asks to retry in {exc.retry_after:.0f} s, more than the "
-                            f"{max(0.0, left):.1f} s left of the {self.claim_deadline:g} s given to reading "
-                            f"it (attempt {attempt})"
+                            f"{max(0.0, left):.1f} s left of {given} (attempt {attempt})"
                         ) from None
                     delay = max(delay, exc.retry_after)
                 if loop.time() + delay >= deadline:
-                    raise ClaimReadError(
-                        f"{exc} (gave up after {attempt} attempts in {self.claim_deadline:g} s)"
-                    ) from None
+                    raise ClaimReadError(f"{exc} (gave up after {attempt} attempts {spent})") from None
                 log.warning("%s; trying again in %.1f s", exc, delay)
                 await self.sleep(delay)
 
@@ -190,16 +195,19 @@ class KubeApi:
         raise ApiServerError(f"GET {SLICES}", f"still more pages after {MAX_PAGES}")
 
     async def watch_slices(
-        self, since: str, *, timeout: int, read_timeout: float
+        self, since: str, *, timeout: int, read_timeout: float, on_start: Callable[[], None] = lambda: None
     ) -> AsyncGenerator[tuple[str, Obj], None]:
         """Changes to this node's slices after ``since`` (with bookmarks); the API server ends the
-        watch after ``timeout`` seconds. ApiServerError when it fails (code 410: list again)."""
+        watch after ``timeout`` seconds; ``on_start()`` once it accepted it. ApiServerError when it
+        fails (code 410: list again)."""
         params = {
             **self._selector, "watch": "true", "resourceVersion": since,
             "allowWatchBookmarks": "true", "timeoutSeconds": str(timeout),
         }  # fmt: skip
         what = f"GET {SLICES} (watch)"
-        events = self.rest.watch(SLICES, params, read_timeout=read_timeout, longest=timeout + read_timeout)
+        events = self.rest.watch(
+            SLICES, params, read_timeout=read_timeout, longest=timeout + read_timeout, on_start=on_start
+        )
         others = _Others()
         try:
             async for kind, obj in events:

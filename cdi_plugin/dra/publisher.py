@@ -40,6 +40,7 @@ from cdi_plugin.dra.rest import ApiServerError
 from cdi_plugin.dra.shapes import Obj
 from cdi_plugin.dra.slices import Plan, Pool, build_pool, content, plan, taints_dropped
 from cdi_plugin.recurring import Recurring
+from cdi_plugin.wording import fault
 
 log = logging.getLogger(__name__)
 
@@ -202,7 +203,7 @@ class SlicePublisher:
                 await self.publish(inventory.devices())
             except Exception as exc:  # ApiServerError; anything else is a fault of the driver's own
                 api = exc if isinstance(exc, ApiServerError) else None
-                problem = str(exc) if api else f"{type(exc).__name__}: {exc}"
+                problem = str(exc) if api else f"unexpected {fault(exc)}"
                 self.report.published("failed", problem)
                 delay = self.failures.next_delay(api.retry_after if api else None)
                 self.failing.report(logging.ERROR, FAILING, f": {problem}; trying again in {delay:.0f} s")

@@ -18,9 +18,11 @@ seen yet (504 with the cause ResourceVersionTooLarge), or a refusal (a Status su
 not one of throttling or of a server error; a proxy's page of a 4xx status but 408 and 429) makes
 it list again, so a storm of 410s lists at most 4 times in 10 s, then once every 30 s. Failures
 in a row are logged as one lasting condition (:class:`~cdi_plugin.recurring.Recurring`): the
-first as a warning, then a summary every 5 minutes, and its end when a watch lasts as asked (a
-list that works is not the end: a watch refused after every list would log its end at every
-cycle).
+first as a warning, then a summary every 5 minutes, and its end as soon as the step that failed
+last works: a list, a watch's start (the API server accepted it), or, for a watch that failed
+once started (an ERROR event such as 410 Expired, a silent or a short watch), a watch that lasts
+as asked. A list that works after a watch failed is not the end, nor the start of a watch that
+failed once started: a watch refused after every list would log its end at every cycle.
 """
 
 from __future__ import annotations
@@ -31,13 +33,14 @@ import logging
 import random
 import time
 from collections.abc import Awaitable, Callable, Iterable
+from typing import Literal
 
 from cdi_plugin.dra.backoff import Backoff, Failures
 from cdi_plugin.dra.kube import SLICES, KubeApi
 from cdi_plugin.dra.rest import ApiServerError
 from cdi_plugin.dra.shapes import Obj
 from cdi_plugin.recurring import Recurring
-from cdi_plugin.wording import plural
+from cdi_plugin.wording import fault, plural
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +52,8 @@ READ_TIMEOUT = 60.0
 RETRY = Backoff(initial=1.0, maximum=30.0)
 #: The condition of failures in a row (each failure is its detail).
 FAILING = "failing to follow the ResourceSlices"
+#: The steps of a cycle: the list, the start of the watch, its stream of events.
+Step = Literal["list", "start", "stream"]
 
 
 def _number(version: str) -> int | None:
@@ -148,14 +153,30 @@ class SliceWatch:
         self.read_timeout = read_timeout
         self.sleep = sleep
         self.version = ""  # the last version seen; empty: list first
+        #: The step of a cycle under way, and the one that failed last.
+        self._step: Step = "list"
+        self._failed: Step = "list"
+
+    def _works(self, step: Step) -> None:
+        """``step`` of the cycle worked: the end of the failures when it is the one that failed."""
+        if self._failed == step:
+            self.failing.recovered()
+
+    def _started(self) -> None:
+        """The API server accepted the watch: what fails from now on is its stream."""
+        self._works("start")
+        self._step = "stream"
 
     async def run(self) -> None:
         while True:
             try:
                 if not self.version:
+                    self._step = "list"
                     items, self.version = await self.kube.list_slices()
                     self.cache.replace(items, self.version)
                     log.debug("ResourceSlices listed at version %s: %d", self.version, len(items))
+                    self._works("list")
+                self._step = "start"
                 await self._watch()
                 continue
             except ApiServerError as exc:
@@ -165,7 +186,8 @@ class SliceWatch:
                     self.version = ""
                 problem, wait = str(exc), exc.retry_after
             except Exception as exc:  # a fault of the driver itself: logged, and the loop goes on
-                problem, wait = f"unexpected {type(exc).__name__}: {exc}", None
+                problem, wait = f"unexpected {fault(exc)}", None
+            self._failed = self._step
             delay = self.failures.next_delay(wait)
             again = "watching them again" if self.version else "listing them again"
             self.failing.report(logging.WARNING, FAILING, f": {problem}; {again} in {delay:.1f} s")
@@ -175,7 +197,9 @@ class SliceWatch:
         timeout = random.randint(*self.watch_timeout)
         loop = asyncio.get_running_loop()
         started, seen = loop.time(), 0
-        events = self.kube.watch_slices(self.version, timeout=timeout, read_timeout=self.read_timeout)
+        events = self.kube.watch_slices(
+            self.version, timeout=timeout, read_timeout=self.read_timeout, on_start=self._started
+        )
         async with contextlib.aclosing(events) as stream:
             async for kind, obj in stream:
                 seen += 1
@@ -188,4 +212,4 @@ class SliceWatch:
             raise ApiServerError(
                 f"GET {SLICES} (watch)", f"ended after {lasted:.1f} s with {brought} (asked for {timeout} s)"
             )
-        self.failing.recovered()
+        self._works("stream")

@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncGenerator, Mapping
+from collections.abc import AsyncGenerator, Callable, Mapping
 from pathlib import Path
 
 import httpx2
@@ -58,7 +58,8 @@ class ApiServerError(CdiPluginError):
     the request was refused as it is (a Status that is not ``retryable``, or any other answer of
     a 4xx status but 408 and 429: a proxy's page); ``version_too_large`` that the version asked for
     is newer than the server has seen; ``retry_after`` the seconds the server asked to wait before
-    the next attempt (``Retry-After``, with a 429 or a 503); ``result`` is how the request is
+    the next attempt (``Retry-After``, else a Status's ``details.retryAfterSeconds``, with an
+    answer worth another attempt: 429, 500, 502, 503, 504); ``result`` is how the request is
     counted (by default from ``code``, else an answer that is not one)."""
 
     def __init__(
@@ -147,7 +148,7 @@ async def _body(response: httpx2.Response, limit: int) -> bytes:
 async def _failure(what: str, response: httpx2.Response) -> ApiServerError:
     """The error a non-2xx answer stands for: its Status when it is one, else what it is."""
     code = response.status_code
-    wait = retry_after(response.headers.get("Retry-After"), time.time()) if code in (429, 503) else None
+    header = retry_after(response.headers.get_list("Retry-After"), time.time())
     try:
         status = status_of(decode_object(await _body(response, MAX_ERROR_BODY)))
     except (_TooBig, BadAnswer, httpx2.HTTPError):
@@ -156,14 +157,19 @@ async def _failure(what: str, response: httpx2.Response) -> ApiServerError:
         kind = clipped(response.headers.get("Content-Type", "no content type").split(";")[0], 60)
         problem = f"{code} {clipped(response.reason_phrase, 60)} ({kind}, not a Status)"
         refused = 400 <= code < 500 and code not in (408, 429)
+        wait = header if code in RETRYABLE else None
         return ApiServerError(what, problem, refused=refused, retry_after=wait, result=result_of_code(code))
     retryable = code in RETRYABLE or status.code in RETRYABLE
-    return _status_error(what, status, retryable, result_of_code(code), wait)
+    return _status_error(what, status, retryable, result_of_code(code), header)
 
 
 def _status_error(
-    what: str, status: Status, retryable: bool, result: ApiResult, wait: float | None = None
+    what: str, status: Status, retryable: bool, result: ApiResult, header: float | None = None
 ) -> ApiServerError:
+    """The error of a Status; the wait before the next attempt, when one is worth it, is the
+    ``Retry-After`` header's, else the Status's ``details.retryAfterSeconds`` (client-go retries
+    after the header's, and its callers read the Status's)."""
+    wait = (status.retry_after if header is None else header) if retryable else None
     return ApiServerError(
         what, str(status), code=status.code, reason=status.reason, retryable=retryable,
         version_too_large=status.version_too_large, retry_after=wait, result=result,
@@ -271,9 +277,16 @@ class RestClient:
             raise ApiServerError(what, f"{response.status_code} answer: {exc}") from None
 
     async def watch(
-        self, path: str, params: Mapping[str, str], *, read_timeout: float, longest: float
+        self,
+        path: str,
+        params: Mapping[str, str],
+        *,
+        read_timeout: float,
+        longest: float,
+        on_start: Callable[[], None] = lambda: None,
     ) -> AsyncGenerator[tuple[str, Obj], None]:
-        """The events of a watch (type and object) until the API server ends it.
+        """The events of a watch (type and object) until the API server ends it; ``on_start()`` is
+        called once the API server accepted it (200), before any event.
 
         ApiServerError when it cannot start, sends something that is not an event, sends nothing
         for ``read_timeout`` seconds (a silent connection), is still open after ``longest`` seconds,
@@ -282,7 +295,8 @@ class RestClient:
         """
         result: ApiResult = "ok"
         try:
-            async with contextlib.aclosing(self._watch(path, params, read_timeout, longest)) as events:
+            stream = self._watch(path, params, read_timeout, longest, on_start)
+            async with contextlib.aclosing(stream) as events:
                 async for event in events:
                     yield event
         except ApiServerError as exc:
@@ -292,7 +306,12 @@ class RestClient:
             self.report.api_request("watch", result)
 
     async def _watch(
-        self, path: str, params: Mapping[str, str], read_timeout: float, longest: float
+        self,
+        path: str,
+        params: Mapping[str, str],
+        read_timeout: float,
+        longest: float,
+        on_start: Callable[[], None],
     ) -> AsyncGenerator[tuple[str, Obj], None]:
         what = f"GET {path} (watch)"
         request = self.http.build_request(
@@ -316,6 +335,7 @@ class RestClient:
         except _NoCredentials as exc:
             raise _no_credentials(what, exc) from None
         try:
+            on_start()
             async with contextlib.aclosing(_lines(response, what, read_timeout, deadline)) as lines:
                 async for line in lines:
                     try:

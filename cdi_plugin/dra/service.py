@@ -45,8 +45,11 @@ MAX_READS = 16
 
 
 class ClaimReader(Protocol):
-    async def read_claim(self, namespace: str, name: str) -> Mapping[str, Any] | None:
-        """The claim object, or ``None`` when it does not exist; ClaimReadError when unknown."""
+    async def read_claim(
+        self, namespace: str, name: str, *, until: float | None = None
+    ) -> Mapping[str, Any] | None:
+        """The claim object, or ``None`` when it does not exist; ClaimReadError when unknown.
+        ``until`` (event loop time): when the call needs its answer."""
         ...
 
 
@@ -128,7 +131,7 @@ class DraService:
                 return ClaimReadError("the call's other claims took the time the kubelet gives the call")
             try:  # a read started late in a call of many claims ends with the call's time too
                 async with asyncio.timeout_at(until):
-                    return await self.claims.read_claim(ref.namespace, ref.name)
+                    return await self.claims.read_claim(ref.namespace, ref.name, until=until)
             except ClaimReadError as exc:
                 return exc
             except TimeoutError:

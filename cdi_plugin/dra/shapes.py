@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime
 import email.utils
 import json
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -29,6 +30,8 @@ WATCH_TYPES = frozenset({"ADDED", "MODIFIED", "DELETED", "BOOKMARK", "ERROR"})
 MAX_HEADER_CHARS = 64
 #: The longest wait a ``Retry-After`` may ask for and be heard (a longer one is not meant).
 MAX_RETRY_AFTER = 86400.0
+#: The lines of a repeated ``Retry-After``, and the members of a folded one, looked at.
+MAX_RETRY_AFTER_MEMBERS = 4
 #: The causes of a Status looked at (the API server sends a few).
 MAX_CAUSES = 32
 
@@ -109,6 +112,9 @@ class Status:
     reason: str
     message: str
     version_too_large: bool = False
+    #: ``details.retryAfterSeconds``: the seconds to wait before trying again (None: none, or
+    #: not a number of seconds from 1 to :data:`MAX_RETRY_AFTER`).
+    retry_after: float | None = None
 
     def __str__(self) -> str:
         return f"{self.code} {self.reason}: {clipped(self.message, 200)}".replace(" :", ":")
@@ -124,7 +130,15 @@ def status_of(obj: Mapping[str, Any]) -> Status | None:
         message = _at(obj, "message", str, required=False) or ""
     except BadAnswer:
         return None
-    return Status(code, clipped(reason, 40), message, _version_too_large(obj, code, message))
+    return Status(code, clipped(reason, 40), message, _version_too_large(obj, code, message), _wait(obj))
+
+
+def _wait(obj: Mapping[str, Any]) -> float | None:
+    try:
+        seconds = _at(obj, "details.retryAfterSeconds", int, required=False)
+    except BadAnswer:
+        return None
+    return float(seconds) if seconds is not None and 0 < seconds <= MAX_RETRY_AFTER else None
 
 
 def _version_too_large(obj: Mapping[str, Any], code: int, message: str) -> bool:
@@ -137,13 +151,31 @@ def _version_too_large(obj: Mapping[str, Any], code: int, message: str) -> bool:
     return code == 504 and "Too large resource version" in message
 
 
-def retry_after(value: str | None, now: float) -> float | None:
-    """The seconds a ``Retry-After`` header asks to wait (delay-seconds, or an HTTP-date compared
-    with ``now``, a Unix time); None when there is none, or it is not one of those, is in the
-    past, or is more than :data:`MAX_RETRY_AFTER` seconds away."""
-    if value is None or len(value) > MAX_HEADER_CHARS:
-        return None
-    value = value.strip()
+def retry_after(values: list[str], now: float) -> float | None:
+    """The seconds the ``Retry-After`` header lines ``values`` ask to wait: the first member that
+    is a wait (delay-seconds, or an HTTP-date compared with ``now``, a Unix time), whether the
+    header is repeated or its lines folded into one with commas (``5, 7``: 5 s). The field allows
+    a single value (RFC 9110, section 10.2.3), so a repetition is a sender's error; the first value
+    is what client-go and Go's ``Header.Get`` read. None when there is no wait among the first
+    :data:`MAX_RETRY_AFTER_MEMBERS` members: none, not one of those, in the past, more than
+    :data:`MAX_RETRY_AFTER` seconds away, or a line longer than :data:`MAX_HEADER_CHARS`."""
+    members = [m for v in values[:MAX_RETRY_AFTER_MEMBERS] if len(v) <= MAX_HEADER_CHARS for m in _members(v)]
+    for member in members[:MAX_RETRY_AFTER_MEMBERS]:
+        seconds = _seconds(member, now)
+        if seconds is not None:
+            return seconds
+    return None
+
+
+#: A member of a list of waits: delay-seconds, or an HTTP-date, whose day name ends with a comma.
+_MEMBER = re.compile(r"(?:(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun)[a-z]*,)?[^,]*")
+
+
+def _members(value: str) -> list[str]:
+    return [m.group().strip() for m in _MEMBER.finditer(value) if m.group().strip()]
+
+
+def _seconds(value: str, now: float) -> float | None:
     if value.isascii() and value.isdigit():
         seconds = float(value)
     else:

@@ -74,7 +74,9 @@ class Claims:
     def add(self, obj: dict[str, Any]) -> None:
         self.objects[obj["metadata"]["namespace"], obj["metadata"]["name"]] = obj
 
-    async def read_claim(self, namespace: str, name: str) -> Mapping[str, Any] | None:
+    async def read_claim(
+        self, namespace: str, name: str, *, until: float | None = None
+    ) -> Mapping[str, Any] | None:
         self.reads += 1
         if self.down:
             raise ClaimReadError("connection refused")
@@ -301,12 +303,14 @@ class SlowClaims(Claims):
         self.seconds = seconds
         self.in_flight = self.most = 0
 
-    async def read_claim(self, namespace: str, name: str) -> Mapping[str, Any] | None:
+    async def read_claim(
+        self, namespace: str, name: str, *, until: float | None = None
+    ) -> Mapping[str, Any] | None:
         self.in_flight += 1
         self.most = max(self.most, self.in_flight)
         try:
             await asyncio.sleep(self.seconds)
-            return await super().read_claim(namespace, name)
+            return await super().read_claim(namespace, name, until=until)
         finally:
             self.in_flight -= 1
 

@@ -148,11 +148,24 @@ NOW = 1_800_000_000.0
 
 
 def test_a_retry_after_is_seconds_or_a_date_else_nothing() -> None:
-    assert retry_after("7", NOW) == 7.0
-    assert retry_after(" 120 ", NOW) == 120.0
-    assert retry_after(email.utils.formatdate(NOW + 20, usegmt=True), NOW) == 20.0
-    assert retry_after(email.utils.formatdate(NOW + 20), NOW) == 20.0  # as -0000, taken as GMT
-    for garbage in (None, "", "0", "-5", "1.5", "1e3", "soon", "\u0663", "3, 4", "9" * 65, "86401",
+    assert retry_after(["7"], NOW) == 7.0
+    assert retry_after([" 120 "], NOW) == 120.0
+    assert retry_after([email.utils.formatdate(NOW + 20, usegmt=True)], NOW) == 20.0
+    assert retry_after([email.utils.formatdate(NOW + 20)], NOW) == 20.0  # as -0000, taken as GMT
+    for garbage in ("", "0", "-5", "1.5", "1e3", "soon", "\u0663", "9" * 65, "86401",
                     email.utils.formatdate(NOW - 20, usegmt=True), "Mon, 99 Foo 2015 99:99:99 GMT",
                     "Sat, 01 Jan 10000 00:00:00 GMT", "Fri, 31 Dec 9999 23:59:59 GMT"):  # fmt: skip
-        assert retry_after(garbage, NOW) is None, garbage
+        assert retry_after([garbage], NOW) is None, garbage
+    assert retry_after([], NOW) is None
+
+
+def test_a_repeated_or_folded_retry_after_counts_by_its_first_wait() -> None:
+    date = email.utils.formatdate(NOW + 20, usegmt=True)
+    assert retry_after(["5", "7"], NOW) == 5.0
+    assert retry_after(["3, 4"], NOW) == 3.0
+    assert retry_after(["soon", "4"], NOW) == 4.0
+    assert retry_after(["soon,4"], NOW) == 4.0
+    assert retry_after([f"{date}, 4"], NOW) == 20.0  # an HTTP-date's own comma is no separator
+    assert retry_after([f"{email.utils.formatdate(NOW - 20, usegmt=True)}, 4"], NOW) == 4.0
+    assert retry_after(["9" * 65, "6"], NOW) == 6.0  # a line too long is no wait
+    assert retry_after(["x, y", "z", "a", "b", "5"], NOW) is None  # the first members only
