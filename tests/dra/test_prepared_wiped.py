@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -179,3 +180,25 @@ def test_a_file_held_read_only_is_still_emptied_when_replaced(path: Path) -> Non
 
     assert not new.reload()
     assert new.problem == replaced(path)
+
+
+def test_a_file_replaced_is_emptied_even_when_linked_elsewhere(path: Path) -> None:
+    """A hard link (``ln``) follows every write in place, so it is no backup; left unemptied, the
+    file replaced would let the instance holding it write its older claims back after a wipe, and
+    forget the claims prepared since."""
+    new, old = PreparedClaims(path), PreparedClaims(path)
+    asyncio.run(new.put({"uid-1": CARD0}))
+    assert old.reload()
+    link = path.with_name("prepared.json.link")
+    os.link(path, link)
+    asyncio.run(new.put(MANY))  # grown: the file both instances held is replaced
+    path.unlink()
+
+    assert not old.reload()
+    assert old.problem == replaced(path)
+    assert not asyncio.run(old.restore())
+    assert not path.exists()
+    assert link.stat().st_size == 0
+    assert asyncio.run(new.restore())
+    assert old.unusable() is None
+    assert old.state.claims.keys() == {"uid-1", *MANY}
