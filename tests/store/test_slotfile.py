@@ -109,7 +109,10 @@ def test_a_record_larger_than_a_slot_grows_the_file_by_writing_it_whole(tmp_path
     seen = written(path, b"small", b"small again")
     before = path.stat().st_ino
     big = b"x" * (MIN_SLOT - HEADER.size - FOOTER.size + 1)
-    seen = write(path, big, seen, MAX)
+    with path.open("rb") as held:
+        os.link(path, tmp_path / "link")
+        seen = write(path, big, seen, MAX)
+        assert os.fstat(held.fileno()).st_size == 0  # the file replaced is emptied, linked or not
     grown = path.stat()
     assert grown.st_ino != before
     assert grown.st_size == 4 * MIN_SLOT
@@ -276,8 +279,8 @@ def test_two_processes_writing_where_the_file_was_removed_create_it_once(tmp_pat
     last saw (removed): one creates it, the other's write fails (it never replaces the first
     one's), and no temporary file is left."""
     context = multiprocessing.get_context("fork")
-    for round in range(20):
-        path = tmp_path / f"state-{round}"
+    for i in range(20):
+        path = tmp_path / f"state-{i}"
         seen = written(path, b"before")
         path.unlink()
         start = context.Barrier(2)
@@ -287,7 +290,21 @@ def test_two_processes_writing_where_the_file_was_removed_create_it_once(tmp_pat
         for writer in writers:
             writer.join(30)
         done = [name for name, writer in zip((b"a", b"b"), writers, strict=True) if writer.exitcode == 0]
-        assert sorted(writer.exitcode for writer in writers) == [0, 1], round
+        assert sorted(writer.exitcode for writer in writers) == [0, 1], i
         reading = read(path, MAX, "state")
         assert (reading.record, reading.seen.sequence) == (done[0], 2)
     assert sorted(os.listdir(tmp_path)) == sorted(f"state-{i}" for i in range(20))
+
+
+def test_a_file_with_the_inode_seen_but_another_origin_is_not_written_into(tmp_path: Path) -> None:
+    """An inode number is reused once its file is removed: another process's file may have the
+    one last seen here, and the same size."""
+    path = tmp_path / "state"
+    seen = written(path, b"mine")
+    theirs = tmp_path / "theirs"
+    written(theirs, b"theirs")
+    path.write_bytes(theirs.read_bytes())  # same inode, same size, another origin
+    with pytest.raises(SpecWriteError) as info:
+        write(path, b"mine again", seen, MAX)
+    assert "another file is in its place than the one last read here" in str(info.value)
+    assert path.read_bytes() == theirs.read_bytes()
