@@ -12,17 +12,20 @@ driver or of the kubelet loses none (the document: :mod:`cdi_plugin.dra.prepared
   device) of at most :data:`MAX_STATE_BYTES`, never blocking, then checked field by field. A file
   that cannot be used is never overwritten: :attr:`PreparedClaims.problem` says why, and nothing
   is prepared or released until it is repaired or moved away (it is read again at each call); so
-  is a record older than the one this process last read or wrote (a copy put back). A plain JSON
-  file (as written before slots) is read, and replaced by a slot file at the first change.
+  is a record older than the one this process last read or wrote (a copy put back: :func:`_older`).
+  A plain JSON file (as written before slots) is read, and replaced by a slot file at the first
+  change.
 * :meth:`PreparedClaims.restore` writes the claims again when the file is gone (the kubelet wiped
   its directory, or a file refused was moved away).
 * The file last read or written is kept open. Removed with its directory, it still holds the last
   record any instance wrote in place, which may be newer than the one this process read (two
   instances during an update): the claims are taken from it before anything is prepared, released
-  or written again. A file replaced by a newer one (written whole) is emptied once it is linked
-  nowhere (:func:`~cdi_plugin.store.slotfile.retire`), so that an instance still holding it waits
-  for the file to be written again by whoever has the newer record, instead of writing its older
-  claims back.
+  or written again. A file replaced by a newer one (written whole) is emptied by the instance
+  that replaced it, and by any that sees it replaced once it is linked nowhere
+  (:func:`~cdi_plugin.store.slotfile.retire`), so that an instance still holding it waits for the
+  file to be written again instead of writing its older claims back: by whoever has the newer
+  record, or by an instance restarted since (a file written after the one it held is then taken
+  whatever its record number, as a restart would take it).
 * :meth:`PreparedClaims.reload` reads the file again only when it changed since this process last
   read or wrote it (else an ``lstat`` and the two slot headers): a process sharing the file reloads
   before each change.
@@ -72,6 +75,10 @@ class PreparedClaims:
         self.problem: str | None = None
         self._seen: slotfile.Seen | None = None
         self._held: _Held | None = None
+        #: The record last read or written here is known not to be the newest (the file held was
+        #: replaced before it went, or overwritten with another record of that number): a file
+        #: written anew since is taken, whatever its record number.
+        self._superseded = False
         self._damaged: str | None = None
         self._lock = asyncio.Lock()
         self._writer = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="prepared-claims")
@@ -97,7 +104,7 @@ class PreparedClaims:
         except (SpecLoadError, PreparedStateError) as exc:
             self.problem = str(exc)
             return False
-        older = _older(reading.seen, self._seen)
+        older = _older(reading.seen, self._seen, self._superseded)
         if older is not None:
             self.problem = f"{self.path}: {older}"
             return False
@@ -105,13 +112,15 @@ class PreparedClaims:
         if reading.damaged is not None and reading.damaged != self._damaged:
             log.warning("%s: %s", self.path, reading.damaged)
         self.problem, self._seen, self._damaged = None, reading.seen, reading.damaged
+        self._superseded = False
         self._hold()
         return True
 
     def _caught_up(self) -> bool:
         """The file is gone: the claims of the record last written in the file this process holds
         open, if newer than the one it read (another instance's); False, and :attr:`problem` set,
-        when that file was replaced by a newer one before it went, or cannot be read."""
+        when that file was replaced by a newer one before it went, cannot be read, or holds
+        another record of the number last read or written here (two writers without the lock)."""
         if self._held is None:
             self.problem = None
             return True
@@ -119,13 +128,20 @@ class PreparedClaims:
             reading = slotfile.read_open(self._held.fd, MAX_STATE_BYTES, f"{self.path} (removed)")
             state = decode(reading.record, str(self.path)) if reading.seen.slot_size else None
         except (OSError, SpecLoadError, PreparedStateError):
+            self._superseded = True
             self.problem = (
                 f"{self.path}: removed, and the file this driver read last was replaced before by "
-                "another instance, which holds the claims written last (it writes them again)"
+                "another instance, which holds the claims written last; waiting for the file to be "
+                "written again"
             )
             return False
-        last = self._seen.sequence if self._seen is not None else 0
-        if state is not None and reading.seen.sequence > last:
+        found, last = reading.seen, self._seen.sequence if self._seen is not None else 0
+        other = _other_record(found, self._seen) if state is not None and self._seen is not None else None
+        if other is not None:
+            self._superseded = True
+            self.problem = f"{self.path}: removed, holding {other}"
+            return False
+        if state is not None and found.sequence > last:
             log.warning(
                 "%s was removed: %s from record %d, written since this driver read it",
                 self.path,
@@ -233,9 +249,11 @@ class PreparedClaims:
             concurrent.futures.wait([write])
             if not write.cancelled() and write.exception() is None:
                 self.state = state
+                self._superseded = False
                 self._hold()
             raise
         self.state = state
+        self._superseded = False
         self._hold()
 
     def _write(self, state: PreparedState) -> None:
@@ -259,19 +277,44 @@ class _Held:
 
 
 _WHY_OLDER = "a copy put back, or another instance's older state?"
+_WHY_OTHER = "two instances wrote it without excluding each other, or a copy was put back?"
 
 
-def _older(found: slotfile.Seen, last: slotfile.Seen | None) -> str | None:
+def _older(found: slotfile.Seen, last: slotfile.Seen | None, superseded: bool) -> str | None:
     """Why the record found is not as new as the one this process last read or wrote, or None: a
     copy put back, or the file written again by another instance that missed changes since (the
     directory wiped during an update); believed, it forgets the claims prepared since and keeps
     those released since. Each write, by any instance, numbers its record one more than the
-    newest it knows."""
-    if last is None or found.sequence > last.sequence or not last.sequence:
+    newest it knows; a file written whole has an origin later than the one it replaces. So a file
+    of another origin is newer when its origin is later and its record number higher, or, when
+    the record last read or written here is ``superseded`` already, whatever its number (written
+    anew by an instance restarted since: as a restart of this one would, it is taken)."""
+    if last is None or not last.sequence:
+        return None
+    if found.origin is not None and last.origin is not None and found.origin != last.origin:
+        if found.origin < last.origin:
+            return (
+                f"record {found.sequence} of a file written before the one this driver last read or "
+                f"wrote ({_WHY_OLDER})"
+            )
+        if found.sequence > last.sequence or superseded:
+            return None
+        return (
+            f"record {found.sequence} of a file written anew by an instance that did not know record "
+            f"{last.sequence} this driver last read or wrote (restarted after the directory was wiped?)"
+        )
+    if found.sequence > last.sequence:
         return None
     if found.sequence < last.sequence:
         what = f"record {found.sequence}" if found.slot_size else "a file without record numbers"
         return f"{what}, older than record {last.sequence} this driver last read or wrote ({_WHY_OLDER})"
-    if found.headers[found.newest] != last.headers[last.newest]:
-        return f"another record {found.sequence} than the one this driver last read or wrote ({_WHY_OLDER})"
-    return None
+    return _other_record(found, last)
+
+
+def _other_record(found: slotfile.Seen, last: slotfile.Seen) -> str | None:
+    """Whether the record found has the number of the one last read or written here, not its
+    contents: under the lock, no two writes give a file the same number; so neither is known to
+    be the newest, and the file is refused."""
+    if found.sequence != last.sequence or found.headers[found.newest] == last.headers[last.newest]:
+        return None
+    return f"another record {found.sequence} than the one this driver last read or wrote ({_WHY_OTHER})"

@@ -5,9 +5,9 @@ is named ``.<name>.<random>.tmp``, which runtimes never read (they read only ``*
 ``*.yaml``). Data is fsynced before the rename and the directory after it.
 
 :class:`StagedFile` splits the same steps in two, so that several files can be written before
-any of them replaces its target: a full disk or a read-only file system shows up while staging,
-when nothing visible has changed yet. :func:`remove_stale` removes the temporary files a killed
-process left behind.
+any of them replaces its target (or, :meth:`StagedFile.create`, is created where none is): a full
+disk or a read-only file system shows up while staging, when nothing visible has changed yet.
+:func:`remove_stale` removes the temporary files a killed process left behind.
 """
 
 from __future__ import annotations
@@ -97,6 +97,8 @@ class StagedFile:
                 os.fchmod(fh.fileno(), mode)
                 if durable:
                     os.fsync(fh.fileno())
+                #: The staged file's identity, which the target has once committed or created.
+                self.info = os.fstat(fh.fileno())
         except OSError as exc:
             self.discard()
             raise SpecWriteError(f"{path}: cannot write: {exc.strerror or exc}") from None
@@ -111,6 +113,23 @@ class StagedFile:
             self.discard()
             raise SpecWriteError(f"{self.path}: cannot replace: {exc.strerror or exc}") from None
         self._tmp = None
+
+    def create(self) -> bool:
+        """Give the staged data the target's name only where there is none: ``link`` fails when
+        another process created it meanwhile, so there is no window between a check and the
+        rename. False then (the staged file is removed, the other file stays); the directory is
+        fsynced by the caller."""
+        if self._tmp is None:
+            raise SpecWriteError(f"{self.path}: nothing staged")
+        try:
+            os.link(self._tmp, self.path, follow_symlinks=False)
+        except FileExistsError:
+            return False
+        except OSError as exc:
+            raise SpecWriteError(f"{self.path}: cannot create: {exc.strerror or exc}") from None
+        finally:
+            self.discard()
+        return True
 
     def discard(self) -> None:
         if self._tmp is not None:

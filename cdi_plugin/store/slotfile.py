@@ -16,20 +16,36 @@ least :data:`MIN_SLOT`, so that the two never share a block or a page), each sta
     checksum        u32      CRC-32 of the header's first 28 bytes, then of the record
 
 A slot never written holds zeros. The newest record is the one of the highest sequence whose
-checksum holds: a torn write fails its checksum, and the other slot's record is the newest.
+checksum holds: a torn write fails its checksum, and the other slot's record is the newest. The
+file's last 32 bytes (in slot 1, after any record: a reader of format 1 that knows no origin
+passes over them) are its origin, written once when the file is written whole::
+
+    magic           8 bytes  "CDIORIGN"
+    created         u64      nanoseconds since the epoch, later than the origin of the file it
+                             replaces (the one last read or written here)
+    nonce           u64      random
+    checksum        u32      CRC-32 of the 24 bytes before it; then 4 zero bytes
+
+so that a file written anew since the one a process last read (another file) is told from a copy
+of an earlier one put back; a file without a valid origin (written before origins, or a record
+written in place over it) has none.
 
 * :func:`write` puts the record in the slot that does not hold the newest one (``pwrite``, then
   ``fdatasync``: the file's size and blocks stay as they are, so no metadata has to be journaled).
   The file is created, and grown (the slot size doubled until the record fits), by writing it
-  whole, zero-filled to its full size, with :func:`~cdi_plugin.store.atomic.write_atomic`; a
-  plain file read here is replaced the same way. Another file than the one last read or written
-  here (another process wrote it since) is never replaced.
+  whole, zero-filled to its full size: a temporary file beside it, fsynced, then linked at the
+  path where there is no file (``link`` fails if another process created one meanwhile: no window
+  between a check and the creation), or renamed over the file last read or written here (grown,
+  or a plain file replaced), then the directory fsynced. Another file than the one last read or
+  written here (another process wrote it since) is never replaced; the file replaced is emptied
+  (truncated), whatever other names it has, as :func:`retire` does.
 * :func:`read` reads the file with the bounded reader; a file without the magic is returned whole
   (a plain file, as the state was written before slots).
 * :func:`read_open` reads a file already open, by its descriptor (a file removed since, which
   another process may have written since this one last read it).
-* :func:`retire` empties a file replaced by a newer one, for the processes that still hold it open
-  (a plain file too: it is never written in place, so nothing else says it was replaced).
+* :func:`retire` empties a file replaced by a newer one once it is linked nowhere, for the
+  processes that still hold it open (a plain file too: it is never written in place, so nothing
+  else says it was replaced); the process that replaced it empties it at once.
 * :func:`changed` tells whether the file is still as last read or written here: one ``lstat`` and,
   for a slot file, its two headers (an in-place write changes neither the inode nor the size, and
   timestamps are too coarse to show two writes in a row).
@@ -39,14 +55,16 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import stat
 import struct
+import time
 import zlib
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from cdi_plugin.errors import SpecLoadError, SpecWriteError
-from cdi_plugin.store.atomic import write_atomic
+from cdi_plugin.store.atomic import StagedFile, fsync_dir
 from cdi_plugin.store.files import open_regular, read_file_stat
 
 MAGIC = b"CDISLOTS"
@@ -54,6 +72,8 @@ FORMAT_VERSION = 1
 HEADER = struct.Struct("<8sIIQII")
 _CHECKED = HEADER.size - 4  # the header's bytes the checksum covers
 _ZEROS = bytes(HEADER.size)
+FOOTER = struct.Struct("<8sQQI4x")
+FOOTER_MAGIC = b"CDIORIGN"
 #: The smallest slot: no two slots share a block or a page (64 KiB pages included).
 MIN_SLOT = 64 * 1024
 
@@ -75,6 +95,8 @@ class Seen:
     headers: _Headers = (None, None)
     newest: int = 0
     sequence: int = 0
+    #: A slot file's origin (created, nonce; see the module's docstring), or None.
+    origin: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +119,19 @@ def record_slot(sequence: int, record: bytes, slot_size: int) -> bytes:
     """The bytes a slot starts with to hold ``record``: its header, then the record."""
     head = HEADER.pack(MAGIC, FORMAT_VERSION, slot_size, sequence, len(record), 0)[:_CHECKED]
     return head + struct.pack("<I", zlib.crc32(record, zlib.crc32(head))) + record
+
+
+def origin_footer(origin: tuple[int, int]) -> bytes:
+    """The file's last bytes, which say when it was written whole."""
+    head = FOOTER.pack(FOOTER_MAGIC, *origin, 0)[: FOOTER.size - 8]
+    return head + struct.pack("<I", zlib.crc32(head)) + bytes(4)
+
+
+def _origin(data: bytes) -> tuple[int, int] | None:
+    magic, created, nonce, checksum = FOOTER.unpack(data[-FOOTER.size :])
+    if magic != FOOTER_MAGIC or checksum != zlib.crc32(data[-FOOTER.size : -8]):
+        return None
+    return created, nonce
 
 
 def _slot(data: bytes, index: int, slot_size: int) -> tuple[int, bytes] | str:
@@ -155,7 +190,12 @@ def parse(data: bytes, source: str, max_bytes: int) -> Reading:
         for i, s in enumerate(slots)
     ]
     seen = Seen(
-        (0, 0, len(data)), slot_size=slot_size, headers=(kept[0], kept[1]), newest=newest, sequence=sequence
+        (0, 0, len(data)),
+        slot_size=slot_size,
+        headers=(kept[0], kept[1]),
+        newest=newest,
+        sequence=sequence,
+        origin=_origin(data),
     )
     return Reading(record, seen, damaged)
 
@@ -193,8 +233,12 @@ def retire(fd: int) -> None:
     for reading only."""
     with contextlib.suppress(OSError):
         info = os.fstat(fd)
-        if info.st_nlink or not stat.S_ISREG(info.st_mode):
-            return
+        if info.st_nlink == 0 and stat.S_ISREG(info.st_mode):
+            _empty(fd)
+
+
+def _empty(fd: int) -> None:
+    with contextlib.suppress(OSError):
         writable = os.open(f"/proc/self/fd/{fd}", os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
         try:
             os.ftruncate(writable, 0)
@@ -236,7 +280,7 @@ def write(path: Path, record: bytes, seen: Seen | None, max_bytes: int, mode: in
     the slot written in place is marked empty (its header zeroed), so that a record whose
     ``fdatasync`` failed is not read back from the page cache.
     """
-    if seen is not None and seen.slot_size and HEADER.size + len(record) <= seen.slot_size:
+    if seen is not None and seen.slot_size and _fits(record, seen.slot_size):
         done = _in_place(path, record, seen)
         if done is not None:
             return done
@@ -255,12 +299,11 @@ def _in_place(path: Path, record: bytes, seen: Seen) -> Seen | None:
     offset = target * seen.slot_size
     data = record_slot(seen.sequence + 1, record, seen.slot_size)
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as exc:
         raise SpecWriteError(f"{path}: cannot write: {exc.strerror or exc}") from None
     try:
-        info = os.fstat(fd)
-        if (info.st_dev, info.st_ino, info.st_size) != seen.file:
+        if not _is_seen(fd, seen):
             return None
         view = memoryview(data)
         while view:
@@ -278,28 +321,91 @@ def _in_place(path: Path, record: bytes, seen: Seen) -> Seen | None:
     return replace(seen, headers=headers, newest=target, sequence=seen.sequence + 1)
 
 
+def _is_seen(fd: int, seen: Seen) -> bool:
+    """Whether the file open as ``fd`` is the one ``seen`` describes: its device, inode and size,
+    and its origin (an inode number is reused once a file is removed: another process's file may
+    have it)."""
+    info = os.fstat(fd)
+    if (info.st_dev, info.st_ino, info.st_size) != seen.file:
+        return False
+    found = (
+        _origin(os.pread(fd, FOOTER.size, info.st_size - FOOTER.size))
+        if info.st_size >= FOOTER.size
+        else None
+    )
+    return found == seen.origin
+
+
+def _fits(record: bytes, slot_size: int) -> bool:
+    return HEADER.size + len(record) + FOOTER.size <= slot_size
+
+
+_ANOTHER = (
+    "another file is in its place than the one last read here (written meanwhile by another "
+    "process?); it is not replaced"
+)
+
+
 def _whole(path: Path, record: bytes, seen: Seen | None, max_bytes: int, mode: int) -> Seen:
-    with contextlib.suppress(FileNotFoundError):
-        st = os.lstat(path)
-        if stat.S_ISREG(st.st_mode) and (seen is None or (st.st_dev, st.st_ino) != seen.file[:2]):
-            raise SpecWriteError(
-                f"{path}: cannot write: another file is in its place than the one last read here "
-                "(written meanwhile by another process?); it is not replaced"
-            )
     slot_size = max(MIN_SLOT, seen.slot_size if seen is not None else 0)
-    while HEADER.size + len(record) > slot_size:
+    while not _fits(record, slot_size):
         slot_size *= 2
     if 2 * slot_size > max_bytes:
         raise SpecWriteError(
             f"{path}: cannot write: {len(record)} bytes, more than a slot of the file holds "
-            f"({max_bytes // 2 - HEADER.size})"
+            f"({max_bytes // 2 - HEADER.size - FOOTER.size})"
         )
     sequence = (seen.sequence if seen is not None else 0) + 1
+    created = time.time_ns()
+    if seen is not None and seen.origin is not None:
+        created = max(created, seen.origin[0] + 1)
+    origin = (created, secrets.randbits(64))
     data = record_slot(sequence, record, slot_size)
-    write_atomic(path, data + bytes(2 * slot_size - len(data)), mode)
+    staged = StagedFile(
+        path, data + bytes(2 * slot_size - len(data) - FOOTER.size) + origin_footer(origin), mode
+    )
+    replaced = None
     try:
-        st = os.lstat(path)
-        file = (st.st_dev, st.st_ino, st.st_size)
-    except OSError:
-        file = (-1, -1, -1)  # gone already: the next write writes it whole again
-    return Seen(file, slot_size=slot_size, headers=(data[: HEADER.size], _ZEROS), sequence=sequence)
+        try:
+            st: os.stat_result | None = os.lstat(path)
+        except FileNotFoundError:
+            st = None
+        if st is None:
+            if not staged.create():
+                raise SpecWriteError(f"{path}: cannot write: {_ANOTHER}")
+        elif not stat.S_ISREG(st.st_mode):
+            staged.commit()  # fails over a directory
+        else:
+            replaced = _opened_if_seen(path, seen)
+            staged.commit()
+    except BaseException:
+        if replaced is not None:
+            os.close(replaced)
+        raise
+    finally:
+        staged.discard()
+    fsync_dir(path.parent)
+    if replaced is not None:
+        _empty(replaced)
+        os.close(replaced)
+    info = staged.info
+    return Seen(
+        (info.st_dev, info.st_ino, info.st_size),
+        slot_size=slot_size,
+        headers=(data[: HEADER.size], _ZEROS),
+        sequence=sequence,
+        origin=origin,
+    )
+
+
+def _opened_if_seen(path: Path, seen: Seen | None) -> int:
+    """The file at ``path`` open for reading, if it is the one ``seen`` describes (the one about
+    to be replaced, emptied once it is); SpecWriteError else."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        raise SpecWriteError(f"{path}: cannot write: {exc.strerror or exc}") from None
+    if seen is None or not _is_seen(fd, seen):
+        os.close(fd)
+        raise SpecWriteError(f"{path}: cannot write: {_ANOTHER}")
+    return fd

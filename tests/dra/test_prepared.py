@@ -20,7 +20,7 @@ from cdi_plugin.dra.prepare import PreparedDevice
 from cdi_plugin.dra.prepared import PreparedClaims, StateWriteError, read_prepared
 from cdi_plugin.dra.preparedstate import PreparedState, encode
 from cdi_plugin.store.atomic import write_atomic
-from cdi_plugin.store.slotfile import HEADER, MIN_SLOT
+from cdi_plugin.store.slotfile import HEADER, MIN_SLOT, record_slot
 from tests.dra.test_prepared_serve import BAD_FILES
 
 pytestmark = pytest.mark.timeout(30)
@@ -297,16 +297,24 @@ def test_a_reader_in_another_process_sees_each_change(path: Path) -> None:
 def test_a_record_not_as_new_as_the_last_one_seen_is_refused_and_memory_kept(path: Path) -> None:
     prepared = PreparedClaims(path)
     asyncio.run(prepared.put({"uid-1": CARD0}))
+    copy = path.read_bytes()  # record 1, in slot 0
     asyncio.run(prepared.put({"uid-2": CARD1}))  # record 2
     kept = prepared.state
+    other = record_slot(2, encode(PreparedState({"uid-3": CARD0})), MIN_SLOT)
+    write_atomic(path, copy[:MIN_SLOT] + other + copy[MIN_SLOT + len(other) :])  # of this file's origin
+    assert not prepared.reload()
+    assert prepared.problem == (
+        f"{path}: another record 2 than the one this driver last read or wrote (two instances wrote "
+        "it without excluding each other, or a copy was put back?)"
+    )
     elsewhere = PreparedClaims(path.with_name("elsewhere.json"))
     asyncio.run(elsewhere.put({"uid-3": CARD0}))
-    asyncio.run(elsewhere.put({"uid-4": CARD1}))  # another record 2
+    asyncio.run(elsewhere.put({"uid-4": CARD1}))  # record 2 of a file written since
     os.replace(elsewhere.path, path)
     assert not prepared.reload()
     assert prepared.problem == (
-        f"{path}: another record 2 than the one this driver last read or wrote (a copy put back, or "
-        "another instance's older state?)"
+        f"{path}: record 2 of a file written anew by an instance that did not know record 2 this "
+        "driver last read or wrote (restarted after the directory was wiped?)"
     )
     write_atomic(path, encode(PreparedState({"uid-3": CARD0})))  # as an earlier release wrote it
     assert not prepared.reload()

@@ -5,16 +5,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import shutil
 import subprocess
-from collections.abc import Iterator
+import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-from cdi_plugin.dra.prepared import PreparedClaims, StateWriteError, read_prepared
+from cdi_plugin.dra.prepared import MAX_STATE_BYTES, PreparedClaims, StateWriteError, read_prepared
 from cdi_plugin.dra.preparedstate import PreparedState, encode
 from cdi_plugin.dra.service import DraService
 from cdi_plugin.inventory import SpecInventory
+from cdi_plugin.store import slotfile
 from cdi_plugin.store.slotfile import MIN_SLOT
 from tests.dra.conftest import DRIVER, NODE
 from tests.dra.test_health import inventory
@@ -32,7 +36,7 @@ MANY = {f"uid-{i}": card(i) for i in range(10, 10 + MIN_SLOT // 100)}
 def replaced(path: Path) -> str:
     return (
         f"{path}: removed, and the file this driver read last was replaced before by another "
-        "instance, which holds the claims written last (it writes them again)"
+        "instance, which holds the claims written last; waiting for the file to be written again"
     )
 
 
@@ -179,3 +183,127 @@ def test_a_file_held_read_only_is_still_emptied_when_replaced(path: Path) -> Non
 
     assert not new.reload()
     assert new.problem == replaced(path)
+
+
+def test_a_file_replaced_is_emptied_even_when_linked_elsewhere(path: Path) -> None:
+    """A hard link (``ln``) follows every write in place, so it is no backup; left unemptied, the
+    file replaced would let the instance holding it write its older claims back after a wipe, and
+    forget the claims prepared since."""
+    new, old = PreparedClaims(path), PreparedClaims(path)
+    asyncio.run(new.put({"uid-1": CARD0}))
+    assert old.reload()
+    link = path.with_name("prepared.json.link")
+    os.link(path, link)
+    asyncio.run(new.put(MANY))  # grown: the file both instances held is replaced
+    path.unlink()
+
+    assert not old.reload()
+    assert old.problem == replaced(path)
+    assert not asyncio.run(old.restore())
+    assert not path.exists()
+    assert link.stat().st_size == 0
+    assert asyncio.run(new.restore())
+    assert old.unusable() is None
+    assert old.state.claims.keys() == {"uid-1", *MANY}
+
+
+WRITER = """
+import asyncio, sys
+from pathlib import Path
+from cdi_plugin.dra.prepared import PreparedClaims
+from cdi_plugin.dra.preparedstate import decode
+prepared = PreparedClaims(Path(sys.argv[1]))
+for line in sys.stdin:
+    asyncio.run(prepared.put(decode(line.encode(), "stdin").claims))
+    print("written", flush=True)
+"""
+
+
+@contextlib.contextmanager
+def instance(path: Path) -> Iterator[Callable[[PreparedState], None]]:
+    """Another instance, in a process of its own, which keeps the claims it is given; killed
+    (SIGKILL) when the block ends."""
+    child = subprocess.Popen(
+        [sys.executable, "-c", WRITER, str(path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    assert child.stdin is not None
+    assert child.stdout is not None
+
+    def put(state: PreparedState) -> None:
+        assert child.stdin is not None
+        assert child.stdout is not None
+        child.stdin.write(encode(state).decode())
+        child.stdin.flush()
+        assert child.stdout.readline() == "written\n"
+
+    try:
+        yield put
+    finally:
+        child.kill()
+        child.wait(30)
+        child.stdin.close()
+        child.stdout.close()
+
+
+def test_an_instance_waiting_for_a_newer_file_takes_the_one_a_restarted_instance_writes(path: Path) -> None:
+    """The instance that held the newer record is killed before it writes the file again; the
+    one restarted in its place writes record 1 of a new file: the waiting instance takes it, as a
+    restart would, but never a copy of a file it read before."""
+    old = PreparedClaims(path)
+    with instance(path) as put:
+        put(PreparedState({"uid-1": CARD0}))
+        assert old.reload()
+        put(PreparedState(MANY))  # grown: the file old holds is replaced
+        grown = path.read_bytes()
+    shutil.rmtree(path.parent)  # the directory wiped once the instance holding the record is killed
+    assert not old.reload()
+    assert old.problem == replaced(path)
+
+    with instance(path) as put:  # restarted: it knows no claim
+        put(PreparedState({"uid-2": CARD1}))
+        assert old.unusable() is None
+        assert old.state == PreparedState({"uid-2": CARD1})
+    first = path.read_bytes()
+    asyncio.run(old.put({"uid-3": card(3)}))
+
+    path.with_name("copy").write_bytes(grown)  # a file written before the one it read last
+    os.replace(path.with_name("copy"), path)
+    assert not old.reload()
+    assert old.problem == (
+        f"{path}: record 2 of a file written before the one this driver last read or "
+        "wrote (a copy put back, or another instance's older state?)"
+    )
+    path.write_bytes(first)  # an earlier record of the file it read last
+    assert not old.reload()
+    assert old.problem == (
+        f"{path}: record 1, older than record 2 this driver last read or wrote (a copy put back, or "
+        "another instance's older state?)"
+    )
+    assert old.state == PreparedState({"uid-2": CARD1, "uid-3": card(3)})
+
+
+def test_the_file_held_with_another_record_of_the_number_last_seen_is_not_taken_nor_ignored(
+    path: Path,
+) -> None:
+    """Another instance wrote a record of the number this one wrote last into the same file (the
+    lock did not exclude it: both wiped): neither record is known to be the newest, so the file
+    removed is refused until a file is written anew."""
+    one = PreparedClaims(path)
+    asyncio.run(one.put({"uid-1": CARD0}))
+    other = slotfile.read(path, MAX_STATE_BYTES, "state").seen
+    asyncio.run(one.put({"uid-2": CARD1}))  # record 2, in slot 1
+    slotfile.write(path, encode(PreparedState({"uid-1": CARD0, "uid-3": card(3)})), other, MAX_STATE_BYTES)
+    path.unlink()
+
+    assert not one.reload()
+    assert one.problem == (
+        f"{path}: removed, holding another record 2 than the one this driver last read or wrote (two "
+        "instances wrote it without excluding each other, or a copy was put back?)"
+    )
+    assert not asyncio.run(one.restore())
+    assert not path.exists()
+
+    restarted = PreparedClaims(path)
+    asyncio.run(restarted.put({"uid-4": card(4)}))
+    assert one.unusable() is None
+    assert one.state == PreparedState({"uid-4": card(4)})

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from cdi_plugin.errors import SpecWriteError
-from cdi_plugin.store.atomic import NAME_MAX, WRITTEN_NAME_MAX, write_atomic
+from cdi_plugin.store.atomic import NAME_MAX, WRITTEN_NAME_MAX, StagedFile, write_atomic
 from tests.store.unprivileged import python_as_nobody, world_dir
 
 
@@ -131,3 +131,14 @@ def test_read_only_directory_keeps_the_old_file() -> None:
         assert done.stdout == f"{path}: cannot create a file in {d}: Permission denied\n"
         assert path.read_bytes() == b"old"
         assert os.listdir(d) == ["a.json"]
+
+
+def test_create_gives_the_name_only_where_there_is_none(tmp_path: Path) -> None:
+    path = tmp_path / "state"
+    first = StagedFile(path, b"first", 0o600)
+    assert first.create()
+    assert (path.read_bytes(), path.stat().st_ino) == (b"first", first.info.st_ino)
+    assert path.stat().st_nlink == 1  # the temporary name is gone
+    assert not StagedFile(path, b"second", 0o600).create()
+    assert path.read_bytes() == b"first"
+    assert os.listdir(tmp_path) == ["state"]

@@ -4,18 +4,29 @@ record is refused in one line."""
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import resource
 import struct
 import zlib
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from cdi_plugin.errors import SpecLoadError, SpecWriteError
 from cdi_plugin.store import slotfile
 from cdi_plugin.store.atomic import write_atomic
-from cdi_plugin.store.slotfile import HEADER, MIN_SLOT, changed, read, record_slot, write
+from cdi_plugin.store.slotfile import (
+    FOOTER,
+    HEADER,
+    MIN_SLOT,
+    changed,
+    origin_footer,
+    read,
+    record_slot,
+    write,
+)
 
 MAX = 4 * 1024 * 1024
 
@@ -39,7 +50,9 @@ def test_created_zero_filled_then_each_change_overwrites_the_older_slot_in_place
     assert created.st_size == 2 * MIN_SLOT
     assert created.st_mode & 0o777 == 0o600
     assert slot(path, 0)[: HEADER.size + 3] == record_slot(1, b"one", MIN_SLOT)
-    assert slot(path, 1) == bytes(MIN_SLOT)  # zero-filled: an overwrite needs no new block
+    assert slot(path, 1)[: -FOOTER.size] == bytes(MIN_SLOT - FOOTER.size)  # zero-filled: no new block
+    assert seen.origin is not None
+    assert slot(path, 1)[-FOOTER.size :] == origin_footer(seen.origin)
     assert read(path, MAX, "state").record == b"one"
 
     for sequence, record in enumerate([b"two", b"three", b"four"], start=2):
@@ -95,14 +108,17 @@ def test_a_record_larger_than_a_slot_grows_the_file_by_writing_it_whole(tmp_path
     path = tmp_path / "state"
     seen = written(path, b"small", b"small again")
     before = path.stat().st_ino
-    big = b"x" * (MIN_SLOT - HEADER.size + 1)
-    seen = write(path, big, seen, MAX)
+    big = b"x" * (MIN_SLOT - HEADER.size - FOOTER.size + 1)
+    with path.open("rb") as held:
+        os.link(path, tmp_path / "link")
+        seen = write(path, big, seen, MAX)
+        assert os.fstat(held.fileno()).st_size == 0  # the file replaced is emptied, linked or not
     grown = path.stat()
     assert grown.st_ino != before
     assert grown.st_size == 4 * MIN_SLOT
     reading = read(path, MAX, "state")
     assert (reading.record, reading.seen.sequence, reading.seen.slot_size) == (big, 3, 2 * MIN_SLOT)
-    assert slot(path, 1, 2 * MIN_SLOT) == bytes(2 * MIN_SLOT)
+    assert slot(path, 1, 2 * MIN_SLOT)[: -FOOTER.size] == bytes(2 * MIN_SLOT - FOOTER.size)
 
     write(path, b"small", seen, MAX)  # slots stay as large: in place again
     assert (path.stat().st_ino, path.stat().st_size) == (grown.st_ino, grown.st_size)
@@ -122,7 +138,7 @@ def test_a_record_no_slot_can_hold_is_refused_and_changes_nothing(tmp_path: Path
         write(path, b"z" * (MAX // 2), seen, MAX)
     assert (
         str(info.value)
-        == f"{path}: cannot write: {MAX // 2} bytes, more than a slot of the file holds (2097120)"
+        == f"{path}: cannot write: {MAX // 2} bytes, more than a slot of the file holds (2097088)"
     )
     assert path.read_bytes() == before
 
@@ -245,3 +261,50 @@ def test_a_later_format_version_is_named() -> None:
     assert (
         str(info.value) == "f: no slot holds a whole record (slot 0: format version 2, not 1; slot 1: empty)"
     )
+
+
+def _create(path: Path, record: bytes, seen: slotfile.Seen, start: Any) -> None:
+    """In a process of its own: write ``record`` once ``start`` lets it; exit status 1 when the
+    write is refused, 0 when it is done."""
+    start.wait(30)
+    try:
+        write(path, record, seen, MAX)
+    except SpecWriteError:
+        os._exit(1)
+    os._exit(0)
+
+
+def test_two_processes_writing_where_the_file_was_removed_create_it_once(tmp_path: Path) -> None:
+    """The directory wiped, two processes write the file again at once, each from the file it
+    last saw (removed): one creates it, the other's write fails (it never replaces the first
+    one's), and no temporary file is left."""
+    context = multiprocessing.get_context("fork")
+    for i in range(20):
+        path = tmp_path / f"state-{i}"
+        seen = written(path, b"before")
+        path.unlink()
+        start = context.Barrier(2)
+        writers = [context.Process(target=_create, args=(path, name, seen, start)) for name in (b"a", b"b")]
+        for writer in writers:
+            writer.start()
+        for writer in writers:
+            writer.join(30)
+        done = [name for name, writer in zip((b"a", b"b"), writers, strict=True) if writer.exitcode == 0]
+        assert sorted(writer.exitcode for writer in writers) == [0, 1], i
+        reading = read(path, MAX, "state")
+        assert (reading.record, reading.seen.sequence) == (done[0], 2)
+    assert sorted(os.listdir(tmp_path)) == sorted(f"state-{i}" for i in range(20))
+
+
+def test_a_file_with_the_inode_seen_but_another_origin_is_not_written_into(tmp_path: Path) -> None:
+    """An inode number is reused once its file is removed: another process's file may have the
+    one last seen here, and the same size."""
+    path = tmp_path / "state"
+    seen = written(path, b"mine")
+    theirs = tmp_path / "theirs"
+    written(theirs, b"theirs")
+    path.write_bytes(theirs.read_bytes())  # same inode, same size, another origin
+    with pytest.raises(SpecWriteError) as info:
+        write(path, b"mine again", seen, MAX)
+    assert "another file is in its place than the one last read here" in str(info.value)
+    assert path.read_bytes() == theirs.read_bytes()
