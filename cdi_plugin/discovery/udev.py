@@ -213,7 +213,7 @@ class UdevSource:
         if not subsystem:
             return None
         sys_name = _text(lib.udev_device_get_sysname(dev))
-        if set_up_only and self._initialized_only and not lib.udev_device_get_is_initialized(dev):
+        if set_up_only and self._initialized_only and _awaits_udevd(lib, dev):
             who = nodes.printable(f"{subsystem} {sys_name}")
             warnings.append(
                 f"{who}: not set up by udev yet (its rules are still running); left out until it is"
@@ -275,6 +275,16 @@ UDEV_CONTROL = "/run/udev/control"
 #: about 10 MiB of it, and only what is queued uses memory. Beyond ``net.core.rmem_max`` it needs
 #: CAP_NET_ADMIN (recent libudev asks for the same by itself).
 RECEIVE_BUFFER_BYTES = 128 * 1024 * 1024
+
+
+def _awaits_udevd(lib: Any, dev: Any) -> bool:
+    """Whether udevd has yet to set ``dev`` up: it has no database entry though udevd writes one
+    for every device with a number or a network interface once its rules have run (a device with
+    neither and nothing to store never gets one, so it is never waited for)."""
+    if lib.udev_device_get_is_initialized(dev):
+        return False
+    numbered = os.major(lib.udev_device_get_devnum(dev)) != 0
+    return numbered or bool(_opt(lib.udev_device_get_property_value(dev, b"IFINDEX")))
 
 
 def monitor_source() -> MonitorSource:

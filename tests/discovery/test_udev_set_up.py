@@ -81,3 +81,16 @@ def test_scan_writes_only_the_devices_udev_has_set_up_and_says_why(binders: Path
     spec = json.loads((out / "cdi-plugin.io-binder.json").read_text())
     assert [d["name"] for d in spec["devices"]] == ["binder0"]
     assert any("binder1: not set up by udev yet" in w for w in report["warnings"]), report
+
+
+def test_a_device_udevd_keeps_no_entry_for_is_not_waited_for(tmp_path: Path) -> None:
+    # udevd writes no database entry for a device without a number, network interface or
+    # anything to store: such a device is set up without one, and never announced again.
+    path = tmp_path / "platform.umockdev"
+    path.write_text("P: /devices/platform/gadget.0\nE: SUBSYSTEM=platform\nE: MODALIAS=platform:gadget\n\n")
+    query = {"p": Query(subsystems=frozenset({"platform"}))}
+    result = discover([path], query, udev_db=DB, prepare=UDEVD_RUNS)
+    platform = result["p"]
+    assert isinstance(platform, Discovery), platform
+    assert [d.sys_name for d in platform.devices] == ["gadget.0"]
+    assert not [w for w in platform.warnings if "set up" in w]
