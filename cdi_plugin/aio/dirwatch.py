@@ -8,6 +8,11 @@ mounted over a watched directory (or unmounted from it) sends that directory no 
 table is followed too, and a directory that is another one now is watched again. Every relevant
 event fires :attr:`DirWatch.pulse`; consumers re-read the state they care about (they never rely
 on single events), and a queue overflow simply fires the pulse too. No polling.
+
+Two watched paths on one directory (a symbolic link to it, a bind mount) share one inotify watch:
+the kernel keeps one per inode and replaces its mask at each ``add_watch``. Each path's watch
+asks for what every path on the inode needs, each event is told for every such path, and the
+watch is removed only when the last of them goes.
 """
 
 from __future__ import annotations
@@ -37,6 +42,8 @@ ENTRIES = Mask.CREATE | Mask.DELETE | Mask.MOVED_FROM | Mask.MOVED_TO
 FILES = ENTRIES | Mask.CLOSE_WRITE
 _SELF_EVENTS = Mask.DELETE_SELF | Mask.MOVE_SELF
 _ANCESTOR_MASK = Mask.CREATE | Mask.MOVED_TO | _SELF_EVENTS | Mask.ONLYDIR
+#: How a path is resolved, not which events are asked for: kept per path when paths share a watch.
+_FLAGS = Mask.ONLYDIR | Mask.DONT_FOLLOW
 
 Relevant = Callable[[Path, str], bool]
 #: Marked by the kernel (POLLPRI) whenever a file system is mounted or unmounted in this process's
@@ -95,6 +102,9 @@ class DirWatch:
         self._watches: dict[Path, Watch] = {}
         self._masks: dict[Path, Mask] = {}
         self._ids: dict[Path, tuple[int, int] | None] = {}  # the directory each watch is on
+        self._sharing: dict[int, set[Path]] = {}  # watch descriptor -> the paths watched by it
+        #: Watches removed, until the kernel says so (IGNORED): their queued events still count.
+        self._dropped: dict[int, set[Path]] = {}
         self._mounts: tuple[int, select.epoll] | None = None
         self._reader: asyncio.Task[None] | None = None
 
@@ -127,6 +137,8 @@ class DirWatch:
             self._watches.clear()
             self._masks.clear()
             self._ids.clear()
+            self._sharing.clear()
+            self._dropped.clear()
 
     @property
     def targets(self) -> frozenset[Path]:
@@ -160,22 +172,27 @@ class DirWatch:
                     anchor = _nearest_existing(target.parent)
                     wanted[anchor] = wanted.get(anchor, Mask.ZERO) | _ANCESTOR_MASK
             for path in set(self._watches) - set(wanted):
-                watch = self._watches.pop(path)
-                self._masks.pop(path, None)
-                self._ids.pop(path, None)
-                with contextlib.suppress(OSError):
-                    self._inotify.rm_watch(watch)
+                self._drop(path)
+            ids = {path: _identity(path) for path in wanted}
+            events: dict[tuple[int, int], Mask] = {}  # what every path on one directory needs
             for path, mask in wanted.items():
-                now = _identity(path)
+                if (key := ids[path]) is not None:
+                    events[key] = events.get(key, Mask.ZERO) | (mask & ~_FLAGS)
+            for path, own in wanted.items():
+                now = ids[path]
+                mask = own if now is None else own | events[now]
                 if path in refused or (self._masks.get(path) == mask and self._ids.get(path) == now):
                     continue
                 if path in self._watches and self._ids.get(path) != now:  # another directory now (a mount)
-                    with contextlib.suppress(OSError):
-                        self._inotify.rm_watch(self._watches.pop(path))
+                    self._drop(path)
                 try:
-                    self._watches[path] = self._inotify.add_watch(path, mask)
+                    watch = self._inotify.add_watch(path, mask)
+                    if path in self._watches and self._watches[path] is not watch:
+                        self._drop(path)
+                    self._watches[path] = watch
                     self._masks[path] = mask
                     self._ids[path] = now
+                    self._sharing.setdefault(watch.wd, set()).add(path)
                 except OSError as exc:
                     vanished = exc.errno in (errno.ENOENT, errno.ENOTDIR)
                     if not vanished:
@@ -185,6 +202,20 @@ class DirWatch:
             if all(_is_dir(t, self._follow) == (t in self._watches) or t in refused for t in self._targets):
                 return
         log.warning("%s: directories keep changing while being watched; watching what exists", self.name)
+
+    def _drop(self, path: Path) -> None:
+        """Stop watching ``path``; its inotify watch goes with the last path that shares it."""
+        assert self._inotify is not None
+        watch = self._watches.pop(path)
+        self._masks.pop(path, None)
+        self._ids.pop(path, None)
+        sharing = self._sharing.get(watch.wd, set())
+        sharing.discard(path)
+        if not sharing:
+            self._sharing.pop(watch.wd, None)
+            with contextlib.suppress(OSError):
+                self._inotify.rm_watch(watch)
+                self._dropped.setdefault(watch.wd, set()).add(path)
 
     def _follow_mounts(self) -> None:
         try:
@@ -225,28 +256,35 @@ class DirWatch:
         """Handle one event; True when consumers should look again."""
         mask = event.mask
         watch = event.watch
-        path = watch.path if watch is not None else None
+        paths: list[Path] = []
+        if watch is not None:
+            paths = sorted(self._sharing.get(watch.wd) or self._dropped.get(watch.wd) or ())
         if Mask.Q_OVERFLOW in mask:
             self._replan()
             return True
-        if Mask.IGNORED in mask:
-            if path is not None and self._watches.get(path) is watch:
-                self._watches.pop(path, None)
-                self._masks.pop(path, None)
-                self._ids.pop(path, None)
-            return self._replan() or path in self._targets
-        if path is None:
+        if Mask.IGNORED in mask:  # the kernel dropped the watch: every path on it lost it
+            for path in paths:
+                if self._watches.get(path) is watch:
+                    self._watches.pop(path)
+                    self._masks.pop(path, None)
+                    self._ids.pop(path, None)
+            if watch is not None:
+                self._sharing.pop(watch.wd, None)
+                self._dropped.pop(watch.wd, None)
+            return self._replan() or any(path in self._targets for path in paths)
+        if not paths:
             return False
         if mask & _SELF_EVENTS:
             self._replan()
             return True
         name = str(event.name) if event.name is not None else ""
-        appeared = False
-        if path not in self._targets or (Mask.ISDIR in mask and self._under_target(path / name)):
-            appeared = self._replan()
-        if path in self._targets and (self._relevant is None or self._relevant(path, name)):
-            return True
-        return appeared
+        look = False
+        for path in paths:
+            if path not in self._targets or (Mask.ISDIR in mask and self._under_target(path / name)):
+                look = self._replan() or look
+            if path in self._targets and (self._relevant is None or self._relevant(path, name)):
+                look = True
+        return look
 
     def _replan(self) -> bool:
         """Re-plan the watches; True if a target directory is watched now that was not before."""

@@ -30,9 +30,13 @@ def source_problem(spec: str, *, simulated: bool = True) -> str | None:
     )
 
 
-def make_source(spec: str, *, dev_root: str = DEV, simulated: bool = True) -> DeviceSource:
+def make_source(
+    spec: str, *, dev_root: str = DEV, simulated: bool = True, initialized_only: bool | None = None
+) -> DeviceSource:
     """The device source ``spec`` names (see :func:`source_problem`); ``dev_root`` is where the
-    host's /dev is visible to the udev source. Raises :class:`DiscoveryError`."""
+    host's /dev is visible to the udev source, ``initialized_only`` whether it leaves out devices
+    udevd has not set up yet (see :class:`~cdi_plugin.discovery.udev.UdevSource`). Raises
+    :class:`DiscoveryError`."""
     problem = source_problem(spec, simulated=simulated)
     if problem is not None:
         raise DiscoveryError(f"--source {spec!r}: {problem}")
@@ -41,7 +45,7 @@ def make_source(spec: str, *, dev_root: str = DEV, simulated: bool = True) -> De
             from cdi_plugin.discovery.udev import UdevSource
         except ImportError as exc:
             raise DiscoveryError(f"udev discovery is not available: {exc}") from None
-        return UdevSource(dev_root=dev_root)
+        return UdevSource(dev_root=dev_root, initialized_only=initialized_only)
     if spec == SIMULATED:
         from cdi_plugin.discovery.fixture import simulated_source
 

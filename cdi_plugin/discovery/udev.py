@@ -12,6 +12,12 @@ What a :class:`UdevSource` reports for each device of the asked subsystems:
 - ``node``: ``stat`` of the devnode. A node udev announces but /dev lacks (or that is not a device
   file) gives ``node=None`` and a warning; a device without a devnode has both ``None``.
 
+Where udevd runs, a device it has not set up yet (its rules still running: no database entry,
+so none of the ``ID_*`` properties classes match and name devices by, nor its links, and the node
+may lack its final owner and mode) is left out with a warning: udevd announces it once it is set
+up, and a later scan or the watcher's update reads it then. Where no udevd runs, no device is ever
+set up, and every device is reported as the kernel describes it.
+
 Text from libudev is decoded as UTF-8; bytes that are not UTF-8 become ``\\xNN`` escapes, so hostile
 values arrive intact as text and never raise. Nodes matched by the query's devnode globs that no
 reported device owns (same path or same type/major/minor) follow as subsystem-less entries.
@@ -129,8 +135,11 @@ class UdevSource:
     simulated hardware comes from umockdev, which redirects /sys and /dev for the process.
     """
 
-    def __init__(self, *, dev_root: str = DEV) -> None:
+    def __init__(self, *, dev_root: str = DEV, initialized_only: bool | None = None) -> None:
+        """``initialized_only`` leaves out devices udevd has not set up yet (None: where udevd runs;
+        False where nothing would announce them later, e.g. while listening to the kernel's events)."""
         self._dev_root = dev_root.rstrip("/") or "/"
+        self._initialized_only = monitor_source() == "udev" if initialized_only is None else initialized_only
         #: Enumerations of the host's devices so far (each scan makes one).
         self.enumerations = 0
 
@@ -168,8 +177,8 @@ class UdevSource:
 
     def lookup(self, sys_path: str, query: Query) -> DiscoveredDevice | None:
         """The device at ``sys_path`` as :meth:`discover` reports it (its warnings are left out:
-        a node udev announces but /dev lacks has ``node=None``); None when there is none, or not
-        of the query's subsystems."""
+        a node udev announces but /dev lacks has ``node=None``); None when there is none, not
+        of the query's subsystems, or not set up by udevd yet (it announces the device once it is)."""
         check_query(query)
         try:
             dev = pyudev.Devices.from_sys_path(_udev(), sys_path)
@@ -194,16 +203,22 @@ class UdevSource:
             return None
         except OSError as exc:
             raise DiscoveryError(f"udev: cannot read {kind} device {major}:{minor}: {exc}") from exc
-        return self._device(_Reader(context._libudev, frozenset()), dev, Query(), [])
+        return self._device(_Reader(context._libudev, frozenset()), dev, Query(), [], set_up_only=False)
 
     def _device(
-        self, reader: _Reader, dev: Any, query: Query, warnings: list[str]
+        self, reader: _Reader, dev: Any, query: Query, warnings: list[str], set_up_only: bool = True
     ) -> DiscoveredDevice | None:
         lib = reader.lib
         subsystem = _opt(lib.udev_device_get_subsystem(dev))
         if not subsystem:
             return None
         sys_name = _text(lib.udev_device_get_sysname(dev))
+        if set_up_only and self._initialized_only and _awaits_udevd(lib, dev):
+            who = nodes.printable(f"{subsystem} {sys_name}")
+            warnings.append(
+                f"{who}: not set up by udev yet (its rules are still running); left out until it is"
+            )
+            return None
         devnode = _opt(lib.udev_device_get_devnode(dev))
         properties = reader.properties(dev)
         node = None
@@ -260,6 +275,16 @@ UDEV_CONTROL = "/run/udev/control"
 #: about 10 MiB of it, and only what is queued uses memory. Beyond ``net.core.rmem_max`` it needs
 #: CAP_NET_ADMIN (recent libudev asks for the same by itself).
 RECEIVE_BUFFER_BYTES = 128 * 1024 * 1024
+
+
+def _awaits_udevd(lib: Any, dev: Any) -> bool:
+    """Whether udevd has yet to set ``dev`` up: it has no database entry though udevd writes one
+    for every device with a number or a network interface once its rules have run (a device with
+    neither and nothing to store never gets one, so it is never waited for)."""
+    if lib.udev_device_get_is_initialized(dev):
+        return False
+    numbered = os.major(lib.udev_device_get_devnum(dev)) != 0
+    return numbered or bool(_opt(lib.udev_device_get_property_value(dev, b"IFINDEX")))
 
 
 def monitor_source() -> MonitorSource:

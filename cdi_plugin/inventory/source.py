@@ -140,7 +140,7 @@ class SpecSource:
         self._dirty: list[set[str]] = [set() for _ in self.dirs]
         self._everything = True
         self._given: dict[tuple[int, str], Spec | None] = {}
-        #: The files spec files that are symbolic links point to -> (directory index, link name).
+        #: The links and files spec files that are symbolic links go through -> (directory index, link name).
         self._linked: dict[Path, list[tuple[int, str]]] = {}
         #: True once an inotify watch notes every change (:meth:`note`); readings look only at those.
         self.watched = False
@@ -170,8 +170,9 @@ class SpecSource:
         return True
 
     def link_dirs(self) -> frozenset[Path]:
-        """The directories holding the files that spec files which are symbolic links point to:
-        a runtime reads those files, whose changes the spec directories' watch does not see."""
+        """The directories holding the files that spec files which are symbolic links point to,
+        and every link on the way: a runtime reads those files through those links, whose changes
+        the spec directories' watch does not see."""
         return frozenset(target.parent for target in self._linked)
 
     def note_all(self) -> None:
@@ -310,8 +311,9 @@ class SpecSource:
         self.reading = Reading(snapshot, owned, recorded)
         self.generation += 1
         linked: dict[Path, list[tuple[int, str]]] = {}
-        for (i, link), target in self._registry.links.items():
-            linked.setdefault(target, []).append((i, link))
+        for (i, link), chain in self._registry.links.items():
+            for target in chain:
+                linked.setdefault(target, []).append((i, link))
         self._linked = linked
         return None
 

@@ -7,6 +7,7 @@ Configuration, discovery, specs, plan and (unless a dry run) apply, in that orde
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import threading
 from collections.abc import Callable, Collection, Mapping, Sequence
@@ -30,6 +31,8 @@ from cdi_plugin.store.plan import DONE, FileChange, Plan, plan_writes
 from cdi_plugin.store.registry import Stat, file_stat
 from cdi_plugin.store.writer import Applied, apply
 from cdi_plugin.wording import plural
+
+log = logging.getLogger(__name__)
 
 DEFAULT_MAX_VERSION = "0.5.0"
 
@@ -217,6 +220,7 @@ def run_scan(
     else:
         loaded, config_source = list(classes), "<given classes>"
     _refuse_format(runtimes, options.fmt)
+    config_kinds = {c.kind for c in loaded}
     if kinds is not None:
         loaded = [c for c in loaded if c.kind in kinds]
     enabled = any(c.enabled for c in loaded)
@@ -239,9 +243,16 @@ def run_scan(
             force=options.force,
             max_version=options.max_version,
             kinds=kinds,
+            config=config_kinds,
         )
         tell = placing(placed, {s.kind: s.spec for s in build.specs})
         applied = None if held is None else apply(plan, tidy=held.held, placed=tell)
+    for path in plan.adopted if applied is not None else ():
+        log.info(
+            "%s: cdi-gen's again: the directory has no ownership record, and the file holds exactly "
+            "what cdi-gen writes there now",
+            path,
+        )
     replaced = {c.path for c in plan.changes if c.replaces_foreign}
     overridden = [(c.path in replaced, f"{c.kind}: {c.path} ({c.reason})") for c in plan.overridden]
     return ScanReport(

@@ -35,7 +35,7 @@ from cdi_plugin.generate.match import query_for
 from cdi_plugin.scan.livespecs import Change, Entry, LiveSpec, Uncertain, index_class
 from cdi_plugin.scan.pipeline import FileReport, Placed, ScanOptions, ScanReport, placing, run_scan
 from cdi_plugin.store.files import spec_file_name
-from cdi_plugin.store.ownership import digest, read_record
+from cdi_plugin.store.ownership import digest, read_record, written_by
 from cdi_plugin.store.plan import DONE, ConflictError, Plan, plan_updates
 from cdi_plugin.store.registry import Stat
 from cdi_plugin.store.writer import apply
@@ -162,12 +162,13 @@ class BatchWork:
         return outcomes, None
 
     def _kinds(self, classes: Sequence[DeviceClass], scope: set[str] | None) -> set[str]:
-        """The kinds a rescan of ``scope`` covers: with None, every class's and every kind cdi-gen
-        has a file of (a class removed from the configuration loses its spec)."""
+        """The kinds a rescan of ``scope`` covers: with None, every class's and every kind of a file
+        this configuration wrote (a class removed from it loses its spec)."""
         if scope is not None:
             return set(scope)
+        config = {c.kind for c in classes}
         recorded = read_record(self.options.output_dir).values()
-        return {c.kind for c in classes} | {entry.kind for entry in recorded}
+        return config | {entry.kind for entry in recorded if written_by(entry, config)}
 
     def _index(self, classes: Sequence[DeviceClass], scope: set[str] | None, report: ScanReport) -> None:
         if scope is None:

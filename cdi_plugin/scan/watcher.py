@@ -107,7 +107,14 @@ class Watcher:
         )
         self.config.load()
         if source is None:
-            source = make_source(options.source, dev_root=options.dev_root, simulated=False)
+            # a device udevd has not set up yet is read on its udev event; the kernel sends none later
+            kernel = options.uevent_source == "kernel"
+            source = make_source(
+                options.source,
+                dev_root=options.dev_root,
+                simulated=False,
+                initialized_only=False if kernel else None,
+            )
         self.source = source
         self.targets = targets_for(self.config.classes)
         #: The classes and scan options of the next batch: the configuration as last reloaded.

@@ -136,6 +136,35 @@ def is_linked_dir(directory: Path) -> bool:
         return False
 
 
+#: The most symbolic links the kernel follows in one path (ELOOP beyond).
+_MAX_LINKS = 40
+
+
+def link_chain(path: Path) -> tuple[Path, ...]:
+    """The files a runtime's read of ``path`` goes through after it: each symbolic link it points
+    to in turn, then the file read (or the name missing at the end of a dangling chain); empty
+    when ``path`` is not a link. Each is named in its directory with that directory's own links
+    resolved, as a watch of the directory reports it. A change of any of them changes what a
+    runtime reads. A loop, or more links than the kernel follows, ends the chain."""
+    chain: list[Path] = []
+    current = str(path)
+    for _ in range(_MAX_LINKS):
+        try:
+            target = os.readlink(current)
+        except OSError:  # not a link, or gone: the end
+            break
+        joined = os.path.join(os.path.dirname(current), target)
+        name = os.path.basename(joined)
+        if name in {"", ".", ".."}:  # a link to a directory: no file to follow
+            break
+        following = Path(os.path.realpath(os.path.dirname(joined))) / name
+        if following in chain:
+            break
+        chain.append(following)
+        current = str(following)
+    return tuple(chain)
+
+
 def _os_reason(exc: OSError) -> tuple[str, str]:
     """The rule and a short reason for an OS error."""
     return {

@@ -32,7 +32,7 @@ from cdi_plugin.store.files import (
     spec_file_name,
     spec_format,
 )
-from cdi_plugin.store.ownership import OwnedFile, digest, read_record
+from cdi_plugin.store.ownership import RECORD_NAME, OwnedFile, digest, read_record, written_by
 from cdi_plugin.store.registry import Stat, file_stat
 
 Action = Literal["create", "change", "unchanged", "remove"]
@@ -112,6 +112,9 @@ class Plan:
     overridden: tuple[KindConflict, ...] = ()  # conflicts --force wrote over
     #: Files cdi-gen wrote and someone edited since, of kinds left without a spec: not removed.
     left: tuple[KindConflict, ...] = ()
+    #: Files found without an ownership record in the directory, byte-identical to what cdi-gen
+    #: writes now: taken as cdi-gen's again.
+    adopted: tuple[Path, ...] = ()
 
     @property
     def record_changed(self) -> bool:
@@ -249,13 +252,18 @@ def plan_writes(
     force: bool = False,
     max_version: str | None = None,
     kinds: Collection[str] | None = None,
+    config: Collection[str] | None = None,
 ) -> Plan:
     """Everything :func:`apply` would do to make ``output_dir`` hold exactly ``specs``.
 
     cdi-gen's own files in ``output_dir`` whose kind is not among ``specs`` are removed. With
     ``kinds``, the plan is limited to those kinds (every spec must be of one of them): files and
     record entries of other kinds stay as they are, so a rescan of some device classes leaves the
-    specs of the others alone. Raises
+    specs of the others alone. ``config`` is the kinds of every class of the configuration
+    scanning: the files it writes are recorded as its own, and those another configuration wrote
+    (:func:`~cdi_plugin.store.ownership.written_by`) are left as they are too. Without a record in
+    the directory, a file byte-identical to a spec of ``specs`` is taken as cdi-gen's again
+    (``Plan.adopted``): nobody else's bytes are ever taken over. Raises
     :class:`SpecWriteError` when a spec is invalid or a file cannot be read, and
     :class:`ConflictError` when a foreign spec in ``output_dir`` or ``spec_dirs`` defines a kind of
     ``specs`` (unless ``force``).
@@ -269,12 +277,20 @@ def plan_writes(
             raise ValueError(f"two specs of kind {spec.kind}")
         wanted[name] = (spec.kind, encode_checked(spec, output_dir / name, fmt, max_version))
     record = read_record(output_dir)
-    kept: dict[str, OwnedFile] = {}  # record entries outside ``kinds``: left exactly as they are
-    if kinds is not None:
-        kept = {
-            name: entry for name, entry in record.items() if entry.kind not in kinds and name not in wanted
-        }
+    # record entries outside ``kinds``, or another configuration's: left exactly as they are
+    kept = {
+        name: entry
+        for name, entry in record.items()
+        if name not in wanted
+        and (
+            entry.kind not in kinds
+            if kinds is not None
+            else config is not None and not written_by(entry, config)
+        )
+    }
     owned = {name: entry for name, entry in _owned_now(output_dir, record).items() if name not in kept}
+    unrecorded = not os.path.lexists(output_dir / RECORD_NAME)
+    adopted: list[Path] = []
     conflicts: list[KindConflict] = []
     changes: list[FileChange] = []
     for name, (kind, data) in sorted(wanted.items()):
@@ -282,6 +298,10 @@ def plan_writes(
         old = read_existing(path)
         if old is None:
             changes.append(FileChange(path, kind, "create", data, None))
+        elif unrecorded and old == data and not os.path.islink(path):
+            adopted.append(path)
+            owned[name] = OwnedFile(name, kind, digest(data))
+            changes.append(FileChange(path, kind, "unchanged", data, old))
         elif name in owned:
             changes.append(FileChange(path, kind, "unchanged" if old == data else "change", data, old))
         else:
@@ -314,21 +334,28 @@ def plan_writes(
         and os.path.lexists(output_dir / name)
     )
     after = dict(kept)
+    mark = frozenset(config) if config is not None else None
     for change in changes:
         if change.data is not None:
-            after[change.path.name] = _entry(change, record.get(change.path.name), change.path.name in owned)
-    return Plan(output_dir, tuple(changes), dict(record), after, tuple(conflicts), left)
+            name = change.path.name
+            after[name] = _entry(change, record.get(name), name in owned, mark)
+    return Plan(output_dir, tuple(changes), dict(record), after, tuple(conflicts), left, tuple(adopted))
 
 
-def _entry(change: FileChange, before: OwnedFile | None, owned: bool) -> OwnedFile:
-    """The record entry of a file written (or left) as ``change`` says; a file of cdi-gen's
-    that changes keeps its old digest as ``previous``."""
+def _entry(
+    change: FileChange, before: OwnedFile | None, owned: bool, config: frozenset[str] | None
+) -> OwnedFile:
+    """The record entry of a file written (or left) as ``change`` says, by ``config`` (None: the
+    configuration recorded before); a file of cdi-gen's that changes keeps its old digest as
+    ``previous``."""
     assert change.data is not None
     name, new = change.path.name, digest(change.data)
+    if config is None and before is not None:
+        config = before.config
     if owned and change.old is not None and digest(change.old) != new:
-        return OwnedFile(name, change.kind, new, digest(change.old))
+        return OwnedFile(name, change.kind, new, digest(change.old), config)
     previous = before.previous if before is not None and before.sha256 == new else None
-    return OwnedFile(name, change.kind, new, previous)
+    return OwnedFile(name, change.kind, new, previous, config)
 
 
 def plan_updates(
@@ -379,5 +406,5 @@ def plan_updates(
         action: Action = "unchanged" if new == now else "change"
         changes.append(FileChange(path, kind, action, data, old, old_stat=stat))
         previous = now if new != now else entry.previous if entry.sha256 == new else None
-        after[name] = OwnedFile(name, kind, new, previous)
+        after[name] = OwnedFile(name, kind, new, previous, entry.config)
     return Plan(output_dir, tuple(changes), dict(record), after)

@@ -29,7 +29,7 @@ from cdi_plugin.cdi.names import Kind, parse_kind
 from cdi_plugin.cdi.problems import Problem, from_error
 from cdi_plugin.cdi.validate import runtime_problems
 from cdi_plugin.errors import SpecLoadError
-from cdi_plugin.store.files import is_linked_dir, list_spec_files, read_spec_bytes, spec_format
+from cdi_plugin.store.files import is_linked_dir, link_chain, list_spec_files, read_spec_bytes, spec_format
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,8 +163,9 @@ class SpecRegistry:
         self._kinds: dict[str, set[str]] = {}
         self._kind_view: dict[str, frozenset[str]] = {}
         self._snapshot: Snapshot | None = None
-        #: (priority, name) -> the file a spec file that is a symbolic link resolves to.
-        self.links: dict[tuple[int, str], Path] = {}
+        #: (priority, name) -> the links and the file a spec file that is a symbolic link resolves
+        #: through (:func:`~cdi_plugin.store.files.link_chain`).
+        self.links: dict[tuple[int, str], tuple[Path, ...]] = {}
 
     def stat_of(self, priority: int, name: str) -> Stat | None:
         """The stat a cached file was read at (None: not cached, or unreadable then)."""
@@ -258,7 +259,7 @@ class SpecRegistry:
             else:
                 loaded = load_spec_file(path, priority)
                 if os.path.islink(path):  # runtimes read what it points to: watched too
-                    self.links[(priority, name)] = Path(os.path.realpath(path))
+                    self.links[(priority, name)] = link_chain(path)
             files[name] = (None if stat is _MISSING_STAT else stat, loaded)
             touched.update(self._define(loaded))
             reorder.add(priority)

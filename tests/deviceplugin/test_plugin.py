@@ -277,6 +277,31 @@ def test_the_file_a_spec_file_links_to_is_followed(layout: Layout) -> None:
     run(scenario())
 
 
+def test_every_link_of_a_chain_a_spec_file_goes_through_is_followed(layout: Layout) -> None:
+    """etc/vendor.json -> links/current.json -> vendor/one.json: a runtime reads through both
+    links, so retargeting the one in the middle (an atomic rename, as update-alternatives does)
+    changes the devices, and so does the file it points to now."""
+    one, two = make_node(layout.dev / "one"), make_node(layout.dev / "two")
+    vendor, links = layout.root / "vendor", layout.root / "links"
+    first = write_spec(vendor, spec_of(KIND, {"a": [one]}), owned=False, name="one.json")
+    second = write_spec(vendor, spec_of(KIND, {"b": [two]}), owned=False, name="two.json")
+    links.mkdir()
+    (links / "current.json").symlink_to(first)
+    (layout.etc / "vendor.json").symlink_to(links / "current.json")
+
+    async def scenario() -> None:
+        async with FakeKubelet(layout.plugin_dir) as kubelet, running_plugin(layout.settings(kinds=(KIND,))):
+            client = await kubelet.wait_registered(KIND)
+            await client.wait_until(lambda d: healthy(d) == {"a"})
+            (links / "next.json").symlink_to(second)
+            (links / "next.json").rename(links / "current.json")
+            await client.wait_until(lambda d: healthy(d) == {"b"})
+            write_spec(vendor, spec_of(KIND, {"b": [two], "c": [two]}), owned=False, name="two.json")
+            await client.wait_until(lambda d: healthy(d) == {"b", "c"})
+
+    run(scenario())
+
+
 def test_spec_changed_right_after_registration_reaches_the_stream(layout: Layout) -> None:
     n1, n2, n3 = (make_node(layout.dev / f"n{i}") for i in range(3))
     write_spec(layout.etc, spec_of(KIND, {"a": [n1]}))

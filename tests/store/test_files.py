@@ -212,3 +212,25 @@ def test_unlistable_directory_as_an_unprivileged_user() -> None:
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == {"listed": [], "error": ["unreadable", f"{private}: permission denied"]}
     assert "skipping spec directory" in done.stderr
+
+
+def test_link_chain_names_every_link_and_the_file_read(tmp_path: Path) -> None:
+    (tmp_path / "real").mkdir()
+    (tmp_path / "alias").symlink_to("real")  # a directory link on the way is resolved
+    (tmp_path / "real" / "spec.json").write_text("{}")
+    (tmp_path / "real" / "middle.json").symlink_to("spec.json")
+    (tmp_path / "first.json").symlink_to("alias/middle.json")
+    real = Path(os.path.realpath(tmp_path)) / "real"
+    assert files.link_chain(tmp_path / "first.json") == (real / "middle.json", real / "spec.json")
+    assert files.link_chain(real / "spec.json") == ()
+    (tmp_path / "dangling.json").symlink_to("gone/x.json")
+    assert files.link_chain(tmp_path / "dangling.json") == (
+        Path(os.path.realpath(tmp_path)) / "gone" / "x.json",
+    )
+    (tmp_path / "a.json").symlink_to("b.json")
+    (tmp_path / "b.json").symlink_to("a.json")
+    assert files.link_chain(tmp_path / "a.json") == tuple(
+        Path(os.path.realpath(tmp_path)) / n for n in ("b.json", "a.json")
+    )
+    (tmp_path / "dir.json").symlink_to("..")
+    assert files.link_chain(tmp_path / "dir.json") == ()

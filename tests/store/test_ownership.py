@@ -23,19 +23,22 @@ def test_digest_is_sha256_hex() -> None:
 
 
 def test_record_round_trip(tmp_path: Path) -> None:
+    config = frozenset({"example.com/b", "example.com/c"})
     owned = {
-        "b.json": OwnedFile("b.json", "example.com/b", "2" * 64),
+        "b.json": OwnedFile("b.json", "example.com/b", "2" * 64, config=config),
         "a.json": OwnedFile("a.json", "example.com/a", "1" * 64),
     }
     ownership.write_record(tmp_path, owned)
     assert ownership.read_record(tmp_path) == owned
     record = tmp_path / RECORD_NAME
     assert stat.S_IMODE(record.stat().st_mode) == 0o644
+    config_id = ownership.digest(b"example.com/b\nexample.com/c")[:16]
     assert json.loads(record.read_text()) == {
-        "version": 1,
+        "version": 2,
+        "configs": {config_id: ["example.com/b", "example.com/c"]},
         "files": {
             "a.json": {"kind": "example.com/a", "sha256": "1" * 64},
-            "b.json": {"kind": "example.com/b", "sha256": "2" * 64},
+            "b.json": {"kind": "example.com/b", "sha256": "2" * 64, "config": config_id},
         },
     }
     assert [p.name for p in tmp_path.iterdir()] == [RECORD_NAME]

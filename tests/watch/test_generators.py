@@ -1,0 +1,77 @@
+"""Two watchers with different configurations on one output directory: the full rescan of one
+leaves the other's specs in place."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+from cdi_plugin.scan.watcher import Watcher
+from cdi_plugin.scan.watchoptions import WatchOptions
+from tests.deviceplugin.helpers import eventually, run
+from tests.generate.hosts import WORKSTATION
+from tests.watch.helpers import device_names, running, watch_options, write_host
+
+FUSE_TUN = """classes:
+  - {vendor: cdi-plugin.io, class: fuse, match: {subsystem: misc, kernel: fuse}}
+  - {vendor: cdi-plugin.io, class: tun, match: {subsystem: misc, kernel: tun}}
+"""
+KVM = """classes:
+  - {vendor: cdi-plugin.io, class: kvm, match: {subsystem: misc, kernel: kvm}}
+"""
+
+
+def generators(tmp_path: Path, out: Path) -> Callable[[str], WatchOptions]:
+    """The options of watcher "a" (fuse and tun) and "b" (kvm), each with its own configuration
+    and recorded host, both writing into ``out``."""
+    for name, text in (("a", FUSE_TUN), ("b", KVM)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "config.yaml").write_text(text)
+        write_host(tmp_path / name / "host.json", WORKSTATION)
+    return lambda name: watch_options(
+        out, tmp_path / name / "config.yaml", source=f"fixture:{tmp_path / name / 'host.json'}"
+    )
+
+
+def test_a_full_rescan_leaves_the_specs_of_another_configuration(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    options = generators(tmp_path, out)
+    kvm = out / "cdi-plugin.io-kvm.json"
+
+    async def scenario() -> None:
+        async with running(Watcher(options("a"))), running(Watcher(options("b"))):
+            # b's first scan, a full one, left a's specs
+            assert device_names(out / "cdi-plugin.io-tun.json") == {"tun"}
+            assert device_names(kvm) == {"kvm"}
+            before = os.stat(kvm)
+            # a's host changes: a rescans every class of its own, and removes tun's spec (after
+            # kvm's, had it counted kvm's as its own: files are removed in name order)
+            write_host(tmp_path / "a" / "host.json", [d for d in WORKSTATION if d.sys_name != "tun"])
+            await eventually(lambda: not (out / "cdi-plugin.io-tun.json").exists(), "tun's spec removed")
+            after = os.stat(kvm)
+            assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns), "kvm's untouched"
+            assert device_names(out / "cdi-plugin.io-fuse.json") == {"fuse"}
+
+    run(scenario())
+
+
+def test_a_rescan_that_meets_a_foreign_spec_still_leaves_the_other_configuration_s(tmp_path: Path) -> None:
+    """A full rescan refused for one kind (its spec edited by hand) writes the rest of its own
+    kinds: those of its classes and of the files it wrote, never another configuration's."""
+    out = tmp_path / "out"
+    options = generators(tmp_path, out)
+    kvm, fuse = out / "cdi-plugin.io-kvm.json", out / "cdi-plugin.io-fuse.json"
+
+    async def scenario() -> None:
+        async with running(Watcher(options("a"))), running(Watcher(options("b"))):
+            assert device_names(out / "cdi-plugin.io-tun.json") == {"tun"}
+            before = os.stat(kvm)
+            fuse.write_bytes(fuse.read_bytes().replace(b'"fuse"', b'"mine"'))
+            write_host(tmp_path / "a" / "host.json", [d for d in WORKSTATION if d.sys_name != "tun"])
+            await eventually(lambda: not (out / "cdi-plugin.io-tun.json").exists(), "tun's spec removed")
+            after = os.stat(kvm)
+            assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns), "kvm's untouched"
+            assert device_names(fuse) == {"mine"}, "the edited spec is left as it is"
+
+    run(scenario())
