@@ -32,11 +32,9 @@ from cdi_plugin.generate.config import (
     runtimes_of,
 )
 from cdi_plugin.store.configfile import ConfigFile, read_config
+from cdi_plugin.store.files import link_chain
 
 log = logging.getLogger(__name__)
-
-#: Links followed from the configured path, as the kernel follows them (then ELOOP).
-MAX_LINKS = 40
 
 
 class ConfigFollower:
@@ -106,16 +104,9 @@ class ConfigFollower:
         its chain (``/etc/alternatives``) and of the file it ends at."""
         if self.path is None:
             return frozenset()
-        hop = os.path.abspath(self.path)
-        out = {Path(hop).parent}
-        for _ in range(MAX_LINKS):
-            parent = os.path.realpath(os.path.dirname(hop))
-            out.add(Path(parent))
-            try:
-                hop = os.path.join(parent, os.readlink(hop))
-            except OSError:  # not a link (the file, or nothing yet)
-                break
-        return frozenset(out)
+        path = Path(os.path.abspath(self.path))
+        chain = link_chain(path)
+        return frozenset({path.parent, Path(os.path.realpath(path.parent)), *(hop.parent for hop in chain)})
 
     def reload(self) -> bool:
         """Read the file again if it changed; True when the device classes changed."""
