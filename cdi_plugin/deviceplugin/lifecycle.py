@@ -33,7 +33,6 @@ from cdi_plugin.aio.sockets import (
     identity,
     remove_if_ours,
     someone_listens,
-    stop_server,
 )
 from cdi_plugin.cdi.names import short_hash
 from cdi_plugin.deviceplugin import api
@@ -183,12 +182,12 @@ class Endpoint:
             self._servicer.shutdown()
             self._servicer = None
         if server is not None:
-            await stop_server(server, self.path, self._bound, STOP_GRACE)
+            await server.stop(STOP_GRACE)
         self._bound = None
 
     async def close(self) -> bool:
         """Stop serving and remove the socket, if it is still the one this endpoint bound; True if
-        there was such a socket (gRPC removes it as it stops)."""
+        there was such a socket."""
         bound = self._bound
         ours = bound is not None and identity(self.path) == bound
         self._metrics.endpoint_closed(self.resource)

@@ -35,7 +35,6 @@ from cdi_plugin.aio.sockets import (
     identity,
     remove_if_ours,
     someone_listens,
-    stop_server,
 )
 from cdi_plugin.dra import api
 from cdi_plugin.dra.health_service import HealthService
@@ -216,7 +215,7 @@ class KubeletPlugin:
         self.registrar.unregistered()
         while self._servers:
             path, server, bound = self._servers.pop()
-            await stop_server(server, path, bound, grace)
+            await server.stop(grace)  # gRPC leaves the socket at path: removed here
             remove_if_ours(path, bound)
 
     async def recover(self) -> bool:

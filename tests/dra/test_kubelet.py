@@ -595,8 +595,7 @@ async def test_a_socket_another_process_bound_after_ours_was_removed_is_left_to_
 ) -> None:
     """The kubelet removed the sockets, and another instance (the same names: a kubelet before
     1.33) bound them before this one noticed: stopping the servers of the removed sockets must not
-    take the other instance's away (gRPC removes whatever socket is at a server's path as it
-    stops), nor must this one serve again over it."""
+    take the other instance's away, nor must this one serve again over it."""
     others = []
     for path in (paths.dra_socket, paths.registration_socket):
         path.unlink()
