@@ -14,8 +14,6 @@ from collections.abc import Iterator
 
 class OpenStreams:
     def __init__(self, limit: int) -> None:
-        if limit < 1:
-            raise ValueError(f"at least one stream must be allowed, not {limit}")
         self.limit = limit
         self._open: dict[object, asyncio.Event] = {}  # in the order they opened
 
