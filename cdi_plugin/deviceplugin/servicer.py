@@ -223,7 +223,7 @@ class DevicePluginService:
                     f"GetPreferredAllocation for {self.resource} names {offered} {field} device IDs, "
                     f"more than the {bound} the plugin takes (it advertises {plural(len(devices), 'ID')})"
                 )
-                log.warning("%s: %s", self.resource, message, extra=self._extra)
+                log.warning("%s", message, extra=self._extra)
                 await context.abort(grpc.StatusCode.INVALID_ARGUMENT, message)
         answers = await asyncio.to_thread(_preferred, requests, devices)
         return api.preferred_response(answers)
