@@ -1,6 +1,6 @@
-"""Unix sockets: binding a server's for root alone, telling whether a process listens on one or it
-is a stale file left behind, and removing a stopped server's without taking another process's
-socket at its path with it."""
+"""Unix sockets: serving one for root alone, telling whether a process listens on one or it is a
+stale file left behind, and removing a server's without taking another process's socket at its
+path with it."""
 
 from __future__ import annotations
 
@@ -30,12 +30,10 @@ def identity(path: Path) -> Identity | None:
 
 
 def remove_if_ours(path: Path, bound: Identity | None) -> None:
-    """After its server stopped, remove the socket a process bound at ``path``, unless it is gone.
-
-    gRPC removes only the path it bound, the private one of :func:`bind_private`, gone already.
-    A socket removed by another hand frees its inode number for the socket that another process
-    (the instance that replaces this one) binds at the same path: the same identity with a process
-    listening on it is that other process's socket, never removed.
+    """Remove the socket bound at ``path`` by a process that no longer listens on it, unless it is
+    gone. Its inode number, once freed, may be taken by the socket another process binds at the
+    same path: the same identity with a process listening on it is that other process's socket,
+    never removed.
     """
     if bound is None or identity(path) != bound:
         return
@@ -68,6 +66,43 @@ def someone_listens(path: Path) -> bool:
 
 class Server(Protocol):
     def add_insecure_port(self, address: str) -> int: ...
+
+    async def start(self) -> None: ...
+
+    async def stop(self, grace: float | None) -> None: ...
+
+
+async def serve_private(server: Server, path: Path) -> Identity | None:
+    """Bind ``server`` to ``path`` with :func:`bind_private` and start it: the socket's identity,
+    or None when gRPC does not bind it. A start that fails or is cancelled leaves no socket at
+    ``path``; the server is not stopped here (after a start cut short, gRPC's stop raises
+    InvalidStateError, which would take the place of the cancellation)."""
+    if not bind_private(server, path):
+        return None
+    bound = identity(path)
+    try:
+        await server.start()
+    except BaseException:
+        _remove_served(path, bound)
+        raise
+    return bound
+
+
+async def stop_serving(server: Server, path: Path, bound: Identity | None, grace: float | None) -> None:
+    """Remove the socket ``server`` serves at ``path`` (its identity ``bound``), then stop the
+    server, with ``grace`` for the calls under way. gRPC removes only the private path it bound
+    (:func:`bind_private`), so the socket is removed here, first."""
+    _remove_served(path, bound)
+    await server.stop(grace)
+
+
+def _remove_served(path: Path, bound: Identity | None) -> None:
+    """Remove the socket at ``path`` if it is ``bound``, which a server still listens on: its inode
+    cannot be freed and taken by another process's socket meanwhile, so a socket of that identity
+    is the server's; one another process has put at the path since stays."""
+    if bound is not None and identity(path) == bound:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
 
 
 def bind_private(server: Server, path: Path) -> bool:

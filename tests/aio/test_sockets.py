@@ -10,8 +10,16 @@ import socket
 from pathlib import Path
 
 import grpc
+import pytest
 
-from cdi_plugin.aio.sockets import MAX_SOCKET_PATH, bind_private, identity, remove_if_ours, someone_listens
+from cdi_plugin.aio.sockets import (
+    MAX_SOCKET_PATH,
+    bind_private,
+    identity,
+    remove_if_ours,
+    serve_private,
+    someone_listens,
+)
 
 
 def test_a_stale_socket_with_the_identity_bound_is_removed(tmp_path: Path) -> None:
@@ -108,8 +116,24 @@ class _Noted:
         self.umasks.append(_umask())
         return self.server.add_insecure_port(address)
 
+    async def start(self) -> None:
+        await self.server.start()
+
     async def stop(self, grace: float | None) -> None:
         await self.server.stop(grace)
+
+
+class _StartsLate(_Noted):
+    """A real gRPC server whose start, once serving, waits until it is cancelled."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.starting = asyncio.Event()
+
+    async def start(self) -> None:
+        await self.server.start()
+        self.starting.set()
+        await asyncio.Event().wait()
 
 
 def test_a_socket_is_bound_0600_without_changing_the_process_umask(tmp_path: Path) -> None:
@@ -151,3 +175,24 @@ def test_a_socket_that_cannot_be_bound_leaves_nothing_behind(tmp_path: Path) -> 
 
     asyncio.run(asyncio.wait_for(bind(), 30))
     assert list(parent.iterdir()) == []
+
+
+def test_a_start_cancelled_stops_the_server_and_removes_its_socket(tmp_path: Path) -> None:
+    """gRPC removes only the private path it bound: the socket renamed into place is removed by
+    whoever started the server, also when the start is cancelled (the process is stopping), and
+    the cancellation goes on."""
+    path = tmp_path / "dra.sock"
+
+    async def cancelled() -> None:
+        server = _StartsLate()
+        task = asyncio.create_task(serve_private(server, path))
+        await server.starting.wait()
+        assert identity(path) is not None
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert not path.exists()
+        await server.stop(None)
+
+    asyncio.run(asyncio.wait_for(cancelled(), 30))
+    assert list(tmp_path.iterdir()) == []
