@@ -19,6 +19,7 @@ from cdi_plugin.aio.sockets import (
     remove_if_ours,
     serve_private,
     someone_listens,
+    stop_serving,
 )
 
 
@@ -152,8 +153,7 @@ def test_a_socket_is_bound_0600_without_changing_the_process_umask(tmp_path: Pat
             assert someone_listens(path)
             assert [p.name for p in tmp_path.iterdir()] == ["dra.sock"]  # the private directory went
         finally:
-            await noted.stop(None)
-            remove_if_ours(path, identity(path))
+            await stop_serving(noted, path, identity(path), None)
 
     old = os.umask(0o002)
     try:
@@ -177,7 +177,7 @@ def test_a_socket_that_cannot_be_bound_leaves_nothing_behind(tmp_path: Path) -> 
     assert list(parent.iterdir()) == []
 
 
-def test_a_start_cancelled_stops_the_server_and_removes_its_socket(tmp_path: Path) -> None:
+def test_a_start_cancelled_removes_the_socket_and_stays_cancelled(tmp_path: Path) -> None:
     """gRPC removes only the private path it bound: the socket renamed into place is removed by
     whoever started the server, also when the start is cancelled (the process is stopping), and
     the cancellation goes on."""
