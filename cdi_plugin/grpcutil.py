@@ -16,6 +16,10 @@ from typing import Any
 import grpc
 from google.protobuf.message import DecodeError
 
+#: The largest message the kubelet takes (gRPC's default receive limit, which it keeps): an answer
+#: over it fails on the kubelet's side as a whole.
+KUBELET_MAX_MESSAGE = 4 * 1024 * 1024
+
 
 class Malformed:
     """A request whose bytes are not a valid message of the expected type."""

@@ -1,6 +1,6 @@
-"""Unix sockets: binding a server's for root alone, telling whether a process listens on one or it
-is a stale file left behind, and stopping a server without taking another process's socket at
-its path with it."""
+"""Unix sockets: serving one for root alone, telling whether a process listens on one or it is a
+stale file left behind, and removing a server's without taking another process's socket at its
+path with it."""
 
 from __future__ import annotations
 
@@ -30,11 +30,10 @@ def identity(path: Path) -> Identity | None:
 
 
 def remove_if_ours(path: Path, bound: Identity | None) -> None:
-    """After its server stopped, remove the socket a process bound at ``path``, unless it is gone.
-
-    gRPC unlinks a socket when its server stops, and the inode number is then free for the socket
-    that another process (the instance that replaces this one) binds at the same path: the same
-    identity with a process listening on it is that other process's socket, never removed.
+    """Remove the socket bound at ``path`` by a process that no longer listens on it, unless it is
+    gone. Its inode number, once freed, may be taken by the socket another process binds at the
+    same path: the same identity with a process listening on it is that other process's socket,
+    never removed.
     """
     if bound is None or identity(path) != bound:
         return
@@ -68,48 +67,86 @@ def someone_listens(path: Path) -> bool:
 class Server(Protocol):
     def add_insecure_port(self, address: str) -> int: ...
 
+    async def start(self) -> None: ...
+
     async def stop(self, grace: float | None) -> None: ...
 
 
+async def serve_private(server: Server, path: Path) -> Identity | None:
+    """Bind ``server`` to ``path`` with :func:`bind_private` and start it: the socket's identity,
+    or None when gRPC does not bind it. A start that fails or is cancelled leaves no socket at
+    ``path``; the server is not stopped here (after a start cut short, gRPC's stop raises
+    InvalidStateError, which would take the place of the cancellation)."""
+    if not bind_private(server, path):
+        return None
+    bound = identity(path)
+    try:
+        await server.start()
+    except BaseException:
+        _remove_served(path, bound)
+        raise
+    return bound
+
+
+async def stop_serving(server: Server, path: Path, bound: Identity | None, grace: float | None) -> None:
+    """Remove the socket ``server`` serves at ``path`` (its identity ``bound``), then stop the
+    server, with ``grace`` for the calls under way. gRPC removes only the private path it bound
+    (:func:`bind_private`), so the socket is removed here, first."""
+    _remove_served(path, bound)
+    await server.stop(grace)
+
+
+def _remove_served(path: Path, bound: Identity | None) -> None:
+    """Remove the socket at ``path`` if it is ``bound``, which a server still listens on: its inode
+    cannot be freed and taken by another process's socket meanwhile, so a socket of that identity
+    is the server's; one another process has put at the path since stays."""
+    if bound is not None and identity(path) == bound:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+
+
 def bind_private(server: Server, path: Path) -> bool:
-    """Bind ``server`` to the socket ``path``, mode 0600 from the start: only root (the kubelet)
-    may connect. The mode comes from the umask, changed for this synchronous call only, never
-    across an await (it is process-wide); no chmod follows, which would change the socket's ctime
-    after gRPC has started listening on it. False when gRPC does not bind it (:func:`bind_refusal`
-    says why)."""
-    old_umask = os.umask(0o177)
-    try:
-        return bool(server.add_insecure_port(f"unix://{path}"))
-    except RuntimeError:  # gRPC's "Failed to bind", without the reason
+    """Bind ``server`` to the socket ``path``, mode 0600 before it appears there: only root (the
+    kubelet) may connect. The socket is bound in a directory of its own beside ``path``, created
+    0700 and named with a dot (the kubelet's plugin watcher passes over dot-names), made 0600
+    there, where no other user can reach it, and renamed into place (replacing a stale socket,
+    as gRPC's bind does); the directory then goes. The process's umask, which every thread
+    shares, is left alone. The private path (``.<4 hex digits>/s``) is no longer than a name of 7
+    characters beside it, such as ``dra.sock``. False when gRPC does not bind it, or the directory
+    cannot be made (:func:`bind_refusal` says why); also for a ``path`` longer than gRPC binds,
+    where no client could connect."""
+    if len(os.fsencode(path)) > MAX_SOCKET_PATH:
         return False
-    finally:
-        os.umask(old_umask)
-
-
-async def stop_server(server: Server, path: Path, bound: Identity | None, grace: float | None) -> None:
-    """Stop ``server``, which bound ``path`` as ``bound``, leaving a socket that another process
-    has at ``path`` by then (this one's was removed, and the other bound the path again) where it is.
-
-    gRPC removes whatever socket is at a server's path as the server stops, so the other socket
-    is linked under a dot-name beside it first and linked back, the same file, if it was removed.
-    """
-    found = identity(path)
-    keep = None
-    if found is not None and found != bound:
-        keep = path.with_name(f".{path.name}.{os.urandom(4).hex()}.kept")  # pids repeat across pods
-        try:
-            os.link(path, keep, follow_symlinks=False)
-        except OSError:
-            keep = None  # cannot keep it: stopping comes first
     try:
-        await server.stop(grace)
+        private = _private_dir(path.parent)
+    except OSError:
+        return False
+    bound = private / "s"
+    try:
+        try:
+            if not server.add_insecure_port(f"unix://{bound}"):
+                return False
+        except RuntimeError:  # gRPC's "Failed to bind", without the reason
+            return False
+        os.chmod(bound, 0o600)
+        os.rename(bound, path)
+        return True
     finally:
-        if keep is not None:
-            with contextlib.suppress(OSError):
-                if identity(keep) == found:
-                    os.link(keep, path, follow_symlinks=False)  # never over a socket bound since
-            with contextlib.suppress(OSError):
-                os.unlink(keep)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(bound)  # not renamed: a failure
+        os.rmdir(private)
+
+
+def _private_dir(parent: Path) -> Path:
+    """A new directory ``.<4 hex digits>`` in ``parent``, mode 0700."""
+    for _ in range(16):
+        private = parent / f".{os.urandom(2).hex()}"
+        try:
+            os.mkdir(private, 0o700)
+        except FileExistsError:
+            continue
+        return private
+    raise FileExistsError(f"{parent}: no free name for a private directory to bind a socket in")
 
 
 def bind_refusal(path: Path) -> str:

@@ -28,12 +28,11 @@ from cdi_plugin.aio.dirwatch import DirWatch
 from cdi_plugin.aio.sockets import (
     MAX_SOCKET_PATH,
     Identity,
-    bind_private,
     bind_refusal,
     identity,
-    remove_if_ours,
+    serve_private,
     someone_listens,
-    stop_server,
+    stop_serving,
 )
 from cdi_plugin.cdi.names import short_hash
 from cdi_plugin.deviceplugin import api
@@ -165,16 +164,16 @@ class Endpoint:
         servicer = self._factory()
         api.add_device_plugin_servicer(servicer, server)
         try:
-            if not bind_private(server, self.path):
+            bound = await serve_private(server, self.path)
+            if bound is None:
                 raise EndpointError(f"cannot listen on {self.path}: {bind_refusal(self.path)}")
-            await server.start()
         except (RuntimeError, OSError, EndpointError) as exc:
             await server.stop(None)
             if isinstance(exc, EndpointError):
                 raise
             raise EndpointError(f"cannot listen on {self.path}: {exc}") from None
         self._server, self._servicer = server, servicer
-        self._bound = identity(self.path)
+        self._bound = bound
         self._log(logging.INFO, "serving the device plugin API on %s", self.path)
 
     async def _stop_server(self) -> None:
@@ -183,17 +182,16 @@ class Endpoint:
             self._servicer.shutdown()
             self._servicer = None
         if server is not None:
-            await stop_server(server, self.path, self._bound, STOP_GRACE)
+            await stop_serving(server, self.path, self._bound, STOP_GRACE)
         self._bound = None
 
     async def close(self) -> bool:
         """Stop serving and remove the socket, if it is still the one this endpoint bound; True if
-        there was such a socket (gRPC removes it as it stops)."""
+        there was such a socket."""
         bound = self._bound
         ours = bound is not None and identity(self.path) == bound
         self._metrics.endpoint_closed(self.resource)
         await self._stop_server()
-        remove_if_ours(self.path, bound)
         return ours
 
     # -- the loop ---------------------------------------------------------------------------------

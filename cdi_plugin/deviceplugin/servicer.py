@@ -5,17 +5,19 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
 import grpc
 
+from cdi_plugin.aio.streams import OpenStreams
 from cdi_plugin.deviceplugin import api
 from cdi_plugin.deviceplugin.advertised import DeviceStatus
 from cdi_plugin.deviceplugin.allocate import AllocationError, ContainerAllocation, Lookup, allocate
 from cdi_plugin.deviceplugin.preferred import Candidate, preferred
 from cdi_plugin.deviceplugin.settings import Strategy
 from cdi_plugin.deviceplugin.state import Board, DeviceState, ResourceView
+from cdi_plugin.grpcutil import KUBELET_MAX_MESSAGE
 from cdi_plugin.wording import clipped, plural
 
 log = logging.getLogger(__name__)
@@ -27,8 +29,11 @@ _Prebuilt = tuple[api.AllocateResponse, list[ContainerAllocation], str]
 
 #: How much of a request's IDs, and of the names answered, the line logging an allocation shows.
 MAX_LOGGED = 1000
-#: The largest message the kubelet takes (gRPC's default receive limit, which it keeps).
-KUBELET_MAX_MESSAGE = 4 * 1024 * 1024
+#: ListAndWatch streams open at once per resource; a newer one ends the oldest.
+MAX_STREAMS = 4
+#: GetPreferredAllocation takes as many IDs as the resource advertises, and at least this many
+#: (a kubelet's list may still hold devices removed since).
+MIN_OFFERED = 1024
 
 OPTIONS = api.DevicePluginOptions(pre_start_required=False, get_preferred_allocation_available=True)
 
@@ -110,6 +115,17 @@ class ListBuilder:
         return b"".join(kept)
 
 
+def _preferred(requests: Sequence[Any], devices: Mapping[str, DeviceStatus]) -> list[list[str]]:
+    """The preferred IDs of each container request among ``devices`` (a view's: never changed)."""
+    candidates = {
+        s.id: Candidate(s.id, s.qualified_name, s.replica, s.numa, s.healthy) for s in devices.values()
+    }
+    return [
+        preferred(r.available_deviceIDs, r.must_include_deviceIDs, r.allocation_size, candidates)
+        for r in requests
+    ]
+
+
 def _entry(status: DeviceStatus) -> bytes:
     """One device as a serialized ListAndWatchResponse listing it alone."""
     device = api.device(status.id, status.healthy, status.numa)
@@ -129,6 +145,7 @@ class DevicePluginService:
         self._max_bytes = min(KUBELET_MAX_MESSAGE, state.settings.max_message_bytes)
         self._lists = ListBuilder(self._max_bytes)
         self._cut_logged: str | None = None
+        self._streams = OpenStreams(MAX_STREAMS)
 
     async def GetDevicePluginOptions(self, request: api.Empty, context: Context) -> api.DevicePluginOptions:
         return OPTIONS
@@ -138,55 +155,77 @@ class DevicePluginService:
         self._closing.set()
 
     async def ListAndWatch(self, request: api.Empty, context: Context) -> AsyncIterator[bytes]:
-        """The resource's devices, then again after every change: a serialized ListAndWatchResponse."""
-        board = self.state.board(self.resource)
-        seen = -1
-        closing = asyncio.ensure_future(self._closing.wait())
-        waiting: asyncio.Future[tuple[int, ResourceView, bool]] | None = None
-        try:
-            while board is not None and not self._closing.is_set():
-                waiting = asyncio.ensure_future(board.next_view(seen))
-                await asyncio.wait((waiting, closing), return_when=asyncio.FIRST_COMPLETED)
-                if not waiting.done():
-                    return
-                seen, view, closed = waiting.result()
-                if log.isEnabledFor(logging.DEBUG):
-                    log.debug(
-                        "%s: ListAndWatch sends %d device IDs (%d Healthy)",
-                        self.resource,
-                        len(view.devices),
-                        sum(1 for s in view.devices.values() if s.healthy),
-                        extra=self._extra,
-                    )
-                data = self._lists.response(view)
-                if self._lists.cut != self._cut_logged:
-                    self._cut_logged = self._lists.cut
-                    if self._lists.cut is not None:
-                        log.warning("%s: %s", self.resource, self._lists.cut, extra=self._extra)
-                yield data
-                if closed:
-                    return
-        finally:
-            closing.cancel()
-            if waiting is not None:
-                waiting.cancel()
+        """The resource's devices, then again after every change: a serialized ListAndWatchResponse.
+
+        At most :data:`MAX_STREAMS` are open: a newer one ends the oldest, with RESOURCE_EXHAUSTED
+        (the kubelet opens one; a restarted kubelet's comes while its old one may still look open)."""
+        with self._streams.opened() as ended:
+            board = self.state.board(self.resource)
+            seen = -1
+            stops = [asyncio.ensure_future(self._closing.wait()), asyncio.ensure_future(ended.wait())]
+            waiting: asyncio.Future[tuple[int, ResourceView, bool]] | None = None
+            try:
+                while board is not None and not self._closing.is_set():
+                    waiting = asyncio.ensure_future(board.next_view(seen))
+                    await asyncio.wait((waiting, *stops), return_when=asyncio.FIRST_COMPLETED)
+                    if not waiting.done():
+                        break
+                    seen, view, closed = waiting.result()
+                    yield self._list(view)
+                    if closed:
+                        return
+            finally:
+                for stop in stops:
+                    stop.cancel()
+                if waiting is not None:
+                    waiting.cancel()
+        if ended.is_set() and not self._closing.is_set():
+            message = (
+                f"ListAndWatch of {self.resource} ended: newer streams were opened, "
+                f"and at most {MAX_STREAMS} are served at once"
+            )
+            log.warning("%s", message, extra=self._extra)
+            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, message)
+
+    def _list(self, view: ResourceView) -> bytes:
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug(
+                "%s: ListAndWatch sends %d device IDs (%d Healthy)",
+                self.resource,
+                len(view.devices),
+                sum(1 for s in view.devices.values() if s.healthy),
+                extra=self._extra,
+            )
+        data = self._lists.response(view)
+        if self._lists.cut != self._cut_logged:
+            self._cut_logged = self._lists.cut
+            if self._lists.cut is not None:
+                log.warning("%s: %s", self.resource, self._lists.cut, extra=self._extra)
+        return data
 
     async def GetPreferredAllocation(
         self, request: api.PreferredAllocationRequest, context: Context
     ) -> api.PreferredAllocationResponse:
+        """The preferred IDs of each container request, worked out in a thread: the event loop
+        serves the other calls and streams meanwhile. A request offering more IDs than the resource
+        advertises (or :data:`MIN_OFFERED`) is refused before any work: the kubelet offers a subset."""
         await self.state.settled()
         board = self.state.board(self.resource)
         devices = board.view.devices if board else {}
-        candidates = {
-            s.id: Candidate(s.id, s.qualified_name, s.replica, s.numa, s.healthy) for s in devices.values()
-        }
-        answers = []
-        for req in request.container_requests:
-            answers.append(
-                preferred(
-                    req.available_deviceIDs, req.must_include_deviceIDs, req.allocation_size, candidates
+        bound = max(len(devices), MIN_OFFERED)
+        requests = request.container_requests
+        for field, offered in (
+            ("available", sum(len(r.available_deviceIDs) for r in requests)),
+            ("must-include", sum(len(r.must_include_deviceIDs) for r in requests)),
+        ):
+            if offered > bound:
+                message = (
+                    f"GetPreferredAllocation for {self.resource} names {offered} {field} device IDs, "
+                    f"more than the {bound} the plugin takes (it advertises {plural(len(devices), 'ID')})"
                 )
-            )
+                log.warning("%s", message, extra=self._extra)
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, message)
+        answers = await asyncio.to_thread(_preferred, requests, devices)
         return api.preferred_response(answers)
 
     async def Allocate(self, request: api.AllocateRequest, context: Context) -> api.AllocateResponse:

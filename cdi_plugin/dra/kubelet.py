@@ -30,12 +30,11 @@ from typing import Any
 import grpc
 
 from cdi_plugin.aio.sockets import (
-    bind_private,
     bind_refusal,
     identity,
-    remove_if_ours,
+    serve_private,
     someone_listens,
-    stop_server,
+    stop_serving,
 )
 from cdi_plugin.dra import api
 from cdi_plugin.dra.health_service import HealthService
@@ -161,9 +160,8 @@ async def _listen(path: Path, add: Any) -> grpc.aio.Server:
         path.unlink()  # stale: nothing listens on it
     server = grpc.aio.server()
     add(server)
-    if not bind_private(server, path):
+    if await serve_private(server, path) is None:
         raise OSError(f"{path}: cannot listen: {bind_refusal(path)}")
-    await server.start()
     return server
 
 
@@ -216,8 +214,7 @@ class KubeletPlugin:
         self.registrar.unregistered()
         while self._servers:
             path, server, bound = self._servers.pop()
-            await stop_server(server, path, bound, grace)
-            remove_if_ours(path, bound)
+            await stop_serving(server, path, bound, grace)
 
     async def recover(self) -> bool:
         """Start when not serving (the first time, or a socket is gone or replaced, or a start

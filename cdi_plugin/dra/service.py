@@ -12,6 +12,8 @@ releases it, also after the driver restarted (the kubelet does not prepare its c
 then), and whichever instance the kubelet calls (the file is shared). Each call's changes
 are written (and fsynced) before it is answered: a claim whose record cannot be written is not
 prepared (or stays prepared), with an error naming the file, and the kubelet calls again.
+A call naming more than :data:`MAX_CLAIMS` claims is refused before any read; an answer over the
+kubelet's 4 MiB fails the call, naming its size.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any, Protocol, TypeVar
 
+import grpc
+
 from cdi_plugin.dra import api
 from cdi_plugin.dra.inventory import Inventory, ServedDevice
 from cdi_plugin.dra.names import LABEL_MAX, SUBDOMAIN_MAX, claim_ref_problem
@@ -31,6 +35,7 @@ from cdi_plugin.dra.prepared import UNTIL_REPAIRED, PreparedClaims, StateWriteEr
 from cdi_plugin.dra.preparedstate import claim_problem
 from cdi_plugin.dra.report import UNREPORTED, PrepareResult, Report, UnprepareResult
 from cdi_plugin.dra.serialize import SerializeError, Serializer
+from cdi_plugin.grpcutil import KUBELET_MAX_MESSAGE
 from cdi_plugin.wording import clipped, plural, shown
 
 log = logging.getLogger(__name__)
@@ -42,6 +47,10 @@ CALL_BUDGET = 40.0
 #: Claims read from the API server at once, by all calls together: a call naming thousands of
 #: claims reads them in turn instead of sending thousands of requests that time out together.
 MAX_READS = 16
+#: Claims one call may name (a pod's claims of this driver: a handful); a call naming more is
+#: refused before any read or change. Their answers, one-line errors included, stay well inside
+#: the 4 MiB the kubelet accepts; a larger answer fails the call, naming its size.
+MAX_CLAIMS = 4096
 
 
 class ClaimReader(Protocol):
@@ -104,6 +113,7 @@ class DraService:
         serializer: Serializer | None = None,
         report: Report = UNREPORTED,
         call_budget: float = CALL_BUDGET,
+        max_message: int = KUBELET_MAX_MESSAGE,
     ) -> None:
         self.driver = driver
         self.pool = pool
@@ -113,6 +123,7 @@ class DraService:
         self.serializer = serializer
         self.report = report
         self.call_budget = call_budget
+        self.max_message = max_message
         report.claims_prepared(len(prepared.state.claims))
         self._lock = asyncio.Lock()
         self._reads = asyncio.Semaphore(MAX_READS)
@@ -305,10 +316,39 @@ class DraService:
             return await self.prepared.restore()
 
     async def NodePrepareResources(self, request: Any, context: Any) -> Any:
-        return api.prepare_response(api.version_of(request), await self.prepare(api.claims_of(request)))
+        await self._check_count("NodePrepareResources", request, context)
+        answer = await self.prepare(api.claims_of(request))
+        response = api.prepare_response(api.version_of(request), answer)
+        await self._check_size("NodePrepareResources", response, "their preparation stands", context)
+        return response
 
     async def NodeUnprepareResources(self, request: Any, context: Any) -> Any:
-        return api.unprepare_response(api.version_of(request), await self.unprepare(api.claims_of(request)))
+        await self._check_count("NodeUnprepareResources", request, context)
+        answer = await self.unprepare(api.claims_of(request))
+        response = api.unprepare_response(api.version_of(request), answer)
+        await self._check_size("NodeUnprepareResources", response, "their release stands", context)
+        return response
+
+    async def _check_count(self, method: str, request: Any, context: Any) -> None:
+        """Refuse a call naming more than :data:`MAX_CLAIMS` claims before any read or change."""
+        if (count := len(request.claims)) > MAX_CLAIMS:
+            message = (
+                f"{method} names {count} claims, more than the {MAX_CLAIMS} the driver takes in one call; "
+                "nothing was done"
+            )
+            log.error("%s", message)
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, message)
+
+    async def _check_size(self, method: str, response: Any, done: str, context: Any) -> None:
+        """Fail a call whose answer the kubelet would refuse, naming its size (the change is made:
+        a call the kubelet abandons completes it too)."""
+        if (size := response.ByteSize()) > self.max_message:
+            message = (
+                f"the answer to {method} for {plural(len(response.claims), 'claim')} would take {size} "
+                f"bytes, more than the {self.max_message} the kubelet accepts; {done}"
+            )
+            log.error("%s", message)
+            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, message)
 
 
 def _alone() -> None:

@@ -10,8 +10,17 @@ import socket
 from pathlib import Path
 
 import grpc
+import pytest
 
-from cdi_plugin.aio.sockets import identity, remove_if_ours, someone_listens
+from cdi_plugin.aio.sockets import (
+    MAX_SOCKET_PATH,
+    bind_private,
+    identity,
+    remove_if_ours,
+    serve_private,
+    someone_listens,
+    stop_serving,
+)
 
 
 def test_a_stale_socket_with_the_identity_bound_is_removed(tmp_path: Path) -> None:
@@ -86,3 +95,104 @@ def test_a_server_replaced_while_stopping_keeps_the_replacement(tmp_path: Path) 
             assert identity(path) is not None
 
     asyncio.run(asyncio.wait_for(handover(), 30))
+
+
+def _umask() -> int:
+    """The process's umask, read without changing it."""
+    for entry in Path("/proc/self/status").read_text().splitlines():
+        if entry.startswith("Umask:"):
+            return int(entry.split()[1], 8)
+    raise AssertionError("no Umask in /proc/self/status")
+
+
+class _Noted:
+    """A real gRPC server whose bind notes the process's umask at that moment: another thread
+    creating a file or a directory then gets its mode from it."""
+
+    def __init__(self) -> None:
+        self.server = grpc.aio.server()
+        self.umasks: list[int] = []
+
+    def add_insecure_port(self, address: str) -> int:
+        self.umasks.append(_umask())
+        return self.server.add_insecure_port(address)
+
+    async def start(self) -> None:
+        await self.server.start()
+
+    async def stop(self, grace: float | None) -> None:
+        await self.server.stop(grace)
+
+
+class _StartsLate(_Noted):
+    """A real gRPC server whose start, once serving, waits until it is cancelled."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.starting = asyncio.Event()
+
+    async def start(self) -> None:
+        await self.server.start()
+        self.starting.set()
+        await asyncio.Event().wait()
+
+
+def test_a_socket_is_bound_0600_without_changing_the_process_umask(tmp_path: Path) -> None:
+    path = tmp_path / "dra.sock"
+    stale = socket.socket(socket.AF_UNIX)
+    stale.bind(str(path))  # a socket left behind: replaced, as gRPC's bind does
+    stale.close()
+
+    async def bind() -> None:
+        noted = _Noted()
+        assert bind_private(noted, path)
+        await noted.server.start()
+        try:
+            assert noted.umasks == [0o002]
+            assert os.lstat(path).st_mode & 0o777 == 0o600
+            assert someone_listens(path)
+            assert [p.name for p in tmp_path.iterdir()] == ["dra.sock"]  # the private directory went
+        finally:
+            await stop_serving(noted, path, identity(path), None)
+
+    old = os.umask(0o002)
+    try:
+        asyncio.run(asyncio.wait_for(bind(), 30))
+    finally:
+        os.umask(old)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_socket_that_cannot_be_bound_leaves_nothing_behind(tmp_path: Path) -> None:
+    """gRPC refuses a path over its length limit: no socket, no private directory."""
+    parent = tmp_path / ("d" * (MAX_SOCKET_PATH - len(os.fsencode(tmp_path)) - 10))
+    parent.mkdir()
+
+    async def bind() -> None:
+        server = grpc.aio.server()
+        assert not bind_private(server, parent / "a-long-socket-name.sock")
+        await server.stop(None)
+
+    asyncio.run(asyncio.wait_for(bind(), 30))
+    assert list(parent.iterdir()) == []
+
+
+def test_a_start_cancelled_removes_the_socket_and_stays_cancelled(tmp_path: Path) -> None:
+    """gRPC removes only the private path it bound: the socket renamed into place is removed by
+    whoever started the server, also when the start is cancelled (the process is stopping), and
+    the cancellation goes on."""
+    path = tmp_path / "dra.sock"
+
+    async def cancelled() -> None:
+        server = _StartsLate()
+        task = asyncio.create_task(serve_private(server, path))
+        await server.starting.wait()
+        assert identity(path) is not None
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert not path.exists()
+        await server.stop(None)
+
+    asyncio.run(asyncio.wait_for(cancelled(), 30))
+    assert list(tmp_path.iterdir()) == []

@@ -339,8 +339,7 @@ def test_a_socket_another_process_bound_after_ours_was_removed_stays(
 ) -> None:
     """Ours removed, and another process (the pod that replaces this one) bound the path before
     this one noticed: stopping the server of the removed socket leaves the other one, and this
-    plugin waits for it to go instead of serving over it (gRPC removes whatever socket is at a
-    server's path as it stops)."""
+    plugin waits for it to go instead of serving over it."""
     caplog.set_level(logging.INFO, "cdi_plugin")
     write_spec(layout.etc, spec_of(KIND, {"a": [make_node(layout.dev / "n1")]}))
     path = layout.plugin_dir / sock(layout, KIND)

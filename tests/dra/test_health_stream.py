@@ -16,6 +16,7 @@ import pytest_asyncio
 
 from cdi_plugin.dra import api
 from cdi_plugin.dra.health import HEALTHY, UNHEALTHY, DeviceHealth
+from cdi_plugin.dra.health_service import MAX_STREAMS
 from cdi_plugin.dra.kubelet import KubeletPlugin, Paths
 from cdi_plugin.dra.prepared import PreparedClaims
 from cdi_plugin.dra.service import DraService
@@ -211,3 +212,34 @@ async def test_a_malformed_request_is_invalid_argument(kubelet: FakeKubelet) -> 
                 pass
     assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "malformed v1alpha1.NodeWatchResourcesRequest" in str(info.value.details())
+
+
+async def test_a_stream_beyond_the_bound_ends_the_oldest_so_a_restarted_kubelet_is_served(
+    kubelet: FakeKubelet, inventory: SpecInventory, host_nodes: Path, plugin: KubeletPlugin
+) -> None:
+    """The old kubelet's streams, still open, leave the restarted kubelet's served; a client that
+    opens streams in a loop holds the newest MAX_STREAMS."""
+    streams = [kubelet.watch_health() for _ in range(MAX_STREAMS)]
+    try:
+        for stream in streams:
+            await stream.next(_any)
+        for _ in range(2 * MAX_STREAMS):
+            streams.append(kubelet.watch_health())
+            await streams[-1].next(_any)
+        for stream in streams[:-MAX_STREAMS]:
+            await eventually(lambda s=stream: s.ended, "an older stream ended")
+            assert stream.error is not None
+            assert stream.error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+            assert stream.error.details() == (
+                f"the device health stream ended: newer streams were opened, and at most {MAX_STREAMS} "
+                "are served at once"
+            )
+        assert plugin.health.open == MAX_STREAMS
+        os.unlink(host_nodes / "card1")
+        refresh(inventory)
+        for stream in streams[-MAX_STREAMS:]:
+            await stream.next(_health_of("gpu-card1", UNHEALTHY))
+            assert not stream.ended
+    finally:
+        for stream in streams:
+            await stream.drop()

@@ -25,7 +25,7 @@ from cdi_plugin.dra.names import DraConfigError
 from cdi_plugin.dra.prepare import ClaimReadError
 from cdi_plugin.dra.prepared import MAX_STATE_BYTES, PreparedClaims
 from cdi_plugin.dra.serialize import SerializeError, Serializer
-from cdi_plugin.dra.service import DraService
+from cdi_plugin.dra.service import MAX_CLAIMS, DraService
 from cdi_plugin.inventory import SpecInventory
 from cdi_plugin.store import slotfile
 from tests.deviceplugin.helpers import make_node
@@ -352,6 +352,54 @@ async def test_a_call_naming_thousands_of_claims_reads_16_at_a_time_and_answers_
     }
 
 
+@pytest.mark.parametrize("method", ["NodePrepareResources", "NodeUnprepareResources"])
+async def test_a_call_naming_more_claims_than_the_bound_is_refused_before_any_read(
+    kubelet: FakeKubelet, claims: Claims, paths: Paths, method: str
+) -> None:
+    """50,000 claims: their one-line answers would take more than the kubelet's 4 MiB, and the
+    whole call would fail on its side with gRPC's own error."""
+    refs = [api.Claim("ns", f"c{i}", f"uid-{i}") for i in range(50_000)]
+    call = kubelet.prepare if method == "NodePrepareResources" else kubelet.unprepare
+    with pytest.raises(grpc.aio.AioRpcError) as refused:
+        await call(*refs)
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert refused.value.details() == (
+        f"{method} names 50000 claims, more than the {MAX_CLAIMS} the driver takes in one call; "
+        "nothing was done"
+    )
+    assert claims.reads == 0
+    assert not paths.state_file.exists()
+    # the bound itself is served
+    answer = await call(*refs[:MAX_CLAIMS])
+    assert len(answer) == MAX_CLAIMS
+
+
+async def test_an_answer_larger_than_the_kubelet_takes_fails_the_call_naming_its_size(
+    paths: Paths, inventory: SpecInventory, claims: Claims
+) -> None:
+    refs = [api.Claim("ns", f"c{i}", f"uid-{i}") for i in range(3)]
+    for ref, device in zip(refs, ("fuse-fuse", "gpu-card0", "gpu-card1"), strict=True):
+        claims.add(claim_obj(ref, ("r", NODE, device)))
+    limit = 150  # one claim's answer fits (about 60 bytes), three do not
+    service = DraService(DRIVER, NODE, inventory, claims, PreparedClaims(paths.state_file), max_message=limit)
+    async with KubeletPlugin(paths, service):
+        kubelet = FakeKubelet(paths.registry_dir)
+        await kubelet.register(kubelet.sockets()[0], DRIVER)
+        assert isinstance((await kubelet.prepare(refs[0]))["uid-0"], tuple)
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await kubelet.prepare(*refs)
+        assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        details = refused.value.details() or ""
+        assert re.fullmatch(
+            rf"the answer to NodePrepareResources for 3 claims would take (\d+) bytes, more than the "
+            rf"{limit} the kubelet accepts; their preparation stands",
+            details,
+        ), details
+        assert set(state_doc(paths.state_file)["claims"]) == {"uid-0", "uid-1", "uid-2"}
+        assert await kubelet.unprepare(*refs) == {"uid-0": "", "uid-1": "", "uid-2": ""}
+        assert state_doc(paths.state_file)["claims"] == {}
+
+
 async def test_a_uid_named_for_two_claims_in_one_call_is_refused_whatever_the_order(
     kubelet: FakeKubelet, claims: Claims
 ) -> None:
@@ -551,8 +599,7 @@ async def test_a_socket_another_process_bound_after_ours_was_removed_is_left_to_
 ) -> None:
     """The kubelet removed the sockets, and another instance (the same names: a kubelet before
     1.33) bound them before this one noticed: stopping the servers of the removed sockets must not
-    take the other instance's away (gRPC removes whatever socket is at a server's path as it
-    stops), nor must this one serve again over it."""
+    take the other instance's away, nor must this one serve again over it."""
     others = []
     for path in (paths.dra_socket, paths.registration_socket):
         path.unlink()

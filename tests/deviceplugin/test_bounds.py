@@ -1,0 +1,120 @@
+"""What a client can make the plugin hold or compute, over real gRPC on real unix sockets: the
+ListAndWatch streams open at once, and the IDs one GetPreferredAllocation names."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any
+
+import grpc
+import pytest
+
+from cdi_plugin.deviceplugin import api
+from cdi_plugin.deviceplugin.servicer import MAX_STREAMS, MIN_OFFERED
+from tests.deviceplugin.fake_kubelet import FakeKubelet
+from tests.deviceplugin.helpers import Layout, make_node, run, running_plugin, spec_of, write_spec
+
+KIND = "cdi-plugin.io/test"
+
+pytestmark = pytest.mark.timeout(180)
+
+
+class Stream:
+    """One ListAndWatch stream, read in the background: the lists it got, and how it ended."""
+
+    def __init__(self, stub: Any) -> None:
+        self.call = stub.ListAndWatch(api.Empty())
+        self.lists: list[set[str]] = []
+        self.changed = asyncio.Condition()
+        self.task = asyncio.create_task(self._read())
+
+    async def _read(self) -> None:
+        async for response in self.call:
+            async with self.changed:
+                self.lists.append({d.ID for d in response.devices})
+                self.changed.notify_all()
+
+    async def listed(self, ids: set[str]) -> None:
+        async with self.changed:
+            await asyncio.wait_for(
+                self.changed.wait_for(lambda: bool(self.lists) and self.lists[-1] == ids), 60
+            )
+
+    async def ended(self) -> grpc.aio.AioRpcError:
+        with pytest.raises(grpc.aio.AioRpcError) as ended:
+            await asyncio.wait_for(self.task, 60)
+        return ended.value
+
+    async def close(self) -> None:
+        self.call.cancel()
+        with contextlib.suppress(asyncio.CancelledError, grpc.aio.AioRpcError):
+            await self.task
+
+
+def test_a_new_stream_beyond_the_bound_ends_the_oldest_so_a_restarted_kubelet_is_served(
+    layout: Layout,
+) -> None:
+    write_spec(layout.etc, spec_of(KIND, {"a": [make_node(layout.dev / "a")]}))
+
+    async def scenario() -> None:
+        async with FakeKubelet(layout.plugin_dir) as kubelet, running_plugin(layout.settings()):
+            old = await kubelet.wait_registered(KIND)  # the kubelet's stream, left open
+            await old.wait_until(lambda d: set(d) == {"a"})
+            streams = [Stream(old.stub) for _ in range(MAX_STREAMS - 1)]
+            try:
+                for stream in streams:
+                    await stream.listed({"a"})
+                restarted = Stream(old.stub)  # the restarted kubelet's, one more than the bound
+                streams.append(restarted)
+                await restarted.listed({"a"})
+                await old.wait_until(lambda d: old.stream_ended)
+                assert old.stream_error == (
+                    f"RESOURCE_EXHAUSTED: ListAndWatch of {KIND} ended: newer streams were opened, "
+                    f"and at most {MAX_STREAMS} are served at once"
+                )
+                # a client opening streams in a loop holds MAX_STREAMS of them, the newest
+                for _ in range(2 * MAX_STREAMS):
+                    streams.append(Stream(old.stub))
+                    await streams[-1].listed({"a"})
+                for stream in streams[:-MAX_STREAMS]:
+                    assert (await stream.ended()).code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+                write_spec(
+                    layout.etc, spec_of(KIND, {"a": [layout.dev / "a"], "b": [make_node(layout.dev / "b")]})
+                )
+                for stream in streams[-MAX_STREAMS:]:
+                    await stream.listed({"a", "b"})
+                    assert not stream.task.done()
+            finally:
+                for stream in streams:
+                    await stream.close()
+
+    run(scenario())
+
+
+def test_preferred_allocation_refuses_more_ids_than_the_resource_has(layout: Layout) -> None:
+    write_spec(layout.etc, spec_of(KIND, {f"d{i}": [make_node(layout.dev / f"d{i}")] for i in range(3)}))
+
+    async def scenario() -> None:
+        async with FakeKubelet(layout.plugin_dir) as kubelet, running_plugin(layout.settings(replicas=2)):
+            client = await kubelet.wait_registered(KIND)
+            advertised = await client.wait_until(lambda d: len(d) == 6)
+            # what the kubelet offers, with IDs it has not seen go yet, is answered
+            offered = [*advertised, *(f"gone{i}" for i in range(MIN_OFFERED - 6))]
+            assert len(await client.preferred(offered, [], 2)) == 2
+            for available, must_include in (
+                ([*advertised, *(f"x{i}" for i in range(300_000))], []),
+                (list(advertised), [f"x{i}" for i in range(MIN_OFFERED + 1)]),
+            ):
+                with pytest.raises(grpc.aio.AioRpcError) as refused:
+                    await client.preferred(available, must_include, 1)
+                assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+                named = "available" if len(available) > MIN_OFFERED else "must-include"
+                count = max(len(available), len(must_include))
+                assert refused.value.details() == (
+                    f"GetPreferredAllocation for {KIND} names {count} {named} device IDs, more than "
+                    f"the {MIN_OFFERED} the plugin takes (it advertises 6 IDs)"
+                )
+            assert await client.preferred(list(advertised), [], 1) == ["d0#0"]  # still served
+
+    run(scenario())
