@@ -38,8 +38,8 @@ written in place over it) has none.
   another process created one meanwhile: no window between a check and the creation), or renamed
   over the file last read or written here (grown, or a plain file replaced), then the directory
   fsynced. Another file than the one last read or written here (another process wrote it since)
-  is never replaced; the file replaced is emptied (truncated), whatever other names it has, as
-  :func:`retire` does.
+  is never replaced; the file the rename unlinks is emptied (truncated), whatever other names it
+  has, as :func:`retire` does (not one moved away meanwhile).
 * :func:`read` reads the file with the bounded reader; a file without the magic is returned whole
   (a plain file, as the state was written before slots).
 * :func:`read_open` reads a file already open, by its descriptor (a file removed since, which
@@ -369,7 +369,7 @@ def _whole(path: Path, record: bytes, seen: Seen | None, max_bytes: int, mode: i
     staged = StagedFile(
         path, data + bytes(2 * slot_size - len(data) - FOOTER.size) + origin_footer(origin), mode
     )
-    replaced = None
+    replaced, links = None, 0
     try:
         try:
             st: os.stat_result | None = os.lstat(path)
@@ -382,6 +382,7 @@ def _whole(path: Path, record: bytes, seen: Seen | None, max_bytes: int, mode: i
             staged.commit()  # fails over a directory
         else:
             replaced = _opened_if_seen(path, seen)
+            links = os.fstat(replaced).st_nlink
             staged.commit()
     except BaseException:
         if replaced is not None:
@@ -391,7 +392,9 @@ def _whole(path: Path, record: bytes, seen: Seen | None, max_bytes: int, mode: i
         staged.discard()
     fsync_dir(path.parent)
     if replaced is not None:
-        _empty(replaced)
+        with contextlib.suppress(OSError):
+            if os.fstat(replaced).st_nlink < links:  # the rename unlinked it (not moved away meanwhile)
+                _empty(replaced)
         os.close(replaced)
     info = staged.info
     return Seen(
