@@ -288,8 +288,9 @@ def _older(found: slotfile.Seen, last: slotfile.Seen | None, superseded: bool) -
     newest it knows; a file written whole has an origin later than the one it replaces. So a file
     of another origin is newer when its origin is later and its record number higher, or, when
     the record last read or written here is ``superseded`` already, whatever its number (written
-    anew by an instance restarted since: as a restart of this one would, it is taken)."""
-    if last is None or not last.sequence:
+    anew by an instance restarted since: as a restart of this one would, it is taken; so is, then,
+    any file with an origin when the one last read here, of a release before origins, has none)."""
+    if last is None or not last.sequence or (superseded and last.origin is None and found.origin is not None):
         return None
     if found.origin is not None and last.origin is not None and found.origin != last.origin:
         if found.origin < last.origin:
