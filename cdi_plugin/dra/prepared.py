@@ -45,6 +45,7 @@ from pathlib import Path
 from cdi_plugin.dra.preparedstate import Devices, PreparedState, PreparedStateError, decode, encode
 from cdi_plugin.errors import CdiPluginError, SpecLoadError, SpecWriteError
 from cdi_plugin.store import slotfile
+from cdi_plugin.store.atomic import fsync_dir
 from cdi_plugin.wording import plural
 
 log = logging.getLogger(__name__)
@@ -258,12 +259,26 @@ class PreparedClaims:
 
     def _write(self, state: PreparedState) -> None:
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            _make_dirs(self.path.parent)
             self._seen = slotfile.write(self.path, encode(state), self._seen, MAX_STATE_BYTES)
         except SpecWriteError as exc:
             raise StateWriteError(str(exc)) from None
         except OSError as exc:
             raise StateWriteError(f"{exc.filename or self.path}: {exc.strerror or exc}") from None
+
+
+def _make_dirs(directory: Path) -> None:
+    """Create ``directory`` and its missing parents (the kubelet wiped them), each durably: its
+    parent fsynced once it holds it."""
+    missing: list[Path] = []
+    for level in (directory, *directory.parents):
+        if os.path.lexists(level):
+            break
+        missing.append(level)
+    if missing:
+        directory.mkdir(parents=True, exist_ok=True)
+    for made in missing:
+        fsync_dir(made.parent)
 
 
 class _Held:

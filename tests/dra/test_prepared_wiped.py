@@ -328,3 +328,24 @@ def test_an_instance_waiting_after_reading_a_file_of_an_earlier_release_takes_on
         put(PreparedState({"uid-2": CARD1}))
         assert old.unusable() is None
         assert old.state == PreparedState({"uid-2": CARD1})
+
+
+def test_the_directory_written_again_after_a_wipe_is_durable_in_its_parent(
+    path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The kubelet removed the driver's directory: written again, the file is answered only once
+    the directories made for it are fsynced in theirs (else a power loss may take the directory
+    back, and the claims with it)."""
+    prepared = PreparedClaims(path)
+    asyncio.run(prepared.put({"uid-1": CARD0}))
+    shutil.rmtree(path.parent.parent)  # <plugins> too
+    synced: list[str] = []
+    fsync = os.fsync
+
+    def recorded(fd: int) -> None:
+        fsync(fd)
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+
+    monkeypatch.setattr(os, "fsync", recorded)
+    assert asyncio.run(prepared.restore())
+    assert {str(path.parent.parent.parent), str(path.parent.parent), str(path.parent)} <= set(synced)
