@@ -45,6 +45,7 @@ from pathlib import Path
 from cdi_plugin.dra.preparedstate import Devices, PreparedState, PreparedStateError, decode, encode
 from cdi_plugin.errors import CdiPluginError, SpecLoadError, SpecWriteError
 from cdi_plugin.store import slotfile
+from cdi_plugin.store.atomic import fsync_dir
 from cdi_plugin.wording import plural
 
 log = logging.getLogger(__name__)
@@ -258,12 +259,26 @@ class PreparedClaims:
 
     def _write(self, state: PreparedState) -> None:
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            _make_dirs(self.path.parent)
             self._seen = slotfile.write(self.path, encode(state), self._seen, MAX_STATE_BYTES)
         except SpecWriteError as exc:
             raise StateWriteError(str(exc)) from None
         except OSError as exc:
             raise StateWriteError(f"{exc.filename or self.path}: {exc.strerror or exc}") from None
+
+
+def _make_dirs(directory: Path) -> None:
+    """Create ``directory`` and its missing parents (the kubelet wiped them), each durably: its
+    parent fsynced once it holds it."""
+    missing: list[Path] = []
+    for level in (directory, *directory.parents):
+        if os.path.lexists(level):
+            break
+        missing.append(level)
+    if missing:
+        directory.mkdir(parents=True, exist_ok=True)
+    for made in missing:
+        fsync_dir(made.parent)
 
 
 class _Held:
@@ -288,8 +303,9 @@ def _older(found: slotfile.Seen, last: slotfile.Seen | None, superseded: bool) -
     newest it knows; a file written whole has an origin later than the one it replaces. So a file
     of another origin is newer when its origin is later and its record number higher, or, when
     the record last read or written here is ``superseded`` already, whatever its number (written
-    anew by an instance restarted since: as a restart of this one would, it is taken)."""
-    if last is None or not last.sequence:
+    anew by an instance restarted since: as a restart of this one would, it is taken; so is, then,
+    any file with an origin when the one last read here, of a release before origins, has none)."""
+    if last is None or not last.sequence or (superseded and last.origin is None and found.origin is not None):
         return None
     if found.origin is not None and last.origin is not None and found.origin != last.origin:
         if found.origin < last.origin:

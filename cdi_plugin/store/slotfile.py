@@ -33,12 +33,13 @@ written in place over it) has none.
 * :func:`write` puts the record in the slot that does not hold the newest one (``pwrite``, then
   ``fdatasync``: the file's size and blocks stay as they are, so no metadata has to be journaled).
   The file is created, and grown (the slot size doubled until the record fits), by writing it
-  whole, zero-filled to its full size: a temporary file beside it, fsynced, then linked at the
-  path where there is no file (``link`` fails if another process created one meanwhile: no window
-  between a check and the creation), or renamed over the file last read or written here (grown,
-  or a plain file replaced), then the directory fsynced. Another file than the one last read or
-  written here (another process wrote it since) is never replaced; the file replaced is emptied
-  (truncated), whatever other names it has, as :func:`retire` does.
+  whole, zero-filled to its full size: a temporary file beside it (once those a killed writer
+  left are removed), fsynced, then linked at the path where there is no file (``link`` fails if
+  another process created one meanwhile: no window between a check and the creation), or renamed
+  over the file last read or written here (grown, or a plain file replaced), then the directory
+  fsynced. Another file than the one last read or written here (another process wrote it since)
+  is never replaced; the file the rename unlinks is emptied (truncated), whatever other names it
+  has, as :func:`retire` does (not one moved away meanwhile).
 * :func:`read` reads the file with the bounded reader; a file without the magic is returned whole
   (a plain file, as the state was written before slots).
 * :func:`read_open` reads a file already open, by its descriptor (a file removed since, which
@@ -64,7 +65,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from cdi_plugin.errors import SpecLoadError, SpecWriteError
-from cdi_plugin.store.atomic import StagedFile, fsync_dir
+from cdi_plugin.store.atomic import StagedFile, fsync_dir, remove_stale
 from cdi_plugin.store.files import open_regular, read_file_stat
 
 MAGIC = b"CDISLOTS"
@@ -279,6 +280,9 @@ def write(path: Path, record: bytes, seen: Seen | None, max_bytes: int, mode: in
     SpecWriteError when it cannot be written: the newest record is then still the one before, and
     the slot written in place is marked empty (its header zeroed), so that a record whose
     ``fdatasync`` failed is not read back from the page cache.
+
+    Writers of one file take turns (a lock): a temporary file beside it is taken for one a killed
+    writer left, and removed (a write staging it meanwhile fails).
     """
     if seen is not None and seen.slot_size and _fits(record, seen.slot_size):
         done = _in_place(path, record, seen)
@@ -361,10 +365,11 @@ def _whole(path: Path, record: bytes, seen: Seen | None, max_bytes: int, mode: i
         created = max(created, seen.origin[0] + 1)
     origin = (created, secrets.randbits(64))
     data = record_slot(sequence, record, slot_size)
+    remove_stale(path.parent, [path.name])  # a killed writer's, maybe a second name of the file
     staged = StagedFile(
         path, data + bytes(2 * slot_size - len(data) - FOOTER.size) + origin_footer(origin), mode
     )
-    replaced = None
+    replaced, links = None, 0
     try:
         try:
             st: os.stat_result | None = os.lstat(path)
@@ -377,6 +382,7 @@ def _whole(path: Path, record: bytes, seen: Seen | None, max_bytes: int, mode: i
             staged.commit()  # fails over a directory
         else:
             replaced = _opened_if_seen(path, seen)
+            links = os.fstat(replaced).st_nlink
             staged.commit()
     except BaseException:
         if replaced is not None:
@@ -386,7 +392,9 @@ def _whole(path: Path, record: bytes, seen: Seen | None, max_bytes: int, mode: i
         staged.discard()
     fsync_dir(path.parent)
     if replaced is not None:
-        _empty(replaced)
+        with contextlib.suppress(OSError):
+            if os.fstat(replaced).st_nlink < links:  # the rename unlinked it (not moved away meanwhile)
+                _empty(replaced)
         os.close(replaced)
     info = staged.info
     return Seen(

@@ -307,3 +307,45 @@ def test_the_file_held_with_another_record_of_the_number_last_seen_is_not_taken_
     asyncio.run(restarted.put({"uid-4": card(4)}))
     assert one.unusable() is None
     assert one.state == PreparedState({"uid-4": card(4)})
+
+
+def test_an_instance_waiting_after_reading_a_file_of_an_earlier_release_takes_one_written_since(
+    path: Path,
+) -> None:
+    """The file read last was written by a release before origins (and only in place since): the
+    file an instance restarted since writes, which has one, is taken whatever its record number,
+    as a restart would take it."""
+    record = slotfile.record_slot(5, encode(PreparedState({"uid-1": CARD0})), MIN_SLOT)
+    path.write_bytes(record + bytes(2 * MIN_SLOT - len(record)))  # record 5, no origin
+    old = PreparedClaims(path)
+    with instance(path) as put:
+        put(PreparedState(MANY))  # grown: the file old holds is replaced
+    shutil.rmtree(path.parent)
+    assert not old.reload()
+    assert old.problem == replaced(path)
+
+    with instance(path) as put:  # restarted: it knows no claim
+        put(PreparedState({"uid-2": CARD1}))
+        assert old.unusable() is None
+        assert old.state == PreparedState({"uid-2": CARD1})
+
+
+def test_the_directory_written_again_after_a_wipe_is_durable_in_its_parent(
+    path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The kubelet removed the driver's directory: written again, the file is answered only once
+    the directories made for it are fsynced in theirs (else a power loss may take the directory
+    back, and the claims with it)."""
+    prepared = PreparedClaims(path)
+    asyncio.run(prepared.put({"uid-1": CARD0}))
+    shutil.rmtree(path.parent.parent)  # <plugins> too
+    synced: list[str] = []
+    fsync = os.fsync
+
+    def recorded(fd: int) -> None:
+        fsync(fd)
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+
+    monkeypatch.setattr(os, "fsync", recorded)
+    assert asyncio.run(prepared.restore())
+    assert {str(path.parent.parent.parent), str(path.parent.parent), str(path.parent)} <= set(synced)

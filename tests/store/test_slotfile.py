@@ -308,3 +308,44 @@ def test_a_file_with_the_inode_seen_but_another_origin_is_not_written_into(tmp_p
         write(path, b"mine again", seen, MAX)
     assert "another file is in its place than the one last read here" in str(info.value)
     assert path.read_bytes() == theirs.read_bytes()
+
+
+def test_a_temporary_file_a_killed_writer_left_is_removed_before_the_file_is_replaced(
+    tmp_path: Path,
+) -> None:
+    """A writer killed between linking its temporary file at the path and removing it leaves a
+    second name for the file (and one killed before, a file of its own): removed when the file is
+    next written whole, so that the file replaced is linked nowhere once it is (a process still
+    holding it then empties it) and the directory does not fill up with copies."""
+    path = tmp_path / "state"
+    seen = written(path, b"small")
+    os.link(path, tmp_path / ".state.abcd1234.tmp")  # killed between link and unlink
+    (tmp_path / ".state.efgh5678.tmp").write_bytes(b"x" * MIN_SLOT)  # killed before the link
+    (tmp_path / ".other.abcd1234.tmp").write_bytes(b"another file's")
+    with path.open("rb") as held:
+        write(path, b"x" * MIN_SLOT, seen, MAX)  # grown: written whole
+        assert os.fstat(held.fileno()).st_nlink == 0
+    assert sorted(os.listdir(tmp_path)) == [".other.abcd1234.tmp", "state"]
+
+
+def test_a_file_moved_away_while_it_is_replaced_is_not_emptied(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The user moves the file away (``mv``) between the check that the file at the path is the
+    one seen and the rename over it: the rename creates the file, and the one moved away, which
+    no write replaced, keeps its contents."""
+    path = tmp_path / "state"
+    seen = written(path, b"small")
+    before = path.read_bytes()
+    moved = tmp_path / "moved"
+    opened = slotfile._opened_if_seen
+
+    def then_moved(at: Path, seen: slotfile.Seen | None) -> int:
+        fd = opened(at, seen)
+        os.rename(at, moved)
+        return fd
+
+    monkeypatch.setattr(slotfile, "_opened_if_seen", then_moved)
+    write(path, b"x" * MIN_SLOT, seen, MAX)
+    assert moved.read_bytes() == before
+    assert read(path, MAX, "state").record == b"x" * MIN_SLOT
