@@ -13,6 +13,7 @@ disk or a read-only file system shows up while staging, when nothing visible has
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import re
 import stat
@@ -34,13 +35,23 @@ def write_atomic(path: Path, data: bytes, mode: int = 0o644, *, durable: bool = 
 
 
 def fsync_dir(directory: Path) -> None:
-    """Make a rename or unlink in ``directory`` durable (best effort)."""
-    with contextlib.suppress(OSError):
+    """Make a rename, link or unlink in ``directory`` durable. Raises :class:`SpecWriteError`
+    when it cannot (an I/O error: the change may not survive a power loss); a file system that
+    cannot sync a directory at all (EINVAL) counts as done, as there is nothing more to do."""
+    try:
         fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+    except OSError as exc:
+        why = f"cannot open it to make its changes durable: {exc.strerror}"
+        raise SpecWriteError(f"{directory}: {why}") from None
+    try:
+        os.fsync(fd)
+    except OSError as exc:
+        if exc.errno != errno.EINVAL:
+            raise SpecWriteError(
+                f"{directory}: cannot make its changes durable (fsync): {exc.strerror}"
+            ) from None
+    finally:
+        os.close(fd)
 
 
 #: ``.<name>.<8 random characters>.tmp``, as :func:`tempfile.mkstemp` names them.

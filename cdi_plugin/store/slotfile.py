@@ -390,12 +390,14 @@ def _whole(path: Path, record: bytes, seen: Seen | None, max_bytes: int, mode: i
         raise
     finally:
         staged.discard()
-    fsync_dir(path.parent)
-    if replaced is not None:
-        with contextlib.suppress(OSError):
-            if os.fstat(replaced).st_nlink < links:  # the rename unlinked it (not moved away meanwhile)
-                _empty(replaced)
-        os.close(replaced)
+    try:
+        fsync_dir(path.parent)
+    finally:
+        if replaced is not None:
+            with contextlib.suppress(OSError):
+                if os.fstat(replaced).st_nlink < links:  # the rename unlinked it (not moved away)
+                    _empty(replaced)
+            os.close(replaced)
     info = staged.info
     return Seen(
         (info.st_dev, info.st_ino, info.st_size),

@@ -123,9 +123,9 @@ def apply(plan: Plan, *, tidy: bool = False, placed: Callable[[FileChange], None
                 directory.rmdir()
         message = str(exc) if exc.nothing_written else f"{exc}; nothing was changed"
         raise SpecWriteError(message, nothing_written=True) from None
-    fsync_dir(directory)
     done: list[tuple[Path, Action]] = []
     try:
+        fsync_dir(directory)  # the staged files' names, before any of them replaces a file
         for change, s in staged:
             s.commit()
             done.append((change.path, change.action))
@@ -143,8 +143,8 @@ def apply(plan: Plan, *, tidy: bool = False, placed: Callable[[FileChange], None
                 placed(change)
         for record in records[1:]:
             record.commit()
+        fsync_dir(directory)
     except SpecWriteError as exc:
         _discard([s for _, s in staged], records)
         raise PartialWriteError(str(exc), done) from None  # the first record matches the disk
-    fsync_dir(directory)
     return Applied(tuple(done), True)
