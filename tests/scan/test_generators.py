@@ -203,3 +203,15 @@ def test_scan_json_lists_the_other_configurations(tmp_path: Path) -> None:
         "generator's: delete it if no generator uses that configuration any more"
     ]
     assert (out / "example.com-fuse.json").exists()
+
+
+def test_a_configuration_without_classes_warns_of_the_specs_it_left(tmp_path: Path) -> None:
+    scan(tmp_path, FUSE)
+    report = run_scan(ScanOptions(output_dir=tmp_path, spec_dirs=()), StaticSource(WORKSTATION), [])
+    assert report.files == ()
+    assert [o.paths for o in report.plan.others] == [(tmp_path / name(FUSE),)]
+    assert [w for w in report.warnings if "another configuration" in w] == [
+        f"{tmp_path}: 1 spec ({name(FUSE)}) was written by another configuration (kinds {FUSE}), which "
+        "shares no kind with this one; left in place as another generator's: delete it if no "
+        "generator uses that configuration any more"
+    ]
