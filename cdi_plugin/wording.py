@@ -20,6 +20,11 @@ def joined(items: list[str]) -> str:
     return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
 
 
+def first_few(items: list[str], shown: int = 3) -> str:
+    """The first ``shown`` of ``items``, then ``...`` if there are more: ``A, B, C, ...``."""
+    return ", ".join(items[:shown] + (["..."] if len(items) > shown else []))
+
+
 def defined_in(paths: list[str]) -> str:
     """``defined in both A and B``, ``defined in A, B and C``: where a name is defined twice or more."""
     return f"defined in {'both ' if len(paths) == 2 else ''}{joined(paths)}"

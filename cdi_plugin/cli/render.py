@@ -14,9 +14,9 @@ from rich.table import Table
 
 from cdi_plugin.cdi.problems import Problem, Severity
 from cdi_plugin.cli.output import write_document
-from cdi_plugin.store.registry import NameConflict, Snapshot, SpecFile
+from cdi_plugin.store.registry import NameConflict, SharedNode, Snapshot, SpecFile
 from cdi_plugin.store.validation import ValidationReport
-from cdi_plugin.wording import defined_in, escape_controls, plural
+from cdi_plugin.wording import defined_in, escape_controls, joined, plural
 
 _out = Console(highlight=False)
 if not _out.is_terminal:  # logs and pipes: no wrapping inside table cells
@@ -153,6 +153,7 @@ def listing_json(snapshot: Snapshot, skipped_dirs: Sequence[SpecFile] = ()) -> d
         ],
         "broken": [_file_json(f) for f in snapshot.broken],
         "warnings": [_file_json(f) for f in snapshot.warned],
+        "sharedNodes": [{"hostPath": s.host_path, "qualifiedNames": list(s.names)} for s in snapshot.shared],
     }
 
 
@@ -190,6 +191,8 @@ def print_listing(snapshot: Snapshot) -> None:
         out.print(escape(_no_devices(snapshot)), soft_wrap=True)
     for c in snapshot.conflicts:
         out.print(f"[red]conflict[/] {escape(_conflict_line(c))}", soft_wrap=True)
+    for shared in snapshot.shared:
+        out.print(f"[yellow]shared[/] {escape(_shared_line(shared))}", soft_wrap=True)
     for f in snapshot.broken:
         out.print(f"[red]broken[/] {_text(str(f.path))}", soft_wrap=True)
         _print_problems(out, f.problems)
@@ -210,10 +213,19 @@ def _conflict_line(c: NameConflict) -> str:
     return f"{c.qualified_name}: {where} (priority {c.priority}); it does not resolve"
 
 
+def _shared_line(shared: SharedNode) -> str:
+    return (
+        f"{_one_field(shared.host_path)}: given by {joined(list(shared.names))}, of different vendors: "
+        "it is handed out under each name (remove the specs of the vendor no longer used)"
+    )
+
+
 def _listing_problems(snapshot: Snapshot) -> list[str]:
-    """What the plain rows leave out, one line each: no devices, conflicts, broken files, warnings."""
+    """What the plain rows leave out, one line each: no devices, conflicts, host nodes of several
+    vendors, broken files, warnings."""
     lines = [] if snapshot.devices else [_no_devices(snapshot)]
     lines += [f"conflict {_conflict_line(c)}" for c in snapshot.conflicts]
+    lines += [f"shared {_shared_line(s)}" for s in snapshot.shared]
     for label, files in (("broken", snapshot.broken), ("warning", snapshot.warned)):
         for f in files:
             path, shown = _one_field(str(f.path)), f.problems[:MAX_SHOWN_PROBLEMS]

@@ -14,9 +14,9 @@ What a :class:`UdevSource` reports for each device of the asked subsystems:
 
 Where udevd runs, a device it has not set up yet (its rules still running: no database entry,
 so none of the ``ID_*`` properties classes match and name devices by, nor its links, and the node
-may lack its final owner and mode) is left out with a warning: udevd announces it once it is set
-up, and a later scan or the watcher's update reads it then. Where no udevd runs, no device is ever
-set up, and every device is reported as the kernel describes it.
+may lack its final owner and mode) is left out, counted in one warning per subsystem: udevd
+announces it once it is set up, and a later scan or the watcher's update reads it then. Where no
+udevd runs, no device is ever set up, and every device is reported as the kernel describes it.
 
 Text from libudev is decoded as UTF-8; bytes that are not UTF-8 become ``\\xNN`` escapes, so hostile
 values arrive intact as text and never raise. Nodes matched by the query's devnode globs that no
@@ -44,6 +44,7 @@ from cdi_plugin.discovery import nodes
 from cdi_plugin.discovery.model import Ancestor, DiscoveredDevice, Discovery, NodeInfo, Query, UdevEvent
 from cdi_plugin.discovery.query import DEV, add_glob_entries, check_query
 from cdi_plugin.errors import DiscoveryError
+from cdi_plugin.wording import first_few, plural
 
 log = logging.getLogger(__name__)
 
@@ -161,10 +162,14 @@ class UdevSource:
         found = self._enumerate(query)
         reader = _Reader(_udev()._libudev, query.attributes)
         warnings: list[str] = []
+        waiting: dict[str, list[str]] = {}
         devices = [
-            device for dev in found if (device := self._device(reader, dev, query, warnings)) is not None
+            device
+            for dev in found
+            if (device := self._device(reader, dev, query, warnings, waiting)) is not None
         ]
         devices.sort(key=lambda d: d.sys_path)
+        warnings[:0] = [_not_set_up(subsystem, names) for subsystem, names in sorted(waiting.items())]
         hits = nodes.expand_globs(query.devnode_globs, self._dev_root, warnings)
         add_glob_entries(devices, hits)
         log.debug(
@@ -206,18 +211,25 @@ class UdevSource:
         return self._device(_Reader(context._libudev, frozenset()), dev, Query(), [], set_up_only=False)
 
     def _device(
-        self, reader: _Reader, dev: Any, query: Query, warnings: list[str], set_up_only: bool = True
+        self,
+        reader: _Reader,
+        dev: Any,
+        query: Query,
+        warnings: list[str],
+        waiting: dict[str, list[str]] | None = None,
+        *,
+        set_up_only: bool = True,
     ) -> DiscoveredDevice | None:
+        """The device as reported, None when it has no subsystem or awaits udevd (its name then
+        goes into ``waiting`` under its subsystem)."""
         lib = reader.lib
         subsystem = _opt(lib.udev_device_get_subsystem(dev))
         if not subsystem:
             return None
         sys_name = _text(lib.udev_device_get_sysname(dev))
         if set_up_only and self._initialized_only and _awaits_udevd(lib, dev):
-            who = nodes.printable(f"{subsystem} {sys_name}")
-            warnings.append(
-                f"{who}: not set up by udev yet (its rules are still running); left out until it is"
-            )
+            if waiting is not None:
+                waiting.setdefault(subsystem, []).append(sys_name)
             return None
         devnode = _opt(lib.udev_device_get_devnode(dev))
         properties = reader.properties(dev)
@@ -275,6 +287,16 @@ UDEV_CONTROL = "/run/udev/control"
 #: about 10 MiB of it, and only what is queued uses memory. Beyond ``net.core.rmem_max`` it needs
 #: CAP_NET_ADMIN (recent libudev asks for the same by itself).
 RECEIVE_BUFFER_BYTES = 128 * 1024 * 1024
+
+
+def _not_set_up(subsystem: str, names: list[str]) -> str:
+    """One warning for the devices of ``subsystem`` udevd has not set up yet (at boot, many)."""
+    shown = first_few(sorted(nodes.printable(n) for n in names))
+    until = "it is" if len(names) == 1 else "they are"
+    return (
+        f"{nodes.printable(subsystem)}: {plural(len(names), 'device')} not set up by udev yet "
+        f"({shown}): left out until {until}"
+    )
 
 
 def _awaits_udevd(lib: Any, dev: Any) -> bool:

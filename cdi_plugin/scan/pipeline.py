@@ -27,10 +27,10 @@ from cdi_plugin.generate.match import query_for
 from cdi_plugin.store import files
 from cdi_plugin.store.configfile import read_config
 from cdi_plugin.store.dirlock import DEFAULT_LOCK_TIMEOUT, DirLock, locked
-from cdi_plugin.store.plan import DONE, FileChange, Plan, plan_writes
+from cdi_plugin.store.plan import DONE, FileChange, OtherConfiguration, Plan, plan_writes
 from cdi_plugin.store.registry import Stat, file_stat
 from cdi_plugin.store.writer import Applied, apply
-from cdi_plugin.wording import plural
+from cdi_plugin.wording import first_few, plural
 
 log = logging.getLogger(__name__)
 
@@ -159,6 +159,9 @@ class ScanReport:
             "files": files,
             "forced": list(self.forced),
             "leftAlone": list(self.left_alone),
+            "otherConfigurations": [
+                {"kinds": sorted(o.kinds), "files": [str(p) for p in o.paths]} for o in self.plan.others
+            ],
             "warnings": list(self.warnings),
         }
 
@@ -174,6 +177,18 @@ def _file_reports(plan: Plan, build: BuildResult, dry_run: bool) -> tuple[FileRe
             change.diff() if dry_run else "",
         )
         for change in sorted(plan.changes, key=lambda c: c.path.name)
+    )
+
+
+def other_configuration_warning(output_dir: Path, other: OtherConfiguration) -> str:
+    """The warning of a full scan about the files of a configuration sharing no kind with its own."""
+    n = len(other.paths)
+    were, them = ("were", "them") if n > 1 else ("was", "it")
+    return (
+        f"{output_dir}: {plural(n, 'spec')} ({first_few([p.name for p in other.paths])}) {were} written "
+        f"by another configuration (kinds {first_few(sorted(other.kinds), 5)}), which shares no kind "
+        f"with this one; left in place as another generator's: delete {them} if no generator uses "
+        "that configuration any more"
     )
 
 
@@ -267,7 +282,8 @@ def run_scan(
             f"{c.path}: {c.kind} has no devices now, but this file, {c.reason}, is left as it is "
             "(runtimes still read it): remove it if its devices are gone"
             for c in plan.left
-        ),
+        )
+        + tuple(other_configuration_warning(options.output_dir, o) for o in plan.others),
         applied,
         tuple(line for was_replaced, line in overridden if was_replaced),
         tuple(line for was_replaced, line in overridden if not was_replaced),

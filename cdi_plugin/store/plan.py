@@ -81,6 +81,15 @@ class KindConflict:
 
 
 @dataclass(frozen=True, slots=True)
+class OtherConfiguration:
+    """Files in the output directory that a configuration sharing no kind with the one scanning
+    wrote: left in place as another generator's (see :func:`plan_writes`)."""
+
+    kinds: frozenset[str]
+    paths: tuple[Path, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class FileChange:
     path: Path
     kind: str
@@ -115,6 +124,8 @@ class Plan:
     #: Files found without an ownership record in the directory, byte-identical to what cdi-gen
     #: writes now: taken as cdi-gen's again.
     adopted: tuple[Path, ...] = ()
+    #: A full scan's: the files of each recorded configuration sharing no kind with its own.
+    others: tuple[OtherConfiguration, ...] = ()
 
     @property
     def record_changed(self) -> bool:
@@ -263,7 +274,9 @@ def plan_writes(
     scanning: the files it writes are recorded as its own, and those another configuration wrote
     (:func:`~cdi_plugin.store.ownership.written_by`) are left as they are too. Without a record in
     the directory, a file byte-identical to a spec of ``specs`` is taken as cdi-gen's again
-    (``Plan.adopted``): nobody else's bytes are ever taken over. Raises
+    (``Plan.adopted``): nobody else's bytes are ever taken over. A full scan (without ``kinds``)
+    names the files of each other configuration in ``Plan.others``: a generator whose configuration
+    changed every kind at once left them too. Raises
     :class:`SpecWriteError` when a spec is invalid or a file cannot be read, and
     :class:`ConflictError` when a foreign spec in ``output_dir`` or ``spec_dirs`` defines a kind of
     ``specs`` (unless ``force``).
@@ -339,7 +352,28 @@ def plan_writes(
         if change.data is not None:
             name = change.path.name
             after[name] = _entry(change, record.get(name), name in owned, mark)
-    return Plan(output_dir, tuple(changes), dict(record), after, tuple(conflicts), left, tuple(adopted))
+    return Plan(
+        output_dir,
+        tuple(changes),
+        dict(record),
+        after,
+        tuple(conflicts),
+        left,
+        tuple(adopted),
+        _others(output_dir, kept) if kinds is None else (),
+    )
+
+
+def _others(output_dir: Path, kept: Mapping[str, OwnedFile]) -> tuple[OtherConfiguration, ...]:
+    """The files of ``kept`` still in ``output_dir``, by the configuration that wrote them."""
+    by_config: dict[frozenset[str], list[Path]] = {}
+    for name, entry in sorted(kept.items()):
+        if entry.config is not None and os.path.lexists(output_dir / name):
+            by_config.setdefault(entry.config, []).append(output_dir / name)
+    return tuple(
+        OtherConfiguration(config, tuple(paths))
+        for config, paths in sorted(by_config.items(), key=lambda item: sorted(item[0]))
+    )
 
 
 def _entry(

@@ -71,6 +71,33 @@ class NameConflict:
 
 
 @dataclass(frozen=True, slots=True)
+class SharedNode:
+    """A host device node given by devices of several vendors' kinds (two generators'
+    configurations, or one whose vendor was renamed and its old specs left): a runtime, and a
+    device plugin serving both kinds, hand out the one device under each name."""
+
+    host_path: str
+    names: tuple[str, ...]  # the qualified names of the devices that give it, sorted
+
+
+def shared_nodes(devices: Iterable[ResolvedDevice]) -> list[SharedNode]:
+    """The host nodes (``hostPath``, else ``path``) that devices of kinds of more than one vendor
+    give, counting the spec-level edits each device of a spec gets. Kinds of one vendor sharing a
+    node are that vendor's choice (a card offered as ``gpu`` and as ``igpu``)."""
+    by_node: dict[str, dict[str, set[str]]] = {}
+    for d in devices:
+        edits = [d.device.container_edits, d.spec.container_edits]
+        for node in (n for e in edits if e is not None for n in e.device_nodes or ()):
+            host = node.host_path or node.path
+            by_node.setdefault(host, {}).setdefault(d.kind.vendor, set()).add(d.qualified_name)
+    return [
+        SharedNode(host, tuple(sorted(set().union(*vendors.values()))))
+        for host, vendors in sorted(by_node.items())
+        if len(vendors) > 1
+    ]
+
+
+@dataclass(frozen=True, slots=True)
 class Snapshot:
     """An immutable view of the spec directories at one moment."""
 
@@ -87,6 +114,11 @@ class Snapshot:
     @property
     def broken(self) -> tuple[SpecFile, ...]:
         return tuple(f for f in self.files if f.spec is None)
+
+    @property
+    def shared(self) -> list[SharedNode]:
+        """Host nodes that the resolved devices of several vendors' kinds give."""
+        return shared_nodes(self.devices.values())
 
     @property
     def warned(self) -> tuple[SpecFile, ...]:

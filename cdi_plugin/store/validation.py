@@ -16,7 +16,8 @@ from cdi_plugin.cdi.runtimes import Runtime
 from cdi_plugin.cdi.validate import runtime_problems, validate_bytes
 from cdi_plugin.errors import SpecLoadError
 from cdi_plugin.store.files import is_linked_dir, read_spec_bytes, scan_spec_dir, spec_dirs, spec_format
-from cdi_plugin.store.registry import SpecFile, resolve
+from cdi_plugin.store.registry import SpecFile, resolve, shared_nodes
+from cdi_plugin.wording import joined
 
 
 @dataclass
@@ -150,6 +151,18 @@ def _add_conflicts(reports: list[FileCheck]) -> None:
                             f"{name} is overridden by {winner.path}, which has a higher priority",
                             "", Severity.WARNING)
                 )  # fmt: skip
+
+    for shared in shared_nodes(devices.values()):
+        for name in shared.names:
+            device = devices[name]
+            givers = [f"{n} ({devices[n].path})" for n in shared.names if n != name]
+            by_path[device.path].problems.append(
+                Problem(_device_pointers(device.spec).get(device.device.name, ""), "shared-node",
+                        f"{name} gives the host node {shared.host_path}, which {joined(givers)} "
+                        f"{'give' if len(givers) > 1 else 'gives'} too, of another vendor: runtimes and "
+                        "device plugins hand the one device out under each name",
+                        "remove the specs of the vendor no longer used", Severity.WARNING)
+            )  # fmt: skip
 
 
 def _runtime_loads(report: FileCheck) -> bool:

@@ -172,7 +172,7 @@ def _documented() -> dict[str, str]:
 def test_docs_give_every_rule_its_severity() -> None:
     documented = _documented()
     extra = {"not-found", "unreadable", "not-a-file", "not-a-directory", "too-large", "not-strict-json",
-             "ignored-suffix", "linked-dir", "conflict", "shadowed", "version-above-max",
+             "ignored-suffix", "linked-dir", "conflict", "shadowed", "shared-node", "version-above-max",
              "runtime-format", "runtime-version", "runtime-field", "runtime-ignored"}  # fmt: skip
     assert set(documented) == SPEC_RULES | WARN_RULES | extra
     for rule in SPEC_RULES:
@@ -184,5 +184,6 @@ def test_docs_give_every_rule_its_severity() -> None:
         "ignored-suffix",
         "linked-dir",
         "shadowed",
+        "shared-node",
         "runtime-ignored",
     }

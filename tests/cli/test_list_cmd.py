@@ -14,7 +14,7 @@ import pytest
 
 from cdi_plugin.store.files import LINKED_DIR
 from tests.cli.conftest import CDI_GEN, Invoke, report, run_cdi_gen, run_on_terminal
-from tests.store.specfiles import write_spec
+from tests.store.specfiles import shared_node_dir, write_spec
 from tests.store.unprivileged import run_as_nobody, world_dir
 
 
@@ -52,7 +52,23 @@ def test_list_json(cli: Invoke, dirs: tuple[Path, Path]) -> None:
                            "message": "missing required field 'kind'", "hint": ""}]},
         ],
         "warnings": [],
+        "sharedNodes": [],
     }  # fmt: skip
+
+
+def test_a_host_node_given_by_two_vendors_kinds_is_reported(cli: Invoke, tmp_path: Path) -> None:
+    spec_dir = shared_node_dir(tmp_path)
+    result = cli("list", "--json", "--spec-dir", spec_dir)
+    assert result.exit_code == 0, "a warning"
+    assert report(result)["sharedNodes"] == [
+        {"hostPath": "/dev/foo", "qualifiedNames": ["example.com/gpu=foo", "mycorp.com/gpu=bar"]}
+    ]
+    plain = run_cdi_gen("list", "--spec-dir", spec_dir)
+    assert plain.returncode == 0
+    assert plain.stderr.splitlines() == [
+        "shared /dev/foo: given by example.com/gpu=foo and mycorp.com/gpu=bar, of different vendors: "
+        "it is handed out under each name (remove the specs of the vendor no longer used)"
+    ]
 
 
 def test_list_not_on_a_terminal_prints_plain_rows(cli: Invoke, dirs: tuple[Path, Path]) -> None:
@@ -82,6 +98,7 @@ def test_list_with_nothing_to_show(cli: Invoke, tmp_path: Path) -> None:
         "conflicts": [],
         "broken": [],
         "warnings": [],
+        "sharedNodes": [],
     }
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from tests.cli.conftest import SPECS, Invoke, report, run_cdi_gen, run_on_terminal
-from tests.store.specfiles import write_spec
+from tests.store.specfiles import shared_node_dir, write_spec
 
 GOOD = sorted(p for p in (SPECS / "good").glob("*") if p.is_file())
 BAD = sorted(p for p in (SPECS / "bad").iterdir() if p.is_file())
@@ -330,3 +330,26 @@ def test_on_a_narrow_terminal_each_problem_is_one_whole_line(tmp_path: Path, col
     )
     [prefix] = [line for line in lines if line.startswith("  /cdiVersion: warning version-prefix: ")]
     assert prefix.endswith("; write the bare version")
+
+
+def test_a_host_node_given_by_two_vendors_kinds_is_a_warning_in_both_files(
+    cli: Invoke, tmp_path: Path
+) -> None:
+    spec_dir = shared_node_dir(tmp_path)
+    result = cli("validate", "--json", spec_dir)
+    assert result.exit_code == 0, "a warning"
+    problems = {Path(f["path"]).name: f["problems"] for f in report(result)["files"]}
+    for name, other, other_file in (
+        ("example.com/gpu=foo", "mycorp.com/gpu=bar", "mycorp.com-gpu.json"),
+        ("mycorp.com/gpu=bar", "example.com/gpu=foo", "example.com-gpu.json"),
+    ):
+        message = (
+            f"{name} gives the host node /dev/foo, which {other} ({spec_dir / other_file}) gives too, "
+            "of another vendor: runtimes and device plugins hand the one device out under each name"
+        )
+        assert problems[f"{name.partition('/')[0]}-gpu.json"] == [
+            {"pointer": "/devices/0/name", "rule": "shared-node", "severity": "warning", "message": message,
+             "hint": "remove the specs of the vendor no longer used"}
+        ]  # fmt: skip
+    assert problems["example.com-igpu.json"] == []
+    assert cli("validate", "--strict", spec_dir).exit_code == 1

@@ -3,19 +3,21 @@ found without a record: each full scan removes only the stale files of its own c
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from pathlib import Path
 
 import pytest
 
+from cdi_plugin.discovery.fixture import dumps
 from cdi_plugin.discovery.model import StaticSource
 from cdi_plugin.generate.config import DeviceClass, default_classes
 from cdi_plugin.scan import ScanOptions, run_scan
 from cdi_plugin.store.ownership import RECORD_NAME, read_record
 from cdi_plugin.store.plan import ConflictError
 from tests.generate.hosts import WORKSTATION
-from tests.scan.helpers import snapshot
+from tests.scan.helpers import run_cdi_gen, snapshot
 
 FUSE, TUN, KVM, VHOST = (f"cdi-plugin.io/{c}" for c in ("fuse", "tun", "kvm", "vhost-net"))
 
@@ -125,3 +127,91 @@ def test_a_link_with_identical_bytes_is_not_taken(tmp_path: Path) -> None:
     (out / RECORD_NAME).unlink()
     with pytest.raises(ConflictError, match="not written by cdi-gen"):
         scan(out, TUN)
+
+
+def test_a_full_scan_warns_of_each_other_configuration_once_and_leaves_its_files(tmp_path: Path) -> None:
+    """A generator whose vendor changed leaves every spec of its old name: the scan says so, in one
+    warning per configuration, and leaves them (they could be another generator's)."""
+    renamed = [dataclasses.replace(c, vendor="mycorp.com") for c in classes(FUSE, TUN)]
+    scan(tmp_path, FUSE, TUN)
+    scan(tmp_path, KVM)
+    before = snapshot(tmp_path)
+    report = run_scan(ScanOptions(output_dir=tmp_path, spec_dirs=()), StaticSource(WORKSTATION), renamed)
+    assert {f.path.name: f.action for f in report.files} == {
+        "mycorp.com-fuse.json": "created",
+        "mycorp.com-tun.json": "created",
+    }
+    assert [(o.kinds, [p.name for p in o.paths]) for o in report.plan.others] == [
+        (frozenset({FUSE, TUN}), [name(FUSE), name(TUN)]),
+        (frozenset({KVM}), [name(KVM)]),
+    ]
+    warned = [w for w in report.warnings if "another configuration" in w]
+    assert warned == [
+        f"{tmp_path}: 2 specs ({name(FUSE)}, {name(TUN)}) were written by another configuration (kinds "
+        f"{FUSE}, {TUN}), which shares no kind with this one; left in place as another generator's: "
+        "delete them if no generator uses that configuration any more",
+        f"{tmp_path}: 1 spec ({name(KVM)}) was written by another configuration (kinds {KVM}), which "
+        "shares no kind with this one; left in place as another generator's: delete it if no "
+        "generator uses that configuration any more",
+    ]
+    after = snapshot(tmp_path)
+    assert {n: after[n] for n in before if n != RECORD_NAME} == {
+        n: v for n, v in before.items() if n != RECORD_NAME
+    }
+    # a scan of some kinds only does not look at the other configurations
+    some = run_scan(
+        ScanOptions(output_dir=tmp_path, spec_dirs=()),
+        StaticSource(WORKSTATION),
+        renamed,
+        kinds={"mycorp.com/fuse"},
+    )
+    assert some.plan.others == ()
+    assert not [w for w in some.warnings if "another configuration" in w]
+
+
+def test_the_warning_names_a_few_files_and_counts_them(tmp_path: Path) -> None:
+    kinds = (FUSE, TUN, KVM, VHOST)
+    scan(tmp_path, *kinds)
+    renamed = [dataclasses.replace(c, vendor="mycorp.com") for c in classes(*kinds)]
+    report = run_scan(ScanOptions(output_dir=tmp_path, spec_dirs=()), StaticSource(WORKSTATION), renamed)
+    shown = sorted(name(k) for k in kinds)[:3]
+    assert [w for w in report.warnings if "another configuration" in w] == [
+        f"{tmp_path}: 4 specs ({', '.join(shown)}, ...) were written by another configuration (kinds "
+        f"{', '.join(sorted(kinds))}), which shares no kind with this one; left in place as another "
+        "generator's: delete them if no generator uses that configuration any more"
+    ]
+
+
+def test_scan_json_lists_the_other_configurations(tmp_path: Path) -> None:
+    host, out = tmp_path / "host.json", tmp_path / "out"
+    host.write_text(dumps(WORKSTATION))
+    for vendor in ("example.com", "mycorp.com"):
+        (tmp_path / "config.yaml").write_text(
+            f"classes:\n  - {{vendor: {vendor}, class: fuse, match: {{subsystem: misc, kernel: fuse}}}}\n"
+        )
+        result = run_cdi_gen(
+            "scan", "--config", tmp_path / "config.yaml", "--source", f"fixture:{host}",
+            "--output-dir", out, "--json", check=0,
+        )  # fmt: skip
+    report = json.loads(result.stdout)
+    assert report["otherConfigurations"] == [
+        {"kinds": ["example.com/fuse"], "files": [str(out / "example.com-fuse.json")]}
+    ]
+    assert [w for w in report["warnings"] if "another configuration" in w] == [
+        f"{out}: 1 spec (example.com-fuse.json) was written by another configuration "
+        "(kinds example.com/fuse), which shares no kind with this one; left in place as another "
+        "generator's: delete it if no generator uses that configuration any more"
+    ]
+    assert (out / "example.com-fuse.json").exists()
+
+
+def test_a_configuration_without_classes_warns_of_the_specs_it_left(tmp_path: Path) -> None:
+    scan(tmp_path, FUSE)
+    report = run_scan(ScanOptions(output_dir=tmp_path, spec_dirs=()), StaticSource(WORKSTATION), [])
+    assert report.files == ()
+    assert [o.paths for o in report.plan.others] == [(tmp_path / name(FUSE),)]
+    assert [w for w in report.warnings if "another configuration" in w] == [
+        f"{tmp_path}: 1 spec ({name(FUSE)}) was written by another configuration (kinds {FUSE}), which "
+        "shares no kind with this one; left in place as another generator's: delete it if no "
+        "generator uses that configuration any more"
+    ]

@@ -3,9 +3,13 @@ leaves the other's specs in place."""
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 import os
 from collections.abc import Callable
 from pathlib import Path
+
+import pytest
 
 from cdi_plugin.scan.watcher import Watcher
 from cdi_plugin.scan.watchoptions import WatchOptions
@@ -75,3 +79,31 @@ def test_a_rescan_that_meets_a_foreign_spec_still_leaves_the_other_configuration
             assert device_names(fuse) == {"mine"}, "the edited spec is left as it is"
 
     run(scenario())
+
+
+def test_the_specs_of_another_configuration_are_warned_of_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A watcher's full rescans (here every 0.05 s) warn of another configuration's specs once."""
+    out = tmp_path / "out"
+    options = generators(tmp_path, out)
+    caplog.set_level(logging.DEBUG, "cdi_plugin")
+
+    def rescans() -> int:
+        return sum(r.getMessage().startswith("rescanned every class") for r in caplog.records)
+
+    async def scenario() -> None:
+        async with running(Watcher(options("a"))):
+            pass
+        async with running(Watcher(dataclasses.replace(options("b"), resync=0.05))):
+            await eventually(lambda: rescans() >= 3, "three full rescans after the first scan")
+
+    run(scenario())
+    warned = [r.getMessage() for r in caplog.records if "another configuration" in r.getMessage()]
+    assert warned == [
+        f"{out}: 2 specs (cdi-plugin.io-fuse.json, cdi-plugin.io-tun.json) were written by another "
+        "configuration (kinds cdi-plugin.io/fuse, cdi-plugin.io/tun), which shares no kind with this "
+        "one; left in place as another generator's: delete them if no generator uses that "
+        "configuration any more"
+    ]
+    assert device_names(out / "cdi-plugin.io-tun.json") == {"tun"}
