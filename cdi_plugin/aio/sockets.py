@@ -109,12 +109,13 @@ def bind_private(server: Server, path: Path) -> bool:
     """Bind ``server`` to the socket ``path``, mode 0600 before it appears there: only root (the
     kubelet) may connect. The socket is bound in a directory of its own beside ``path``, created
     0700 and named with a dot (the kubelet's plugin watcher passes over dot-names), made 0600
-    there, where no other user can reach it, and renamed into place (replacing a stale socket,
-    as gRPC's bind does); the directory then goes. The process's umask, which every thread
-    shares, is left alone. The private path (``.<4 hex digits>/s``) is no longer than a name of 7
-    characters beside it, such as ``dra.sock``. False when gRPC does not bind it, or the directory
-    cannot be made (:func:`bind_refusal` says why); also for a ``path`` longer than gRPC binds,
-    where no client could connect."""
+    there, where no other user can reach it, and linked into place, never over a file at
+    ``path`` (another instance's socket, bound since the caller removed a stale one: a rename
+    would replace it); the directory then goes. The process's umask, which every thread shares,
+    is left alone. The private path (``.<4 hex digits>/s``) is no longer than a name of 7
+    characters beside it, such as ``dra.sock``. False when gRPC does not bind it, a file is at
+    ``path``, or the directory cannot be made (:func:`bind_refusal` says why); also for a
+    ``path`` longer than gRPC binds, where no client could connect."""
     if len(os.fsencode(path)) > MAX_SOCKET_PATH:
         return False
     try:
@@ -129,11 +130,14 @@ def bind_private(server: Server, path: Path) -> bool:
         except RuntimeError:  # gRPC's "Failed to bind", without the reason
             return False
         os.chmod(bound, 0o600)
-        os.rename(bound, path)
+        try:
+            os.link(bound, path)
+        except FileExistsError:
+            return False
         return True
     finally:
         with contextlib.suppress(FileNotFoundError):
-            os.unlink(bound)  # not renamed: a failure
+            os.unlink(bound)
         os.rmdir(private)
 
 

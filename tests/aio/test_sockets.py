@@ -139,9 +139,6 @@ class _StartsLate(_Noted):
 
 def test_a_socket_is_bound_0600_without_changing_the_process_umask(tmp_path: Path) -> None:
     path = tmp_path / "dra.sock"
-    stale = socket.socket(socket.AF_UNIX)
-    stale.bind(str(path))  # a socket left behind: replaced, as gRPC's bind does
-    stale.close()
 
     async def bind() -> None:
         noted = _Noted()
@@ -178,7 +175,7 @@ def test_a_socket_that_cannot_be_bound_leaves_nothing_behind(tmp_path: Path) -> 
 
 
 def test_a_start_cancelled_removes_the_socket_and_stays_cancelled(tmp_path: Path) -> None:
-    """gRPC removes only the private path it bound: the socket renamed into place is removed by
+    """gRPC removes only the private path it bound: the socket linked into place is removed by
     whoever started the server, also when the start is cancelled (the process is stopping), and
     the cancellation goes on."""
     path = tmp_path / "dra.sock"
@@ -196,3 +193,22 @@ def test_a_start_cancelled_removes_the_socket_and_stays_cancelled(tmp_path: Path
 
     asyncio.run(asyncio.wait_for(cancelled(), 30))
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_socket_another_process_serves_is_never_replaced(tmp_path: Path) -> None:
+    """Two instances may both find the path free and bind at once: the later one's socket never
+    takes the place of the earlier one's (a rename would, silently)."""
+    path = tmp_path / "dra.sock"
+
+    async def bind() -> None:
+        with socket.socket(socket.AF_UNIX) as other:
+            other.bind(str(path))
+            other.listen()
+            theirs = identity(path)
+            server = grpc.aio.server()
+            assert not bind_private(server, path)
+            await server.stop(None)
+            assert identity(path) == theirs
+            assert [p.name for p in tmp_path.iterdir()] == ["dra.sock"]
+
+    asyncio.run(asyncio.wait_for(bind(), 30))
