@@ -36,7 +36,7 @@ MAX_STREAMS = 4
 #: (a kubelet's list may still hold devices removed since).
 MIN_OFFERED = 1024
 
-#: The thread GetPreferredAllocation works in, one for every resource: the kubelet waits for it
+#: The thread GetPreferredAllocation works in, one shared by every resource: the kubelet waits for it
 #: without a deadline, so it never waits for the threads the process's other blocking work may
 #: hold (a read stuck on a device), and a flood of calls is worked out in turn, never taking them.
 _PREFERRING = ThreadPoolExecutor(1, thread_name_prefix="preferred-allocation")
