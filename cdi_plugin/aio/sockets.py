@@ -7,14 +7,23 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import re
 import socket
 import stat
+import time
 from pathlib import Path
 from typing import Protocol
 
 #: The longest socket path gRPC binds: sun_path holds 108 bytes with the terminating NUL, but
 #: gRPC 1.85 refuses paths over 105 bytes.
 MAX_SOCKET_PATH = 105
+
+#: Seconds after which a private directory (:func:`bind_private`) is a leftover of a process
+#: killed while binding, not one another process binds in (a bind takes milliseconds).
+LEFTOVER_AGE = 60.0
+
+#: The name of a private directory.
+_PRIVATE = re.compile(r"\.[0-9a-f]{4}")
 
 #: (device, inode) of a socket file.
 Identity = tuple[int, int]
@@ -109,14 +118,17 @@ def bind_private(server: Server, path: Path) -> bool:
     """Bind ``server`` to the socket ``path``, mode 0600 before it appears there: only root (the
     kubelet) may connect. The socket is bound in a directory of its own beside ``path``, created
     0700 and named with a dot (the kubelet's plugin watcher passes over dot-names), made 0600
-    there, where no other user can reach it, and renamed into place (replacing a stale socket,
-    as gRPC's bind does); the directory then goes. The process's umask, which every thread
-    shares, is left alone. The private path (``.<4 hex digits>/s``) is no longer than a name of 7
-    characters beside it, such as ``dra.sock``. False when gRPC does not bind it, or the directory
-    cannot be made (:func:`bind_refusal` says why); also for a ``path`` longer than gRPC binds,
-    where no client could connect."""
+    there, where no other user can reach it, and linked into place, never over a file at
+    ``path`` (another instance's socket, bound since the caller removed a stale one: a rename
+    would replace it); the directory then goes. The process's umask, which every thread shares,
+    is left alone. The private path (``.<4 hex digits>/s``) is no longer than a name of 7
+    characters beside it, such as ``dra.sock``. False when gRPC does not bind it, a file is at
+    ``path``, or the directory cannot be made (:func:`bind_refusal` says why); also for a
+    ``path`` longer than gRPC binds, where no client could connect. The private directories a
+    process killed while binding left beside ``path`` are removed first (:func:`_remove_leftovers`)."""
     if len(os.fsencode(path)) > MAX_SOCKET_PATH:
         return False
+    _remove_leftovers(path.parent)
     try:
         private = _private_dir(path.parent)
     except OSError:
@@ -129,11 +141,14 @@ def bind_private(server: Server, path: Path) -> bool:
         except RuntimeError:  # gRPC's "Failed to bind", without the reason
             return False
         os.chmod(bound, 0o600)
-        os.rename(bound, path)
+        try:
+            os.link(bound, path)
+        except FileExistsError:
+            return False
         return True
     finally:
         with contextlib.suppress(FileNotFoundError):
-            os.unlink(bound)  # not renamed: a failure
+            os.unlink(bound)
         os.rmdir(private)
 
 
@@ -147,6 +162,40 @@ def _private_dir(parent: Path) -> Path:
             continue
         return private
     raise FileExistsError(f"{parent}: no free name for a private directory to bind a socket in")
+
+
+def _remove_leftovers(parent: Path) -> None:
+    """Remove from ``parent`` the private directories of binds cut short: named as
+    :func:`_private_dir` names them, this user's, mode 0700, unchanged for :data:`LEFTOVER_AGE`
+    seconds, and holding nothing or only a socket ``s`` nobody listens on (a process killed
+    between its bind and its link). Anything else, another process's bind under way included,
+    stays."""
+    try:
+        with os.scandir(parent) as found:
+            entries = [e for e in found if _PRIVATE.fullmatch(e.name)]
+    except OSError:
+        return
+    for entry in entries:
+        try:
+            st = entry.stat(follow_symlinks=False)
+            if (
+                not stat.S_ISDIR(st.st_mode)
+                or st.st_uid != os.geteuid()
+                or stat.S_IMODE(st.st_mode) != 0o700
+                or time.time() - st.st_mtime < LEFTOVER_AGE  # a clock set back too
+            ):
+                continue
+            held = os.listdir(entry.path)
+            if held not in ([], ["s"]):
+                continue
+            if held:
+                dead = Path(entry.path, "s")
+                if identity(dead) is None or someone_listens(dead):
+                    continue
+                os.unlink(dead)
+            os.rmdir(entry.path)
+        except OSError:
+            continue  # gone meanwhile, or cannot tell: left
 
 
 def bind_refusal(path: Path) -> str:

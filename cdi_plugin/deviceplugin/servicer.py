@@ -6,6 +6,7 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import grpc
@@ -34,6 +35,11 @@ MAX_STREAMS = 4
 #: GetPreferredAllocation takes as many IDs as the resource advertises, and at least this many
 #: (a kubelet's list may still hold devices removed since).
 MIN_OFFERED = 1024
+
+#: The thread GetPreferredAllocation works in, one shared by every resource: the kubelet waits for it
+#: without a deadline, so it never waits for the threads the process's other blocking work may
+#: hold (a read stuck on a device), and a flood of calls is worked out in turn, never taking them.
+_PREFERRING = ThreadPoolExecutor(1, thread_name_prefix="preferred-allocation")
 
 OPTIONS = api.DevicePluginOptions(pre_start_required=False, get_preferred_allocation_available=True)
 
@@ -206,9 +212,10 @@ class DevicePluginService:
     async def GetPreferredAllocation(
         self, request: api.PreferredAllocationRequest, context: Context
     ) -> api.PreferredAllocationResponse:
-        """The preferred IDs of each container request, worked out in a thread: the event loop
-        serves the other calls and streams meanwhile. A request offering more IDs than the resource
-        advertises (or :data:`MIN_OFFERED`) is refused before any work: the kubelet offers a subset."""
+        """The preferred IDs of each container request, worked out in a thread of its own
+        (:data:`_PREFERRING`): the event loop serves the other calls and streams meanwhile. A
+        request offering more IDs than the resource advertises (or :data:`MIN_OFFERED`) is refused
+        before any work: the kubelet offers a subset."""
         await self.state.settled()
         board = self.state.board(self.resource)
         devices = board.view.devices if board else {}
@@ -225,7 +232,8 @@ class DevicePluginService:
                 )
                 log.warning("%s", message, extra=self._extra)
                 await context.abort(grpc.StatusCode.INVALID_ARGUMENT, message)
-        answers = await asyncio.to_thread(_preferred, requests, devices)
+        loop = asyncio.get_running_loop()
+        answers = await loop.run_in_executor(_PREFERRING, _preferred, requests, devices)
         return api.preferred_response(answers)
 
     async def Allocate(self, request: api.AllocateRequest, context: Context) -> api.AllocateResponse:

@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import os
 import socket
+import time
 from pathlib import Path
 
 import grpc
@@ -139,9 +140,6 @@ class _StartsLate(_Noted):
 
 def test_a_socket_is_bound_0600_without_changing_the_process_umask(tmp_path: Path) -> None:
     path = tmp_path / "dra.sock"
-    stale = socket.socket(socket.AF_UNIX)
-    stale.bind(str(path))  # a socket left behind: replaced, as gRPC's bind does
-    stale.close()
 
     async def bind() -> None:
         noted = _Noted()
@@ -178,7 +176,7 @@ def test_a_socket_that_cannot_be_bound_leaves_nothing_behind(tmp_path: Path) -> 
 
 
 def test_a_start_cancelled_removes_the_socket_and_stays_cancelled(tmp_path: Path) -> None:
-    """gRPC removes only the private path it bound: the socket renamed into place is removed by
+    """gRPC removes only the private path it bound: the socket linked into place is removed by
     whoever started the server, also when the start is cancelled (the process is stopping), and
     the cancellation goes on."""
     path = tmp_path / "dra.sock"
@@ -196,3 +194,67 @@ def test_a_start_cancelled_removes_the_socket_and_stays_cancelled(tmp_path: Path
 
     asyncio.run(asyncio.wait_for(cancelled(), 30))
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_socket_another_process_serves_is_never_replaced(tmp_path: Path) -> None:
+    """Two instances may both find the path free and bind at once: the later one's socket never
+    takes the place of the earlier one's (a rename would, silently)."""
+    path = tmp_path / "dra.sock"
+
+    async def bind() -> None:
+        with socket.socket(socket.AF_UNIX) as other:
+            other.bind(str(path))
+            other.listen()
+            theirs = identity(path)
+            server = grpc.aio.server()
+            assert not bind_private(server, path)
+            await server.stop(None)
+            assert identity(path) == theirs
+            assert [p.name for p in tmp_path.iterdir()] == ["dra.sock"]
+
+    asyncio.run(asyncio.wait_for(bind(), 30))
+
+
+def _leftover(parent: Path, name: str, *, age: float, listening: bool = False) -> socket.socket:
+    """A private directory as a process killed between its bind and its link leaves it, with its
+    socket ``s`` (listening, or closed: dead), last changed ``age`` seconds ago."""
+    private = parent / name
+    private.mkdir(0o700)
+    held = socket.socket(socket.AF_UNIX)
+    held.bind(str(private / "s"))
+    if listening:
+        held.listen()
+    else:
+        held.close()
+    then = time.time() - age
+    os.utime(private, (then, then))
+    return held
+
+
+def test_a_private_directory_left_by_a_killed_bind_is_removed_at_the_next(tmp_path: Path) -> None:
+    """Only what a bind leaves is removed, once older than any bind in progress: a directory
+    another process binds in now, one whose socket someone serves, one holding other files, one
+    named otherwise or not 0700 stays."""
+    dead = _leftover(tmp_path, ".beef", age=3600)
+    young = _leftover(tmp_path, ".cafe", age=0)
+    served = _leftover(tmp_path, ".feed", age=3600, listening=True)
+    other = _leftover(tmp_path, ".d00d", age=3600)
+    (tmp_path / ".d00d" / "note").write_text("not a socket")
+    named = _leftover(tmp_path, ".sockets", age=3600)
+    opened = _leftover(tmp_path, ".abba", age=3600)
+    os.chmod(tmp_path / ".abba", 0o755)
+    then = time.time() - 3600
+    os.utime(tmp_path / ".abba", (then, then))
+
+    async def bind() -> None:
+        server = grpc.aio.server()
+        assert bind_private(server, tmp_path / "dra.sock")
+        await server.start()
+        await stop_serving(server, tmp_path / "dra.sock", identity(tmp_path / "dra.sock"), None)
+
+    try:
+        asyncio.run(asyncio.wait_for(bind(), 30))
+    finally:
+        for held in (dead, young, served, other, named, opened):
+            held.close()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".abba", ".cafe", ".d00d", ".feed", ".sockets"]

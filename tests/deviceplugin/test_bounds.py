@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import threading
 from typing import Any
 
 import grpc
@@ -116,5 +118,39 @@ def test_preferred_allocation_refuses_more_ids_than_the_resource_has(layout: Lay
                     f"the {MIN_OFFERED} the plugin takes (it advertises 6 IDs)"
                 )
             assert await client.preferred(list(advertised), [], 1) == ["d0#0"]  # still served
+
+    run(scenario())
+
+
+def test_preferred_allocation_is_answered_while_the_shared_threads_are_all_busy(layout: Layout) -> None:
+    """The kubelet waits for GetPreferredAllocation without a deadline, while admitting a pod:
+    its thread is not one of those the process's other blocking work (a read stuck on a device)
+    may hold, nor does a flood of calls take those."""
+    write_spec(layout.etc, spec_of(KIND, {f"d{i}": [make_node(layout.dev / f"d{i}")] for i in range(3)}))
+
+    async def scenario() -> None:
+        async with FakeKubelet(layout.plugin_dir) as kubelet, running_plugin(layout.settings()):
+            client = await kubelet.wait_registered(KIND)
+            advertised = await client.wait_until(lambda d: len(d) == 3)
+            loop = asyncio.get_running_loop()
+            release = threading.Event()
+            started: asyncio.Queue[None] = asyncio.Queue()
+
+            def stuck() -> None:
+                loop.call_soon_threadsafe(started.put_nowait, None)
+                release.wait()
+
+            workers = min(32, (os.cpu_count() or 1) + 4)  # the default executor's
+            held = [loop.run_in_executor(None, stuck) for _ in range(workers)]
+            try:
+                for _ in range(workers):
+                    await asyncio.wait_for(started.get(), 60)
+                answers = await asyncio.wait_for(
+                    asyncio.gather(*(client.preferred(list(advertised), [], 1) for _ in range(8))), 30
+                )
+                assert answers == [["d0"]] * 8
+            finally:
+                release.set()
+                await asyncio.gather(*held)
 
     run(scenario())
