@@ -1,8 +1,10 @@
 """A bound on the streams a server keeps open at once: opening one more ends the oldest.
 
-A client that restarts (the kubelet) opens its new stream before its old one is seen to close:
-ending the oldest, rather than refusing the newest, keeps the newest client served, and a client
-that opens streams in a loop holds at most ``limit`` of them.
+A client that restarts opens its new stream before its old one is seen to close: ending the
+oldest, rather than refusing the newest, keeps the newest client served, and a client that opens
+streams in a loop holds at most ``limit`` of them. A server whose client does not open a stream
+again once it ends (the kubelet's ListAndWatch) refuses one more instead, checking ``len()``
+before it opens one.
 """
 
 from __future__ import annotations

@@ -30,7 +30,7 @@ _Prebuilt = tuple[api.AllocateResponse, list[ContainerAllocation], str]
 
 #: How much of a request's IDs, and of the names answered, the line logging an allocation shows.
 MAX_LOGGED = 1000
-#: ListAndWatch streams open at once per resource; a newer one ends the oldest.
+#: ListAndWatch streams open at once per resource; one more is refused.
 MAX_STREAMS = 4
 #: GetPreferredAllocation takes as many IDs as the resource advertises, and at least this many
 #: (a kubelet's list may still hold devices removed since).
@@ -163,17 +163,26 @@ class DevicePluginService:
     async def ListAndWatch(self, request: api.Empty, context: Context) -> AsyncIterator[bytes]:
         """The resource's devices, then again after every change: a serialized ListAndWatchResponse.
 
-        At most :data:`MAX_STREAMS` are open: a newer one ends the oldest, with RESOURCE_EXHAUSTED
-        (the kubelet opens one; a restarted kubelet's comes while its old one may still look open)."""
-        with self._streams.opened() as ended:
+        At most :data:`MAX_STREAMS` are open: one more is refused with RESOURCE_EXHAUSTED, as
+        ending one that is open could end the kubelet's, which the kubelet takes as the plugin
+        gone and does not open again until the plugin registers anew (a restarted kubelet's old
+        stream closes with its connection)."""
+        if len(self._streams) >= MAX_STREAMS:
+            message = (
+                f"ListAndWatch of {self.resource} refused: {MAX_STREAMS} streams are open, "
+                "the most served at once (the kubelet keeps one)"
+            )
+            log.warning("%s", message, extra=self._extra)
+            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, message)
+        with self._streams.opened():
             board = self.state.board(self.resource)
             seen = -1
-            stops = [asyncio.ensure_future(self._closing.wait()), asyncio.ensure_future(ended.wait())]
+            closing = asyncio.ensure_future(self._closing.wait())
             waiting: asyncio.Future[tuple[int, ResourceView, bool]] | None = None
             try:
                 while board is not None and not self._closing.is_set():
                     waiting = asyncio.ensure_future(board.next_view(seen))
-                    await asyncio.wait((waiting, *stops), return_when=asyncio.FIRST_COMPLETED)
+                    await asyncio.wait((waiting, closing), return_when=asyncio.FIRST_COMPLETED)
                     if not waiting.done():
                         break
                     seen, view, closed = waiting.result()
@@ -181,17 +190,9 @@ class DevicePluginService:
                     if closed:
                         return
             finally:
-                for stop in stops:
-                    stop.cancel()
+                closing.cancel()
                 if waiting is not None:
                     waiting.cancel()
-        if ended.is_set() and not self._closing.is_set():
-            message = (
-                f"ListAndWatch of {self.resource} ended: newer streams were opened, "
-                f"and at most {MAX_STREAMS} are served at once"
-            )
-            log.warning("%s", message, extra=self._extra)
-            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, message)
 
     def _list(self, view: ResourceView) -> bytes:
         if log.isEnabledFor(logging.DEBUG):

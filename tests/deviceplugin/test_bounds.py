@@ -54,41 +54,47 @@ class Stream:
             await self.task
 
 
-def test_a_new_stream_beyond_the_bound_ends_the_oldest_so_a_restarted_kubelet_is_served(
-    layout: Layout,
-) -> None:
+def test_a_stream_beyond_the_bound_is_refused_and_the_kubelets_stays_served(layout: Layout) -> None:
+    # The kubelet takes its stream's end as the plugin gone, and opens none again until the
+    # plugin registers anew: the open streams are kept, and one more is refused.
     write_spec(layout.etc, spec_of(KIND, {"a": [make_node(layout.dev / "a")]}))
 
     async def scenario() -> None:
         async with FakeKubelet(layout.plugin_dir) as kubelet, running_plugin(layout.settings()):
-            old = await kubelet.wait_registered(KIND)  # the kubelet's stream, left open
-            await old.wait_until(lambda d: set(d) == {"a"})
-            streams = [Stream(old.stub) for _ in range(MAX_STREAMS - 1)]
+            ours = await kubelet.wait_registered(KIND)  # the kubelet's stream
+            await ours.wait_until(lambda d: set(d) == {"a"})
+            others = [Stream(ours.stub) for _ in range(MAX_STREAMS - 1)]
             try:
-                for stream in streams:
+                for stream in others:
                     await stream.listed({"a"})
-                restarted = Stream(old.stub)  # the restarted kubelet's, one more than the bound
-                streams.append(restarted)
-                await restarted.listed({"a"})
-                await old.wait_until(lambda d: old.stream_ended)
-                assert old.stream_error == (
-                    f"RESOURCE_EXHAUSTED: ListAndWatch of {KIND} ended: newer streams were opened, "
-                    f"and at most {MAX_STREAMS} are served at once"
-                )
-                # a client opening streams in a loop holds MAX_STREAMS of them, the newest
-                for _ in range(2 * MAX_STREAMS):
-                    streams.append(Stream(old.stub))
-                    await streams[-1].listed({"a"})
-                for stream in streams[:-MAX_STREAMS]:
-                    assert (await stream.ended()).code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+                for _ in range(2 * MAX_STREAMS):  # a client opening streams in a loop
+                    refused = await Stream(ours.stub).ended()
+                    assert refused.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+                    assert refused.details() == (
+                        f"ListAndWatch of {KIND} refused: {MAX_STREAMS} streams are open, "
+                        "the most served at once (the kubelet keeps one)"
+                    )
                 write_spec(
                     layout.etc, spec_of(KIND, {"a": [layout.dev / "a"], "b": [make_node(layout.dev / "b")]})
                 )
-                for stream in streams[-MAX_STREAMS:]:
+                await ours.wait_until(lambda d: set(d) == {"a", "b"})
+                assert not ours.stream_ended
+                for stream in others:
                     await stream.listed({"a", "b"})
-                    assert not stream.task.done()
+                await others.pop().close()  # a stream closed frees its place
+                deadline = asyncio.get_running_loop().time() + 60
+                while True:
+                    again = Stream(ours.stub)
+                    others.append(again)
+                    with contextlib.suppress(asyncio.TimeoutError):
+                        await asyncio.wait_for(asyncio.shield(again.listed({"a", "b"})), 5)
+                        break
+                    assert asyncio.get_running_loop().time() < deadline, (
+                        "a closed stream's place is never freed"
+                    )
+                    await others.pop().close()
             finally:
-                for stream in streams:
+                for stream in others:
                     await stream.close()
 
     run(scenario())
