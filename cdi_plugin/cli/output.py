@@ -4,38 +4,79 @@ cut by an interruption (SIGINT), and text is cut only where a write of it ends (
 
 from __future__ import annotations
 
-import contextlib
 import io
+import os
 import signal
 import sys
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable
+from types import FrameType
+from typing import Any
 
 import click
 
-_SIGINT = {signal.SIGINT}
+
+class _SigintHeld:
+    """SIGINT held until the block is done, then given to its handler (KeyboardInterrupt) if it
+    came. Only the first one of the process is held: a later one (Ctrl-C twice) is given at once,
+    standard output dropped, as its reader may never read (stopped, or a pager that ignores
+    SIGINT). Held where Python handles signals (the main thread), unless it is ignored."""
+
+    #: The SIGINTs the process took while holding them.
+    taken = 0
+    #: SIGINT's handler, given back at the end (None: nothing held).
+    previous: Callable[[int, FrameType | None], Any] | int | None
+
+    def __enter__(self) -> None:
+        self.came = False
+        self.previous = signal.getsignal(signal.SIGINT)
+        if (
+            self.previous in (signal.SIG_IGN, None)
+            or isinstance(self.previous, _SigintHeld)  # held already (a write inside a document's)
+            or threading.current_thread() is not threading.main_thread()
+        ):
+            self.previous = None
+            return
+        signal.signal(signal.SIGINT, self)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.previous is not None:
+            signal.signal(signal.SIGINT, self.previous)
+            if self.came:
+                signal.raise_signal(signal.SIGINT)
+
+    def __call__(self, signum: int, frame: FrameType | None) -> None:
+        _SigintHeld.taken += 1
+        if _SigintHeld.taken == 1:
+            self.came = True
+            return
+        drop_stdout()
+        if self.previous is not None:
+            signal.signal(signal.SIGINT, self.previous)
+        signal.raise_signal(signal.SIGINT)
 
 
-@contextlib.contextmanager
-def _sigint_held() -> Iterator[None]:
-    """SIGINT blocked until the block is done, then delivered (KeyboardInterrupt) if it came."""
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, _SIGINT)
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+def drop_stdout() -> None:
+    """Send what stdout still holds, and will be given, to /dev/null: its reader is gone, or
+    will not take it."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
 
 
 class _WholeWrites(io.TextIOWrapper):
-    """Each write taken whole, SIGINT held meanwhile: an interruption in the middle of a long one
-    (a table into a pipe its reader empties slowly) would make the buffer drop the rest of it,
-    leaving a half line before the error."""
+    """Each write and flush taken whole, SIGINT held meanwhile: an interruption in the middle of a
+    long write (a table into a pipe its reader empties slowly) would make the buffer drop the rest
+    of it, leaving a half line before the error; one in the middle of a flush would leave the rest
+    to the flush at exit, after the error, or for ever when the reader does not read."""
 
     def write(self, s: str) -> int:
-        previous = signal.pthread_sigmask(signal.SIG_BLOCK, _SIGINT)  # as _sigint_held, at half the cost
-        try:
+        with _SigintHeld():
             return super().write(s)
-        finally:
-            signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+    def flush(self) -> None:
+        with _SigintHeld():
+            super().flush()
 
 
 def buffer_stdout() -> None:
@@ -75,7 +116,7 @@ def write_document(document: str | bytes) -> None:
     """Write ``document`` to stdout in one go, SIGINT held until it is out: a reader gets the
     whole document or, interrupted before, nothing of it (a ``--json`` report, the objects of
     ``dra-objects``). KeyboardInterrupt, once it is out, when SIGINT came meanwhile."""
-    with _sigint_held():
+    with _SigintHeld():
         if isinstance(document, bytes):
             sys.stdout.flush()
             sys.stdout.buffer.write(document)

@@ -21,7 +21,7 @@ import click
 from cdi_plugin.cdi.runtimes import NAMES as RUNTIME_NAMES
 from cdi_plugin.cdi.version import SUPPORTED_VERSIONS
 from cdi_plugin.cli.logs import configure_command
-from cdi_plugin.cli.output import buffer_stdout, document_written
+from cdi_plugin.cli.output import buffer_stdout, document_written, drop_stdout
 from cdi_plugin.wording import escape_controls, file_type
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -39,14 +39,7 @@ def print_json_error(message: str) -> None:
         try:
             click.echo(json.dumps({"error": message}))
         except OSError:  # a reader gone, a full disk: the line on stderr and the exit status still tell
-            _drop_stdout()
-
-
-def _drop_stdout() -> None:
-    """Send what stdout still holds, and will be given, to /dev/null: its reader is gone."""
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, sys.stdout.fileno())
-    os.close(devnull)
+            drop_stdout()
 
 
 class HelpCommand(click.Command):
@@ -76,7 +69,7 @@ class _Printing:
             with writing_stdout(ctx.find_root().info_name or "cdi-plugin"):
                 return self.callback(ctx, param, value)
         except BrokenPipeError:
-            _drop_stdout()
+            drop_stdout()
             raise SystemExit(1) from None
 
 
@@ -110,7 +103,7 @@ class JsonErrorsGroup(HelpCommand, click.Group):
             print_json_error(exc.format_message())
             raise
         except BrokenPipeError:
-            _drop_stdout()
+            drop_stdout()
             raise SystemExit(1) from None
         except KeyboardInterrupt:  # after a whole document, no error document follows it
             fail(
@@ -151,7 +144,7 @@ def writing_stdout(program: str) -> Iterator[None]:
     except BrokenPipeError:
         raise
     except OSError as exc:
-        _drop_stdout()
+        drop_stdout()
         fail(program, f"cannot write to standard output: {exc.strerror or exc}", json_error=False)
 
 

@@ -173,7 +173,8 @@ class KubeApi:
                         ) from None
                     delay = max(delay, exc.retry_after)
                 if loop.time() + delay >= deadline:
-                    raise ClaimReadError(f"{exc} (gave up after {attempt} attempts {spent})") from None
+                    tried = plural(attempt, "attempt")
+                    raise ClaimReadError(f"{exc} (gave up after {tried} {spent})") from None
                 log.warning("%s; trying again in %.1f s", exc, delay)
                 await self.sleep(delay)
 

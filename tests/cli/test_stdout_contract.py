@@ -11,8 +11,11 @@ import json
 import os
 import resource
 import signal
+import struct
 import subprocess
+import termios
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -356,6 +359,100 @@ def test_an_interruption_while_text_is_written_ends_it_at_a_line(tmp_path: Path,
     assert len(stdout) > 4096, "interrupted before the table"
     assert whole.startswith(stdout)
     assert stdout.endswith("\n")
+
+
+def _took_the_signal(pid: int) -> bool:
+    """Whether process ``pid`` took the SIGINT sent (none pending) and waits to write again."""
+    status = Path(f"/proc/{pid}/status").read_text().splitlines()
+    pending = [int(line.split()[1], 16) for line in status if line.startswith(("SigPnd:", "ShdPnd:"))]
+    return not any(mask & 1 << (signal.SIGINT - 1) for mask in pending) and _waits_to_write_into_a_pipe(pid)
+
+
+@pytest.mark.parametrize("as_json", [False, True], ids=["text", "json"])
+def test_a_second_interruption_ends_a_write_its_reader_never_takes(tmp_path: Path, as_json: bool) -> None:
+    """SIGINT is held while output is written, but a reader that never reads (stopped, or a pager
+    that ignores SIGINT) must not make Ctrl-C useless: a second one ends the command at once,
+    what is left of the output dropped."""
+    (tmp_path / "env.json").write_text(json.dumps(doc(edits={"env": ["=x"] * 150})))
+    command = [str(CDI_GEN), "validate", *(["--json"] if as_json else []), str(tmp_path)]
+    read_end, write_end = os.pipe()
+    fcntl.fcntl(write_end, fcntl.F_SETPIPE_SZ, 4096)  # the output does not fit, and is never read
+    with os.fdopen(read_end, "r") as reader:
+        proc = subprocess.Popen(command, stdout=write_end, stderr=subprocess.PIPE, text=True)
+        os.close(write_end)
+        try:
+            for _ in range(2):
+                deadline = time.monotonic() + 60
+                while not _took_the_signal(proc.pid):
+                    assert proc.poll() is None, "the command ended after a single SIGINT"
+                    assert time.monotonic() < deadline, "no SIGINT taken while waiting to write"
+                    time.sleep(0.01)
+                proc.send_signal(signal.SIGINT)
+            _, stderr = proc.communicate(timeout=60)
+            assert len(reader.read()) <= 4096
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+    assert (proc.returncode, stderr) == (1, "cdi-gen: error: interrupted\n")
+
+
+#: Writes a document, and on the SIGINT held meanwhile more (as an error, a flush at exit would).
+_WRITES_TWICE = """
+import sys
+from cdi_plugin.cli.output import buffer_stdout, write_document
+buffer_stdout()
+try:
+    write_document("a" * 6000)
+except KeyboardInterrupt:
+    try:
+        sys.stdout.write("b" * 100000)
+        sys.stdout.flush()
+    except KeyboardInterrupt:
+        sys.exit("interrupted twice")
+"""
+
+
+def test_the_interruption_after_one_held_is_given_at_once() -> None:
+    """The first SIGINT, held while a document is written, comes out once it is: what the command
+    then writes (an error, what is left to flush at exit) does not hold the second one, which a
+    reader that stopped reading would make wait for ever."""
+    read_end, write_end = os.pipe()
+    fcntl.fcntl(write_end, fcntl.F_SETPIPE_SZ, 4096)
+    command = [str(VENV_BIN / "python"), "-c", _WRITES_TWICE]
+    proc = subprocess.Popen(command, stdout=write_end, stderr=subprocess.PIPE, text=True)
+    os.close(write_end)
+    try:
+        _wait_for(lambda: _took_the_signal(proc.pid), proc, "the document waits to be read")
+        proc.send_signal(signal.SIGINT)
+        document = b""
+        while len(document) < 6000 and (chunk := os.read(read_end, 6000 - len(document))):
+            document += chunk
+        assert document == b"a" * 6000
+        _wait_for(
+            lambda: _unread(read_end) > 0 and _took_the_signal(proc.pid), proc, "more waits"
+        )  # no a left
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=60)
+    finally:
+        os.close(read_end)
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert (proc.returncode, stderr) == (1, "interrupted twice\n")
+
+
+def _unread(fd: int) -> int:
+    """The bytes waiting in the pipe whose read end is ``fd``."""
+    return struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\0" * 4))[0]
+
+
+def _wait_for(condition: Callable[[], bool], proc: subprocess.Popen[str], what: str) -> None:
+    deadline = time.monotonic() + 60
+    while not condition():
+        assert proc.poll() is None, f"ended before {what}"
+        assert time.monotonic() < deadline, f"never: {what}"
+        time.sleep(0.01)
 
 
 def test_a_locale_without_utf8_gets_escapes_not_an_error(tmp_path: Path) -> None:

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from cdi_plugin.dra import api
+from cdi_plugin.dra.backoff import Backoff
 from cdi_plugin.dra.kube import SLICES, KubeApi
 from cdi_plugin.dra.prepare import ClaimReadError
 from cdi_plugin.dra.prepared import PreparedClaims
@@ -241,3 +242,19 @@ async def test_a_claim_read_compares_the_retry_after_with_what_is_left_of_the_ca
         error,
     ), error
     assert server.count("GET", claim_path(ref)) == 1
+
+
+async def test_a_claim_read_with_no_time_for_a_second_attempt_says_it_made_one(
+    tmp_path: Path, server: FakeApiServer, sleeps: Sleeps
+) -> None:
+    server.add_claim(CLAIM)
+    server.misbehave("GET", CLAIM_PATH, faults.html(503))
+    kube = connect(tmp_path, server.url, sleep=sleeps, backoff=Backoff(30.0, 60.0, 4))
+    until = asyncio.get_running_loop().time() + 10  # less than the first backoff delay
+    try:
+        with pytest.raises(ClaimReadError) as info:
+            await kube.read_claim("ns", "c", until=until)
+    finally:
+        await kube.close()
+    assert str(info.value).endswith("(gave up after 1 attempt within the time the kubelet gives the call)")
+    assert sleeps == []
