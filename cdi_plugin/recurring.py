@@ -12,7 +12,9 @@ line says so: ``recovered after <how long> (<n> times since <when>): <message>``
 A reason that changes at every attempt (a counter, an address in it) is not a new line each
 time: after :data:`REASONS_SAID` reasons of one condition said in full, a further new reason is
 logged at debug level only, and counted in a summary said at most every :data:`SUMMARY_EVERY`
-seconds, ``still <message> (<n> new reasons since <when>, logged at debug level)``.
+seconds, ``still <message> (<n> new reasons since <when>, logged at debug level)``; those
+not counted in a line yet are counted in the next summary of a reason, or in the ``recovered``
+line.
 """
 
 from __future__ import annotations
@@ -135,12 +137,22 @@ class Recurring:
                     self._quiet, self._quiet_since = 0, 0.0
             elif self._due(now) == 0:
                 reason.said = now
-                line = f"still {message} ({reason.tally()}, for {duration(now - reason.since)})"
+                line = f"still {message} ({reason.tally()}, for {duration(now - reason.since)}"
+                line += f"{self._take_quiet()})"
             if line is not None:
                 self._said = now
             else:
                 level, line = logging.DEBUG, message + detail
         self._logger.log(level, "%s%s", self._prefix, line, extra=self._extra, stacklevel=2)
+
+    def _take_quiet(self) -> str:
+        """``; <n> new reasons since <when> logged at debug level`` for the new reasons not
+        counted in a line yet (then none are), or nothing."""
+        if not self._quiet:
+            return ""
+        note = f"; {plural(self._quiet, 'new reason')} since {_when(self._quiet_since)} logged at debug level"
+        self._quiet, self._quiet_since = 0, 0.0
+        return note
 
     def recovered(self, level: int = logging.INFO) -> bool:
         """The condition ended: say so, once, with how long its last reason lasted; False if it
@@ -152,8 +164,8 @@ class Recurring:
                 return False
             reason = self._reasons[message]
             self._reasons.clear()
-            self._new_said, self._quiet, self._quiet_since = 0, 0, 0.0
-            lasted, tally = duration(now - reason.since), reason.tally()
+            lasted, tally = duration(now - reason.since), reason.tally() + self._take_quiet()
+            self._new_said = 0
         self._logger.log(
             level,
             "%srecovered after %s (%s): %s",

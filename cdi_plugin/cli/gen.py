@@ -37,6 +37,7 @@ from cdi_plugin.cli.scanopts import (
     uevent_source_option,
     writing_stdout,
 )
+from cdi_plugin.wording import fault
 
 if TYPE_CHECKING:
     from cdi_plugin.store.registry import Snapshot, SpecFile, Stat
@@ -64,7 +65,7 @@ class _Group(JsonErrorsGroup):
                 raise
             if isinstance(exc, CdiPluginError):
                 fail(PROGRAM, str(exc))
-            fail(PROGRAM, f"{type(exc).__name__}: {exc} (run with --debug for the traceback)")
+            fail(PROGRAM, f"{fault(exc)} (run with --debug for the traceback)")
 
 
 def json_option(f: F) -> F:

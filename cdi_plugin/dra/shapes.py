@@ -155,8 +155,9 @@ def retry_after(values: list[str], now: float) -> float | None:
     """The seconds the ``Retry-After`` header lines ``values`` ask to wait: the first member that
     is a wait (delay-seconds, or an HTTP-date compared with ``now``, a Unix time), whether the
     header is repeated or its lines folded into one with commas (``5, 7``: 5 s). The field allows
-    a single value (RFC 9110, section 10.2.3), so a repetition is a sender's error; the first value
-    is what client-go and Go's ``Header.Get`` read. None when there is no wait among the first
+    a single value (RFC 9110, section 10.2.3), so a repetition is a sender's error; client-go
+    reads the first line only (Go's ``Header.Get``), here a first member that is no wait does not
+    hide a later one. None when there is no wait among the first
     :data:`MAX_RETRY_AFTER_MEMBERS` members: none, not one of those, in the past, more than
     :data:`MAX_RETRY_AFTER` seconds away, or a line longer than :data:`MAX_HEADER_CHARS`."""
     members = [m for v in values[:MAX_RETRY_AFTER_MEMBERS] if len(v) <= MAX_HEADER_CHARS for m in _members(v)]

@@ -60,7 +60,7 @@ from cdi_plugin.scan.updates import BatchWork, DeviceEvent
 from cdi_plugin.scan.watchoptions import OnApplied, OnWritten, WatchOptions
 from cdi_plugin.store.dirlock import LockTimeoutError, LockWaitStopped
 from cdi_plugin.store.registry import Stat
-from cdi_plugin.wording import plural
+from cdi_plugin.wording import fault, plural
 
 if TYPE_CHECKING:  # prometheus_client is loaded only where metrics are served
     from cdi_plugin.metrics import ScanMetrics
@@ -393,7 +393,7 @@ class Watcher:
                 self.retries.failed(wanted, scope, str(exc))
             elif exc is not None:
                 log.error("rescan failed unexpectedly", exc_info=exc)
-                self.retries.failed(wanted, scope, f"{type(exc).__name__}: {exc}")
+                self.retries.failed(wanted, scope, fault(exc))
             else:
                 self.retries.succeeded(wanted, ALL)
                 if scope is None:

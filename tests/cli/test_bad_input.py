@@ -159,3 +159,18 @@ def test_package_errors_are_shown_as_their_message(cli: Invoke, monkeypatch: pyt
     result = cli("validate", "x.json")
     assert result.exit_code == 1
     assert result.stderr == "cdi-gen: error: /etc/cdi/x.json: /kind: invalid kind 'x'\n"
+
+
+def test_an_unexpected_failure_with_a_huge_text_is_one_short_line(
+    cli: Invoke, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def explode(*_: object) -> None:
+        raise RuntimeError("boom\n" + "x" * (1 << 20))
+
+    monkeypatch.setattr("cdi_plugin.store.validation.validate_paths", explode)
+    result = cli("validate", "x.json")
+    assert result.exit_code == 1
+    assert result.stderr.startswith("cdi-gen: error: RuntimeError: boom\\n")
+    assert result.stderr.endswith(" (run with --debug for the traceback)\n")
+    assert result.stderr.count("\n") == 1
+    assert len(result.stderr) < 500
