@@ -2,8 +2,9 @@
 translated into ``podman run`` options.
 
 The base is a Debian 12 root file system made by ``mmdebstrap`` from the host's Debian mirror and
-imported into podman; the build reaches no network: cdi-plugin's dependencies are wheels fetched on
-the host beforehand, as the lock pins them, and mounted into the build (``--build-arg PIP_OPTIONS``).
+imported into podman; the build reaches no network: cdi-plugin's dependencies and its build backend
+are wheels fetched on the host beforehand, as the locks pin them, and mounted into the build
+(``--build-arg PIP_OPTIONS``).
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import tomllib
 import uuid
 from collections.abc import Mapping
 from pathlib import Path
@@ -30,6 +30,8 @@ ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
 #: the runtime dependencies' pins and hashes, which the image installs
 LOCK = DEPLOY / "requirements.lock"
+#: the build backend's, which builds cdi-plugin's wheel in the image's build stage
+BUILD_LOCK = DEPLOY / "build-requirements.lock"
 
 #: on Debian's minimal system (as in debian:bookworm-slim, under python:3.11-slim-bookworm)
 BASE_PACKAGES = ("python3", "python3-venv")
@@ -75,13 +77,14 @@ def base_rootfs() -> Path:
 
 
 def wheelhouse(directory: Path) -> Path:
-    """Wheels of every dependency of cdi-plugin as the lock pins them, and of its build backend,
-    for this Python (the base's: 3.11 on Debian 12), readable by the build's unprivileged user."""
+    """Wheels of every dependency of cdi-plugin and of its build backend, as the locks pin them:
+    PyPI's own files, which pip checks against the locks' hashes, for this Python (the base's: 3.11 on
+    Debian 12), readable by the build's unprivileged user."""
     assert sys.version_info[:2] == (3, 11), "the wheels must match the base image's Python 3.11"
-    build_requires = tomllib.loads((ROOT / "pyproject.toml").read_text())["build-system"]["requires"]
-    for what in (["--requirement", str(LOCK)], build_requires):
+    for lock in (LOCK, BUILD_LOCK):
         built = subprocess.run(
-            [sys.executable, "-m", "pip", "wheel", "--quiet", "--wheel-dir", str(directory), *what],
+            [sys.executable, "-m", "pip", "wheel", "--quiet", "--require-hashes", "--only-binary", ":all:",
+             "--wheel-dir", str(directory), "--requirement", str(lock)],
             capture_output=True, text=True, timeout=600, check=False,
         )  # fmt: skip
         assert built.returncode == 0, built.stderr

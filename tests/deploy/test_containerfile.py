@@ -8,6 +8,7 @@ import fnmatch
 import io
 import json
 import re
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ from cdi_plugin import __version__
 ROOT = Path(__file__).resolve().parents[2]
 CONTAINERFILE = ROOT / "Containerfile"
 LOCK = "deploy/requirements.lock"
+BUILD_LOCK = "deploy/build-requirements.lock"
 #: image@sha256 digest, with a full version tag (no "latest", no floating "3" or "3.11")
 _PINNED = re.compile(r"^[a-z0-9.-]+(/[a-z0-9._-]+)+:[0-9]+\.[0-9]+\.[0-9]+[a-z0-9.-]*@sha256:[0-9a-f]{64}$")
 
@@ -66,27 +68,81 @@ def _install_steps(build: list[dict[str, Any]]) -> list[str]:
     return [" ".join(step.split()) for step in install.split("&&")]
 
 
+def _pip_steps(parser: DockerfileParser) -> list[list[str]]:
+    """Every pip command of every RUN, as its words from the subcommand on."""
+    steps = []
+    for instruction in parser.structure:
+        if instruction["instruction"] != "RUN":
+            continue
+        lexer = shlex.shlex(instruction["value"], posix=True, punctuation_chars=True)
+        lexer.whitespace_split = True
+        words: list[str] = []
+        for word in [*lexer, ";"]:
+            if word not in ("&&", "||", ";", "|", "&"):
+                words.append(word)
+                continue
+            if words and (words[0] == "pip" or words[0].endswith("/pip")):
+                steps.append(words[1:])
+            elif words[1:3] == ["-m", "pip"] and "python" in words[0]:
+                steps.append(words[3:])
+            words = []
+    return steps
+
+
 def test_pip_options_are_a_build_argument_with_no_default(parser: DockerfileParser) -> None:
+    """PIP_OPTIONS goes to the two installs from the locks, the only steps that fetch."""
     build, _ = _stages(parser)
     assert [i["value"] for i in build if i["instruction"] == "ARG"] == ["PIP_OPTIONS="]
-    installs = [s for s in _install_steps(build) if "pip install" in s]
-    assert len(installs) == 2
-    assert all("pip install --no-compile $PIP_OPTIONS " in s for s in installs)
+    with_options = [s for s in _install_steps(build) if "$PIP_OPTIONS" in s]
+    assert len(with_options) == 2
+    assert all("pip install --no-compile $PIP_OPTIONS --require-hashes " in s for s in with_options)
 
 
-def test_the_dependencies_are_installed_from_the_lock_alone(parser: DockerfileParser) -> None:
-    """The lock's pins, every file checked against its hashes, before cdi-plugin, which brings no
-    dependency of its own; pip check fails the build if the lock lacked one."""
+def test_nothing_is_installed_unpinned(parser: DockerfileParser) -> None:
+    """Every pip command that installs, builds or downloads takes each file from a lock, checked
+    against its hashes, or reaches no index and brings no dependency and no build backend of its
+    own: every file the build installs or runs is pinned by a hash (or is the base's)."""
+    locks = {LOCK, BUILD_LOCK}
+    checked = 0
+    for words in _pip_steps(parser):
+        command, options = words[0], words[1:]
+        if command not in ("install", "wheel", "download"):
+            continue
+        checked += 1
+        assert "--no-deps" in options, words
+        if "--require-hashes" in options:
+            assert options.count("-r") == 1, words
+            assert options[options.index("-r") + 1] in locks, words
+            continue
+        assert "--no-index" in options, f"{words}: neither from a lock nor without an index"
+        assert not {"-r", "--requirement", "--find-links", "-f", "$PIP_OPTIONS"} & set(options), words
+        if command != "install" or not options[-1].endswith(".whl"):  # builds from source
+            assert "--no-build-isolation" in options, f"{words}: fetches its build backend"
+    assert checked == 4
+
+
+def test_the_build_backend_and_the_dependencies_are_installed_from_their_locks_alone(
+    parser: DockerfileParser,
+) -> None:
+    """The build backend from its lock in a virtual environment of its own, which builds
+    cdi-plugin's wheel; the dependencies from their lock, then that wheel without dependencies;
+    pip check fails the build if a lock lacked one. The backend stays out of /opt/cdi-plugin,
+    the one directory the final stage copies."""
     build, _ = _stages(parser)
     copies = [i["value"].split()[1:] for i in build if i["instruction"] == "COPY"]
-    assert [LOCK, "./deploy/"] in copies
+    assert [LOCK, BUILD_LOCK, "./deploy/"] in copies
     (workdir,) = [i["value"] for i in build if i["instruction"] == "WORKDIR"]
     assert workdir == "/src"
-    steps = [s.removeprefix("/opt/cdi-plugin/bin/") for s in _install_steps(build)]
-    pip = "pip install --no-compile $PIP_OPTIONS"
-    lock, own = f"{pip} --require-hashes --no-deps -r {LOCK}", f"{pip} --no-deps ."
-    pips = [s for s in steps if s.startswith("pip ") and s != "pip uninstall --yes pip"]
-    assert pips == [lock, own, "pip check"]
+    pip = "pip install --no-compile"
+    assert [s for s in _install_steps(build) if "/bin/pip " in s] == [
+        f"/tmp/backend/bin/{pip} $PIP_OPTIONS --require-hashes --no-deps -r {BUILD_LOCK}",
+        "/tmp/backend/bin/pip check",
+        "/tmp/backend/bin/pip wheel --no-index --no-build-isolation --no-deps --wheel-dir /tmp/dist .",
+        f"/opt/cdi-plugin/bin/{pip} $PIP_OPTIONS --require-hashes --no-deps -r {LOCK}",
+        f"/opt/cdi-plugin/bin/{pip} --no-index --no-deps /tmp/dist/*.whl",
+        "/opt/cdi-plugin/bin/pip check",
+        "/opt/cdi-plugin/bin/pip uninstall --yes pip",
+    ]
 
 
 def test_nothing_is_fetched_with_add(parser: DockerfileParser) -> None:
@@ -160,7 +216,7 @@ def test_the_build_context_holds_what_the_build_copies(parser: DockerfileParser)
         if instruction["instruction"] == "COPY":
             words = [w for w in instruction["value"].split() if not w.startswith("--")]
             sources += words[:-1]
-    assert sources == ["pyproject.toml", "README.md", LOCK, "schemas", "cdi_plugin"]
+    assert sources == ["pyproject.toml", "README.md", LOCK, BUILD_LOCK, "schemas", "cdi_plugin"]
     for source in sources:
         assert (ROOT / source).exists(), source
         assert not _ignored(source, patterns), source

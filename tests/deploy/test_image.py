@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 import yaml
+from packaging.utils import canonicalize_name
 
 from cdi_plugin import __version__
 from cdi_plugin.cdi.validate import validate_bytes
@@ -28,6 +29,7 @@ from cdi_plugin.dra import api as dra_api
 from cdi_plugin.store.ownership import read_record
 from tests.deploy.image import (
     DEPLOY,
+    LOCK,
     build_image,
     configmap_data,
     container_of,
@@ -99,6 +101,22 @@ def test_the_image_holds_both_programs(image: PodmanEnv) -> None:
     assert config["User"] == "0:0"
     assert config["Entrypoint"] == ["/opt/cdi-plugin/bin/cdi-plugin"]
     assert config["Labels"]["org.opencontainers.image.version"] == __version__
+
+
+def _locked(lock: Path) -> set[str]:
+    return {canonicalize_name(n) for n in re.findall(r"^([A-Za-z0-9._-]+)==", lock.read_text(), re.MULTILINE)}
+
+
+def test_the_images_environment_holds_the_lock_and_cdi_plugin_alone(image: PodmanEnv) -> None:
+    """The build backend built cdi-plugin's wheel in an environment of its own: /opt/cdi-plugin
+    holds the runtime lock's distributions, cdi-plugin, and the setuptools that venv puts in."""
+    listed = image.podman(
+        "run", "--rm", "--network", "none", "--entrypoint", "/opt/cdi-plugin/bin/python", TAG, "-c",
+        "from importlib import metadata; print(*(d.metadata['Name'] for d in metadata.distributions()))",
+    )  # fmt: skip
+    assert listed.returncode == 0, listed.stderr
+    installed = {canonicalize_name(n) for n in listed.stdout.split()}
+    assert installed == _locked(LOCK) | {"cdi-plugin", "setuptools"}
 
 
 def test_cdi_gen_scan_in_the_image_writes_valid_specs_of_the_hosts_devices(

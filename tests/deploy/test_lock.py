@@ -1,19 +1,26 @@
 """deploy/requirements.lock, the runtime dependencies the image installs: every distribution of the
 closure pinned exactly with the hashes of its files, each pin within pyproject.toml's ranges, and
 the closure whole (each pinned distribution's own requirements pinned too, read from the metadata
-of the test environment, which tests/setup.sh installs from the lock)."""
+of the test environment, which tests/setup.sh installs from the lock).
+
+deploy/build-requirements.lock, the build backend that builds cdi-plugin's wheel in the image:
+pinned and hashed alike, within pyproject.toml's [build-system] requires. Its closure is checked
+where it is installed, by `pip check` in the image's build (tests/deploy/test_image.py)."""
 
 from __future__ import annotations
 
 import re
+import shlex
 import tomllib
 from importlib import metadata
+from pathlib import Path
 
+import pytest
 from packaging.requirements import Requirement
 from packaging.utils import NormalizedName, canonicalize_name
 from packaging.version import Version
 
-from tests.deploy.image import LOCK, ROOT
+from tests.deploy.image import BUILD_LOCK, LOCK, ROOT
 
 _HASH = re.compile(r"--hash=sha256:[0-9a-f]{64}")
 
@@ -33,26 +40,29 @@ def _entries(text: str) -> dict[NormalizedName, tuple[Requirement, list[str]]]:
     return entries
 
 
-def _pins() -> dict[NormalizedName, Version]:
+def _pins(lock: Path = LOCK) -> dict[NormalizedName, Version]:
     pins = {}
-    for name, (req, _) in _entries(LOCK.read_text()).items():
+    for name, (req, _) in _entries(lock.read_text()).items():
         (spec,) = req.specifier
         pins[name] = Version(spec.version)
     return pins
 
 
+_PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
+
+
 def _project_requirements() -> list[Requirement]:
-    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    return [Requirement(r) for r in project["dependencies"]]
+    return [Requirement(r) for r in _PYPROJECT["project"]["dependencies"]]
 
 
 def _required(req: Requirement, extras: set[str]) -> bool:
     return req.marker is None or any(req.marker.evaluate({"extra": e}) for e in extras | {""})
 
 
-def test_every_distribution_is_pinned_exactly_with_the_hashes_of_its_files() -> None:
-    entries = _entries(LOCK.read_text())
-    assert len(entries) >= len(_project_requirements())
+@pytest.mark.parametrize("lock", [LOCK, BUILD_LOCK], ids=lambda p: p.name)
+def test_every_distribution_is_pinned_exactly_with_the_hashes_of_its_files(lock: Path) -> None:
+    entries = _entries(lock.read_text())
+    assert entries
     for name, (req, options) in entries.items():
         specifiers = [(s.operator, s.version) for s in req.specifier]
         assert len(specifiers) == 1, f"{name}: {req.specifier}"
@@ -63,6 +73,34 @@ def test_every_distribution_is_pinned_exactly_with_the_hashes_of_its_files() -> 
         assert options, f"{name}: no --hash"
         bad = [o for o in options if not _HASH.fullmatch(o)]
         assert not bad, f"{name}: {bad} are not sha256 hashes"
+
+
+@pytest.mark.parametrize("lock", [LOCK, BUILD_LOCK], ids=lambda p: p.name)
+def test_the_header_names_the_command_that_writes_the_lock(lock: Path) -> None:
+    """pip-compile's header: the command that regenerates this very file, with hashes, from
+    pyproject.toml (the build lock from its [build-system] alone)."""
+    header = lock.read_text().split("\n#\n")[1]
+    (command,) = [line.removeprefix("#    ") for line in header.splitlines() if "pip-compile " in line]
+    words = shlex.split(command.rpartition("&&")[2])
+    assert words[0].endswith("pip-compile"), command
+    assert words[-1] == "pyproject.toml"
+    assert "--generate-hashes" in words
+    assert words[words.index("--output-file") + 1] == str(lock.relative_to(ROOT))
+    builds = {"--build-deps-for", "--only-build-deps"} <= set(words)
+    assert builds == (lock == BUILD_LOCK), command
+
+
+def test_the_build_lock_pins_the_build_backend_within_build_system_requires() -> None:
+    build_system = _PYPROJECT["build-system"]
+    pins = _pins(BUILD_LOCK)
+    for req in map(Requirement, build_system["requires"]):
+        name = canonicalize_name(req.name)
+        assert name in pins, f"pyproject.toml's build requirement {req} is not in {BUILD_LOCK.name}"
+        assert req.specifier.contains(pins[name], prereleases=True), (
+            f"{BUILD_LOCK.name} pins {name} {pins[name]}, outside pyproject.toml's {req}"
+        )
+    backend = build_system["build-backend"].partition(".")[0]
+    assert canonicalize_name(backend) in pins, f"{BUILD_LOCK.name} lacks the build backend {backend}"
 
 
 def test_each_pin_satisfies_pyprojects_ranges() -> None:
