@@ -125,7 +125,7 @@ def _resolve(snapshot: Snapshot, names: Sequence[str]) -> list[Requested]:
 def unresolved(snapshot: Snapshot, name: str) -> str:
     """Why ``name`` does not resolve, naming the files involved."""
     from cdi_plugin.cdi.names import natural_key
-    from cdi_plugin.wording import defined_in, joined
+    from cdi_plugin.wording import defined_in, joined, some
 
     conflicts = [c for c in snapshot.conflicts if c.qualified_name == name]
     if conflicts:
@@ -134,24 +134,15 @@ def unresolved(snapshot: Snapshot, name: str) -> str:
     kind = name.partition("=")[0]
     files = [f for f in snapshot.files if f.kind is not None and str(f.kind) == kind]
     if files:
-        where = _some([str(f.path) for f in files])
-        known = _some(sorted((n.partition("=")[2] for n in snapshot.kinds.get(kind, ())), key=natural_key))
+        where = some([str(f.path) for f in files])
+        known = some(sorted((n.partition("=")[2] for n in snapshot.kinds.get(kind, ())), key=natural_key))
         why = f"unknown device {name}: {kind} is defined in {where}, whose devices are {known}"
     else:
         dirs = joined([str(d) for d in snapshot.dirs])
         why = f"unknown device {name}: no spec file in {dirs} defines {kind}"
     if snapshot.broken:
-        why += f"; broken files, which runtimes skip: {_some([str(f.path) for f in snapshot.broken])}"
+        why += f"; broken files, which runtimes skip: {some([str(f.path) for f in snapshot.broken])}"
     return why
-
-
-def _some(items: list[str], most: int = 5) -> str:
-    """Up to ``most`` items, then how many more."""
-    from cdi_plugin.wording import joined
-
-    if len(items) <= most:
-        return joined(items)
-    return f"{', '.join(items[:most])} and {len(items) - most} more"
 
 
 #: An OCI runtime spec this large is not one (runc's default is 3 KiB).

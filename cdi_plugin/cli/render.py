@@ -16,7 +16,7 @@ from cdi_plugin.cdi.problems import Problem, Severity
 from cdi_plugin.cli.output import write_document
 from cdi_plugin.store.registry import NameConflict, SharedNode, Snapshot, SpecFile
 from cdi_plugin.store.validation import ValidationReport
-from cdi_plugin.wording import defined_in, escape_controls, joined, plural
+from cdi_plugin.wording import defined_in, escape_controls, plural, some
 
 _out = Console(highlight=False)
 if not _out.is_terminal:  # logs and pipes: no wrapping inside table cells
@@ -215,7 +215,7 @@ def _conflict_line(c: NameConflict) -> str:
 
 def _shared_line(shared: SharedNode) -> str:
     return (
-        f"{_one_field(shared.host_path)}: given by {joined(list(shared.names))}, of different vendors: "
+        f"{_one_field(shared.host_path)}: given by {some(list(shared.names))}, of different vendors: "
         "it is handed out under each name (remove the specs of the vendor no longer used)"
     )
 

@@ -18,7 +18,7 @@ from rich.text import Text
 
 from cdi_plugin.cli.output import write_document
 from cdi_plugin.scan import ScanReport
-from cdi_plugin.wording import plural
+from cdi_plugin.wording import escape_controls, plural
 
 _out = Console(highlight=False)
 _err = Console(stderr=True, highlight=False)
@@ -48,7 +48,7 @@ def progress(message: str) -> Iterator[None]:
 
 def print_warnings(warnings: tuple[str, ...]) -> None:
     for w in warnings:
-        _err.print(f"[yellow]cdi-gen: warning:[/] {escape(w)}", soft_wrap=True)
+        _err.print(f"[yellow]cdi-gen: warning:[/] {escape(escape_controls(w))}", soft_wrap=True)
 
 
 def print_json(report: ScanReport) -> None:

@@ -4,7 +4,9 @@ driver or of the kubelet loses none (the document: :mod:`cdi_plugin.dra.prepared
 * A change is durable before it is answered, once per call whatever the number of claims it
   changes: the new document goes into the file's older slot in place and is fdatasynced
   (:mod:`cdi_plugin.store.slotfile`; a write cut short leaves the record before it); only then
-  does memory change. A write that fails leaves both as they were (:class:`StateWriteError`). A
+  does memory change. A write that fails leaves both as they were (:class:`StateWriteError`),
+  but for a file written whole whose directory cannot be synced: the file then holds the new
+  record, which the next call reads (:meth:`PreparedClaims.reload`) before changing anything. A
   caller cancelled meanwhile does not stop the write half-way, and returns only once it has ended
   (memory following the file): a caller holding the node's lock keeps it until no write of its
   own is left for another instance to run into.

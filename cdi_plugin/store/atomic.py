@@ -25,7 +25,8 @@ from cdi_plugin.errors import SpecWriteError
 
 
 def write_atomic(path: Path, data: bytes, mode: int = 0o644, *, durable: bool = True) -> None:
-    """Replace ``path`` with ``data``; on any failure the old file is left as it was.
+    """Replace ``path`` with ``data``; when it cannot be written or renamed, the old file is left
+    as it was (a directory that cannot be synced afterwards raises with the new one in place).
 
     ``durable=False`` skips the fsyncs: the file is still never seen half-written, but a power
     loss may take the new contents back (for state that is rebuilt after a reboot anyway)."""

@@ -279,7 +279,9 @@ def write(path: Path, record: bytes, seen: Seen | None, max_bytes: int, mode: in
     file ``seen`` describes; never another one, which another process wrote since). Raises
     SpecWriteError when it cannot be written: the newest record is then still the one before, and
     the slot written in place is marked empty (its header zeroed), so that a record whose
-    ``fdatasync`` failed is not read back from the page cache.
+    ``fdatasync`` failed is not read back from the page cache. Only when a file written whole is in
+    place and its directory cannot be synced does it hold the new record (which a power loss may
+    take back): it is then another file than ``seen`` describes, to be read before it is written.
 
     Writers of one file take turns (a lock): a temporary file beside it is taken for one a killed
     writer left, and removed (a write staging it meanwhile fails).

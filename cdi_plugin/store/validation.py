@@ -17,7 +17,7 @@ from cdi_plugin.cdi.validate import runtime_problems, validate_bytes
 from cdi_plugin.errors import SpecLoadError
 from cdi_plugin.store.files import is_linked_dir, read_spec_bytes, scan_spec_dir, spec_dirs, spec_format
 from cdi_plugin.store.registry import SpecFile, resolve, shared_nodes
-from cdi_plugin.wording import joined
+from cdi_plugin.wording import some
 
 
 @dataclass
@@ -155,10 +155,13 @@ def _add_conflicts(reports: list[FileCheck]) -> None:
     for shared in shared_nodes(devices.values()):
         for name in shared.names:
             device = devices[name]
-            givers = [f"{n} ({devices[n].path})" for n in shared.names if n != name]
+            vendor = device.kind.vendor
+            givers = [f"{n} ({devices[n].path})" for n in shared.names if devices[n].kind.vendor != vendor]
+            if device.path not in pointers:
+                pointers[device.path] = _device_pointers(device.spec)
             by_path[device.path].problems.append(
-                Problem(_device_pointers(device.spec).get(device.device.name, ""), "shared-node",
-                        f"{name} gives the host node {shared.host_path}, which {joined(givers)} "
+                Problem(pointers[device.path].get(device.device.name, ""), "shared-node",
+                        f"{name} gives the host node {shared.host_path}, which {some(givers)} "
                         f"{'give' if len(givers) > 1 else 'gives'} too, of another vendor: runtimes and "
                         "device plugins hand the one device out under each name",
                         "remove the specs of the vendor no longer used", Severity.WARNING)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
@@ -71,6 +72,24 @@ def test_a_host_node_given_by_two_vendors_kinds_is_reported(cli: Invoke, tmp_pat
     ]
 
 
+def test_a_host_node_many_devices_give_names_a_few_of_them(cli: Invoke, tmp_path: Path) -> None:
+    names = [f"d{i}" for i in range(8)]
+    spec = {"cdiVersion": "0.3.0", "kind": "example.com/gpu", "devices": [
+        {"name": n, "containerEdits": {"deviceNodes": [{"path": "/dev/foo"}]}} for n in names
+    ]}  # fmt: skip
+    (tmp_path / "example.json").write_text(json.dumps(spec))
+    write_spec(tmp_path, "mycorp.json", "mycorp.com/gpu", "foo")
+    everyone = [f"example.com/gpu={n}" for n in names] + ["mycorp.com/gpu=foo"]
+    assert report(cli("list", "--json", "--spec-dir", tmp_path))["sharedNodes"] == [
+        {"hostPath": "/dev/foo", "qualifiedNames": everyone}
+    ]
+    plain = run_cdi_gen("list", "--spec-dir", tmp_path)
+    assert plain.stderr.splitlines() == [
+        f"shared /dev/foo: given by {', '.join(everyone[:5])} and 4 more, of different vendors: "
+        "it is handed out under each name (remove the specs of the vendor no longer used)"
+    ]
+
+
 def test_list_not_on_a_terminal_prints_plain_rows(cli: Invoke, dirs: tuple[Path, Path]) -> None:
     """No header, tab-separated: qualified name, file, priority, kind, name; the rest on stderr."""
     etc, run = dirs
@@ -131,8 +150,8 @@ def test_a_conflict_or_a_broken_file_exits_1_with_or_without_json(
         write_spec(tmp_path, "gpu-again.yaml", "acme.example/gpu", "card0")
     else:
         (tmp_path / "zz.json").write_text("{")
-    for json in ([], ["--json"]):
-        result = cli("list", *json, "--spec-dir", tmp_path)
+    for flag in ([], ["--json"]):
+        result = cli("list", *flag, "--spec-dir", tmp_path)
         assert result.exit_code == 1, result.output
     out = report(result)
     assert (len(out["conflicts"]), len(out["broken"])) == ((1, 0) if trouble == "conflict" else (0, 1))

@@ -353,3 +353,32 @@ def test_a_host_node_given_by_two_vendors_kinds_is_a_warning_in_both_files(
         ]  # fmt: skip
     assert problems["example.com-igpu.json"] == []
     assert cli("validate", "--strict", spec_dir).exit_code == 1
+
+
+def test_a_host_node_many_devices_give_names_a_few_of_them_in_each_warning(
+    cli: Invoke, tmp_path: Path
+) -> None:
+    # Each device's warning names the others giving the node: all of them would make the report
+    # grow with the square of the devices (thousands of devices, gigabytes).
+    many = [f"d{i}" for i in range(60)]
+    spec = {"cdiVersion": "0.3.0", "kind": "example.com/gpu", "devices": [
+        {"name": n, "containerEdits": {"deviceNodes": [{"path": "/dev/foo"}]}} for n in many
+    ]}  # fmt: skip
+    (tmp_path / "example.json").write_text(json.dumps(spec))
+    write_spec(tmp_path, "mycorp.json", "mycorp.com/gpu", "foo")
+    result = cli("validate", "--json", tmp_path)
+    assert result.exit_code == 0, "a warning"
+    problems = {Path(f["path"]).name: f["problems"] for f in report(result)["files"]}
+    [ours] = problems["mycorp.json"]
+    givers = ", ".join(f"example.com/gpu={n} ({tmp_path / 'example.json'})" for n in sorted(many)[:5])
+    assert ours["message"] == (
+        f"mycorp.com/gpu=foo gives the host node /dev/foo, which {givers} and 55 more give too, "
+        "of another vendor: runtimes and device plugins hand the one device out under each name"
+    )
+    # the devices of the node's own vendor are not among those "of another vendor"
+    assert [p["message"] for p in problems["example.json"]] == [
+        f"example.com/gpu={n} gives the host node /dev/foo, which mycorp.com/gpu=foo "
+        f"({tmp_path / 'mycorp.json'}) gives too, of another vendor: runtimes and device plugins "
+        "hand the one device out under each name"
+        for n in sorted(many)
+    ]

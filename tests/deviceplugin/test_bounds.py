@@ -100,6 +100,46 @@ def test_a_stream_beyond_the_bound_is_refused_and_the_kubelets_stays_served(layo
     run(scenario())
 
 
+def test_the_places_of_a_client_whose_connection_drops_are_freed(layout: Layout) -> None:
+    # A restarted kubelet's old streams end with its connection, not by a call of its own: their
+    # places must be freed, or the new kubelet's stream would be refused for ever.
+    write_spec(layout.etc, spec_of(KIND, {"a": [make_node(layout.dev / "a")]}))
+
+    async def scenario() -> None:
+        async with FakeKubelet(layout.plugin_dir) as kubelet, running_plugin(layout.settings()):
+            ours = await kubelet.wait_registered(KIND)
+            await ours.wait_until(lambda d: set(d) == {"a"})
+            gone = grpc.aio.insecure_channel(f"unix://{ours.endpoint}")
+            dropped = [Stream(api.DevicePluginStub(gone)) for _ in range(MAX_STREAMS - 1)]
+            for stream in dropped:
+                await stream.listed({"a"})
+            refused = await Stream(ours.stub).ended()
+            assert refused.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+            await gone.close()  # the connection closes under the open streams
+            for stream in dropped:
+                await stream.close()
+            served: list[Stream] = []
+            deadline = asyncio.get_running_loop().time() + 60
+            try:
+                while len(served) < MAX_STREAMS - 1:
+                    stream = Stream(ours.stub)
+                    listed = asyncio.ensure_future(stream.listed({"a"}))
+                    await asyncio.wait((listed, stream.task), return_when=asyncio.FIRST_COMPLETED)
+                    if listed.done():
+                        served.append(stream)
+                        continue
+                    listed.cancel()
+                    assert (await stream.ended()).code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+                    if asyncio.get_running_loop().time() > deadline:
+                        pytest.fail("the dropped streams' places are never freed")
+                    await asyncio.sleep(0.05)
+            finally:
+                for stream in served:
+                    await stream.close()
+
+    run(scenario())
+
+
 def test_preferred_allocation_refuses_more_ids_than_the_resource_has(layout: Layout) -> None:
     write_spec(layout.etc, spec_of(KIND, {f"d{i}": [make_node(layout.dev / f"d{i}")] for i in range(3)}))
 

@@ -215,3 +215,29 @@ def test_a_configuration_without_classes_warns_of_the_specs_it_left(tmp_path: Pa
         "shares no kind with this one; left in place as another generator's: delete it if no "
         "generator uses that configuration any more"
     ]
+
+
+def test_the_warning_of_a_hostile_record_is_one_escaped_line(tmp_path: Path) -> None:
+    """The record is read as input: a file name or kind in it never starts a line of its own nor
+    drives the terminal."""
+    host, out = tmp_path / "host.json", tmp_path / "out"
+    host.write_text(dumps(WORKSTATION))
+    out.mkdir()
+    (tmp_path / "config.yaml").write_text(
+        "classes:\n  - {vendor: mycorp.com, class: fuse, match: {subsystem: misc, kernel: fuse}}\n"
+    )
+    hostile = "a\x1b[31m\nb.json"
+    (out / hostile).write_text("{}")
+    record = {"version": 2, "configs": {"c": ["x.com/\x1b]0;title\x07k\nz"]},
+              "files": {hostile: {"kind": "x.com/k", "sha256": "0", "config": "c"}}}  # fmt: skip
+    (out / RECORD_NAME).write_text(json.dumps(record))
+    result = run_cdi_gen(
+        "scan", "--config", tmp_path / "config.yaml", "--source", f"fixture:{host}", "--output-dir", out,
+        check=0,
+    )  # fmt: skip
+    assert [line for line in result.stderr.splitlines() if "another configuration" in line] == [
+        f"cdi-gen: warning: {out}: 1 spec (a\\x1b[31m\\nb.json) was written by another configuration "
+        "(kinds x.com/\\x1b]0;title\\x07k\\nz), which shares no kind with this one; left in place as "
+        "another generator's: delete it if no generator uses that configuration any more"
+    ]
+    assert "\x1b" not in result.stderr

@@ -1,10 +1,12 @@
 """A change is answered as durable only once its directory is synced: a directory the kernel
-cannot sync (an I/O error) fails the write, naming the directory, and leaves nothing open.
+cannot sync (an I/O error) fails the write, naming the directory, and leaves nothing open; a
+file already renamed into place is then the one read next.
 
 The disk's failure is the boundary simulated here: ``os.fsync`` fails for directories only."""
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import os
 import stat
@@ -12,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from cdi_plugin.dra.prepare import PreparedDevice
+from cdi_plugin.dra.prepared import PreparedClaims, StateWriteError, read_prepared
 from cdi_plugin.errors import SpecWriteError
 from cdi_plugin.store import slotfile
 from cdi_plugin.store.atomic import write_atomic
@@ -29,6 +33,10 @@ def failing_dir_fsync(monkeypatch: pytest.MonkeyPatch, code: int) -> None:
         real(fd)
 
     monkeypatch.setattr(os, "fsync", fsync)
+
+
+def card(i: int) -> tuple[PreparedDevice, ...]:
+    return (PreparedDevice(("gpu",), "node-a", f"gpu-card{i}", (f"example.com/gpu=card{i}",)),)
 
 
 def open_fds() -> set[str]:
@@ -81,3 +89,24 @@ def test_specs_written_into_a_directory_that_cannot_be_synced_are_a_partial_writ
     ):
         apply(plan)
     assert not [p.name for p in out.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_prepared_claims_written_whole_into_a_directory_that_cannot_be_synced_are_read_next(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The failure is answered, yet the file holds the new record: the next call reads it before
+    # it writes, and writes on from it.
+    path = tmp_path / "prepared.json"
+    prepared = PreparedClaims(path)
+    asyncio.run(prepared.put({"uid-0": card(0)}))
+    grown = {f"uid-{i}": card(i) for i in range(1, 600)}  # more than a slot: written whole
+    with monkeypatch.context() as m:
+        failing_dir_fsync(m, errno.EIO)
+        with pytest.raises(StateWriteError, match="cannot make its changes durable"):
+            asyncio.run(prepared.put(grown))
+    assert prepared.reload()
+    assert prepared.state == read_prepared(path)
+    assert len(prepared.state.claims) == 600
+    asyncio.run(prepared.drop(["uid-0"]))
+    assert read_prepared(path) == prepared.state
+    assert len(prepared.state.claims) == 599
