@@ -5,14 +5,16 @@ path with it."""
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import errno
+import functools
 import os
 import re
 import socket
 import stat
 import time
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 #: The longest socket path gRPC binds: sun_path holds 108 bytes with the terminating NUL, but
 #: gRPC 1.85 refuses paths over 105 bytes.
@@ -24,6 +26,8 @@ LEFTOVER_AGE = 60.0
 
 #: The name of a private directory.
 _PRIVATE = re.compile(r"\.[0-9a-f]{4}")
+_AT_FDCWD = -100
+_RENAME_NOREPLACE = 1
 
 #: (device, inode) of a socket file.
 Identity = tuple[int, int]
@@ -118,14 +122,15 @@ def bind_private(server: Server, path: Path) -> bool:
     """Bind ``server`` to the socket ``path``, mode 0600 before it appears there: only root (the
     kubelet) may connect. The socket is bound in a directory of its own beside ``path``, created
     0700 and named with a dot (the kubelet's plugin watcher passes over dot-names), made 0600
-    there, where no other user can reach it, and linked into place, never over a file at
-    ``path`` (another instance's socket, bound since the caller removed a stale one: a rename
-    would replace it); the directory then goes. The process's umask, which every thread shares,
-    is left alone. The private path (``.<4 hex digits>/s``) is no longer than a name of 7
-    characters beside it, such as ``dra.sock``. False when gRPC does not bind it, a file is at
-    ``path``, or the directory cannot be made (:func:`bind_refusal` says why); also for a
-    ``path`` longer than gRPC binds, where no client could connect. The private directories a
-    process killed while binding left beside ``path`` are removed first (:func:`_remove_leftovers`)."""
+    there, where no other user can reach it, and moved into place, never over a file at ``path``
+    (another instance's socket, bound since the caller removed a stale one: a plain rename would
+    replace it; :func:`_move_noreplace`); the directory then goes. The process's umask, which
+    every thread shares, is left alone. The private path (``.<4 hex digits>/s``) is no longer
+    than a name of 7 characters beside it, such as ``dra.sock``. False when gRPC does not bind
+    it, a file is at ``path``, or the directory cannot be made (:func:`bind_refusal` says why);
+    also for a ``path`` longer than gRPC binds, where no client could connect. The private
+    directories a process killed while binding left beside ``path`` are removed first
+    (:func:`_remove_leftovers`)."""
     if len(os.fsencode(path)) > MAX_SOCKET_PATH:
         return False
     _remove_leftovers(path.parent)
@@ -142,7 +147,7 @@ def bind_private(server: Server, path: Path) -> bool:
             return False
         os.chmod(bound, 0o600)
         try:
-            os.link(bound, path)
+            _move_noreplace(bound, path)
         except FileExistsError:
             return False
         return True
@@ -150,6 +155,32 @@ def bind_private(server: Server, path: Path) -> bool:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(bound)
         os.rmdir(private)
+
+
+@functools.cache
+def _renameat2() -> Any:
+    """libc's ``renameat2``, or None (a libc without it)."""
+    function = getattr(ctypes.CDLL(None, use_errno=True), "renameat2", None)
+    if function is not None:
+        function.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+        function.restype = ctypes.c_int
+    return function
+
+
+def _move_noreplace(source: Path, target: Path) -> None:
+    """Give ``source`` the name ``target`` in one step, never over a file there (FileExistsError):
+    ``renameat2(RENAME_NOREPLACE)``, so that the socket is not changed once it is at ``target``
+    (its link count, and so its ctime, which a watcher may take for a socket created again);
+    a link, whose ``source`` the caller removes, where the file system or libc has no such
+    rename."""
+    rename = _renameat2()
+    if rename is not None:
+        if rename(_AT_FDCWD, os.fsencode(source), _AT_FDCWD, os.fsencode(target), _RENAME_NOREPLACE) == 0:
+            return
+        code = ctypes.get_errno()
+        if code not in (errno.EINVAL, errno.ENOSYS):
+            raise OSError(code, os.strerror(code), str(target))
+    os.link(source, target)
 
 
 def _private_dir(parent: Path) -> Path:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import grpc
 import pytest
+from asyncinotify import Inotify, Mask
 
 from cdi_plugin.aio.sockets import (
     MAX_SOCKET_PATH,
@@ -159,6 +160,32 @@ def test_a_socket_is_bound_0600_without_changing_the_process_umask(tmp_path: Pat
     finally:
         os.umask(old)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_socket_is_moved_into_place_whole_and_not_changed_after(tmp_path: Path) -> None:
+    """Moved, not linked then unlinked beside: the socket's link count, and so its ctime, which a
+    watcher may take for a socket created again, never change once it is at its path."""
+    path = tmp_path / "dra.sock"
+
+    async def bind() -> list[Mask]:
+        with Inotify() as inotify:
+            inotify.add_watch(tmp_path, Mask.CREATE | Mask.MOVED_TO)
+            noted = _Noted()
+            assert bind_private(noted, path)
+            try:
+                masks = []
+                while not masks or masks[-1] & Mask.ISDIR:
+                    event = await asyncio.wait_for(inotify.get(), 30)
+                    masks.append(event.mask)
+                    assert event.name is not None
+                    assert event.name.name == "dra.sock" or event.mask & Mask.ISDIR
+                return masks
+            finally:
+                await stop_serving(noted, path, identity(path), None)
+
+    *private, placed = asyncio.run(asyncio.wait_for(bind(), 60))
+    assert [m & ~Mask.ISDIR for m in private] == [Mask.CREATE]  # the private directory
+    assert placed == Mask.MOVED_TO
 
 
 def test_a_socket_that_cannot_be_bound_leaves_nothing_behind(tmp_path: Path) -> None:
