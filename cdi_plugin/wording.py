@@ -20,11 +20,13 @@ def joined(items: list[str]) -> str:
     return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
 
 
-def some(items: list[str], most: int = 5) -> str:
-    """Up to ``most`` of ``items``, then how many more: ``A, B, C, D, E and 3 more``."""
-    if len(items) <= most:
+def some(items: list[str], most: int = 5, total: int | None = None) -> str:
+    """Up to ``most`` of ``items``, then how many more: ``A, B, C, D, E and 3 more`` (of ``total``
+    when ``items`` holds only the first ones)."""
+    count = len(items) if total is None else total
+    if count <= most:
         return joined(items)
-    return f"{', '.join(items[:most])} and {len(items) - most} more"
+    return f"{', '.join(items[:most])} and {count - most} more"
 
 
 def first_few(items: list[str], shown: int = 3) -> str:

@@ -77,24 +77,50 @@ class SharedNode:
     device plugin serving both kinds, hand out the one device under each name."""
 
     host_path: str
-    names: tuple[str, ...]  # the qualified names of the devices that give it, sorted
+    #: The qualified names of the devices that give it, by vendor family (:func:`vendor_roots`),
+    #: each sorted.
+    families: tuple[tuple[str, ...], ...]
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(sorted(n for family in self.families for n in family))
+
+    def others(self, name: str) -> tuple[str, ...]:
+        """The names of the other vendor families than ``name``'s."""
+        return tuple(sorted(n for family in self.families if name not in family for n in family))
+
+
+def vendor_roots(vendors: Iterable[str]) -> dict[str, str]:
+    """Each vendor's family: the shortest of ``vendors`` that is the vendor or a domain it is a
+    subdomain of (``management.nvidia.com`` is of ``nvidia.com``'s where both give a node)."""
+    known = set(vendors)
+    roots = {}
+    for vendor in known:
+        labels = vendor.split(".")
+        suffixes = (".".join(labels[i:]) for i in range(len(labels) - 1, 0, -1))
+        roots[vendor] = next((s for s in suffixes if s in known), vendor)
+    return roots
 
 
 def shared_nodes(devices: Iterable[ResolvedDevice]) -> list[SharedNode]:
     """The host nodes (``hostPath``, else ``path``) that devices of kinds of more than one vendor
-    give, counting the spec-level edits each device of a spec gets. Kinds of one vendor sharing a
-    node are that vendor's choice (a card offered as ``gpu`` and as ``igpu``)."""
+    family give, counting the spec-level edits each device of a spec gets. Kinds of one vendor, or
+    of a vendor and its subdomains, sharing a node are that vendor's choice (a card offered as
+    ``gpu`` and as ``igpu``, or as ``nvidia.com/gpu`` and ``management.nvidia.com/gpu``)."""
     by_node: dict[str, dict[str, set[str]]] = {}
     for d in devices:
         edits = [d.device.container_edits, d.spec.container_edits]
         for node in (n for e in edits if e is not None for n in e.device_nodes or ()):
             host = node.host_path or node.path
             by_node.setdefault(host, {}).setdefault(d.kind.vendor, set()).add(d.qualified_name)
-    return [
-        SharedNode(host, tuple(sorted(set().union(*vendors.values()))))
-        for host, vendors in sorted(by_node.items())
-        if len(vendors) > 1
-    ]
+    shared = []
+    for host, vendors in sorted(by_node.items()):
+        families: dict[str, set[str]] = {}
+        for vendor, root in vendor_roots(vendors).items():
+            families.setdefault(root, set()).update(vendors[vendor])
+        if len(families) > 1:
+            shared.append(SharedNode(host, tuple(sorted(tuple(sorted(f)) for f in families.values()))))
+    return shared
 
 
 @dataclass(frozen=True, slots=True)

@@ -153,19 +153,21 @@ def _add_conflicts(reports: list[FileCheck]) -> None:
                 )  # fmt: skip
 
     for shared in shared_nodes(devices.values()):
-        for name in shared.names:
-            device = devices[name]
-            vendor = device.kind.vendor
-            givers = [f"{n} ({devices[n].path})" for n in shared.names if devices[n].kind.vendor != vendor]
-            if device.path not in pointers:
-                pointers[device.path] = _device_pointers(device.spec)
-            by_path[device.path].problems.append(
-                Problem(pointers[device.path].get(device.device.name, ""), "shared-node",
-                        f"{name} gives the host node {shared.host_path}, which {some(givers)} "
-                        f"{'give' if len(givers) > 1 else 'gives'} too, of another vendor: runtimes and "
-                        "device plugins hand the one device out under each name",
-                        "remove the specs of the vendor no longer used", Severity.WARNING)
-            )  # fmt: skip
+        for family in shared.families:
+            rest = shared.others(family[0])
+            givers = [f"{n} ({devices[n].path})" for n in rest[:5]]
+            verb = "give" if len(rest) > 1 else "gives"
+            said = f"{some(givers, total=len(rest))} {verb} too, of another vendor"
+            for name in family:
+                device = devices[name]
+                if device.path not in pointers:
+                    pointers[device.path] = _device_pointers(device.spec)
+                by_path[device.path].problems.append(
+                    Problem(pointers[device.path].get(device.device.name, ""), "shared-node",
+                            f"{name} gives the host node {shared.host_path}, which {said}: runtimes "
+                            "and device plugins hand the one device out under each name",
+                            "remove the specs of the vendor no longer used", Severity.WARNING)
+                )  # fmt: skip
 
 
 def _runtime_loads(report: FileCheck) -> bool:

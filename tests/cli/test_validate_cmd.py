@@ -382,3 +382,27 @@ def test_a_host_node_many_devices_give_names_a_few_of_them_in_each_warning(
         "hand the one device out under each name"
         for n in sorted(many)
     ]
+
+
+def test_a_host_node_given_by_a_vendor_and_its_subdomain_is_one_vendors_choice(
+    cli: Invoke, tmp_path: Path
+) -> None:
+    # As NVIDIA's specs give /dev/nvidia0 as nvidia.com/gpu and management.nvidia.com/gpu; a
+    # subdomain of another vendor, or two unrelated ones beside them, still count apart.
+    write_spec(tmp_path, "nvidia.json", "nvidia.com/gpu", "nvidia0")
+    write_spec(tmp_path, "management.json", "management.nvidia.com/gpu", "nvidia0")
+    write_spec(tmp_path, "a.json", "a.example.com/card", "c0")
+    write_spec(tmp_path, "b.json", "b.example.com/card", "c0")
+    result = cli("validate", "--json", tmp_path)
+    assert result.exit_code == 0
+    rules = {Path(f["path"]).name: [p["rule"] for p in f["problems"]] for f in report(result)["files"]}
+    assert rules == {
+        "nvidia.json": [],
+        "management.json": [],
+        "a.json": ["shared-node"],
+        "b.json": ["shared-node"],
+    }
+    listed = json.loads(cli("list", "--json", "--spec-dir", tmp_path).stdout)
+    assert [s["qualifiedNames"] for s in listed["sharedNodes"]] == [
+        ["a.example.com/card=c0", "b.example.com/card=c0"]
+    ]
