@@ -285,6 +285,28 @@ def _waits_to_write_into_a_pipe(pid: int) -> bool:
     return "pipe_write" in Path(f"/proc/{pid}/wchan").read_text()
 
 
+def _interrupted_in_a_full_pipe(
+    command: list[str], env: dict[str, str] | None = None
+) -> tuple[int, str, str]:
+    """Run ``command`` into a pipe of 4 KiB, too small for its output; once it waits to write
+    there, SIGINT it, then read everything: its status, stdout and stderr."""
+    read_end, write_end = os.pipe()
+    fcntl.fcntl(write_end, fcntl.F_SETPIPE_SZ, 4096)
+    with os.fdopen(read_end, "r") as reader:
+        proc = subprocess.Popen(command, stdout=write_end, stderr=subprocess.PIPE, text=True, env=env)
+        os.close(write_end)
+        try:
+            _wait_for(lambda: _waits_to_write_into_a_pipe(proc.pid), proc, "it waits to write")
+            proc.send_signal(signal.SIGINT)
+            stdout = reader.read()
+            _, stderr = proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+    return proc.returncode, stdout, stderr
+
+
 @pytest.mark.parametrize(
     "args",
     [
@@ -302,27 +324,8 @@ def test_an_interruption_while_a_report_is_written_leaves_it_whole(
     no error object after it, and the command ends as interrupted."""
     command = [str(a).format(dir=many_kinds) for a in args]
     whole = subprocess.run(command, capture_output=True, text=True, timeout=60, check=True).stdout
-    read_end, write_end = os.pipe()
-    fcntl.fcntl(
-        write_end, fcntl.F_SETPIPE_SZ, 4096
-    )  # the report does not fit: the command waits in the write
-    with os.fdopen(read_end, "r") as reader:
-        proc = subprocess.Popen(command, stdout=write_end, stderr=subprocess.PIPE, text=True)
-        os.close(write_end)
-        try:
-            deadline = time.monotonic() + 60
-            while not _waits_to_write_into_a_pipe(proc.pid):
-                assert proc.poll() is None, "the command ended without waiting to write"
-                assert time.monotonic() < deadline, "the command never waited to write"
-                time.sleep(0.01)
-            proc.send_signal(signal.SIGINT)
-            stdout = reader.read()
-            _, stderr = proc.communicate(timeout=60)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.communicate()
-    assert proc.returncode == 1
+    returncode, stdout, stderr = _interrupted_in_a_full_pipe(command)
+    assert returncode == 1
     assert stderr == f"{Path(args[0]).name}: error: interrupted\n"
     assert stdout == whole
 
@@ -337,25 +340,8 @@ def test_an_interruption_while_text_is_written_ends_it_at_a_line(tmp_path: Path,
     if unbuffered:
         env["PYTHONUNBUFFERED"] = "1"
     whole = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False, env=env).stdout
-    read_end, write_end = os.pipe()
-    fcntl.fcntl(write_end, fcntl.F_SETPIPE_SZ, 4096)  # the table does not fit: the command waits
-    with os.fdopen(read_end, "r") as reader:
-        proc = subprocess.Popen(command, stdout=write_end, stderr=subprocess.PIPE, text=True, env=env)
-        os.close(write_end)
-        try:
-            deadline = time.monotonic() + 60
-            while not _waits_to_write_into_a_pipe(proc.pid):
-                assert proc.poll() is None, "the command ended without waiting to write"
-                assert time.monotonic() < deadline, "the command never waited to write"
-                time.sleep(0.01)
-            proc.send_signal(signal.SIGINT)
-            stdout = reader.read()
-            _, stderr = proc.communicate(timeout=60)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.communicate()
-    assert (proc.returncode, stderr) == (1, "cdi-gen: error: interrupted\n")
+    returncode, stdout, stderr = _interrupted_in_a_full_pipe(command, env)
+    assert (returncode, stderr) == (1, "cdi-gen: error: interrupted\n")
     assert len(stdout) > 4096, "interrupted before the table"
     assert whole.startswith(stdout)
     assert stdout.endswith("\n")
