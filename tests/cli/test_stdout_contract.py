@@ -9,10 +9,10 @@ import contextlib
 import fcntl
 import json
 import os
-import resource
 import signal
 import struct
 import subprocess
+import sys
 import termios
 import time
 from collections.abc import Callable
@@ -168,8 +168,13 @@ def test_a_subcommands_help_into_a_full_stdout_is_one_error_line(program: Path, 
     )
 
 
-def _limit_file_size() -> None:
-    resource.setrlimit(resource.RLIMIT_FSIZE, (10, 10))
+#: Runs its arguments with files limited to 10 bytes. A fresh interpreter sets the limit and
+#: execs: a ``preexec_fn`` would run in a fork of this process, where gRPC's threads (from other
+#: tests) come back in the child and may print their own errors into its stderr before the exec.
+_WITH_FILES_OF_10_BYTES = (
+    "import os, resource, sys; resource.setrlimit(resource.RLIMIT_FSIZE, (10, 10)); "
+    "os.execv(sys.argv[1], sys.argv[1:])"
+)
 
 
 @pytest.mark.parametrize(
@@ -190,8 +195,8 @@ def test_help_cut_short_by_a_file_too_small_is_one_error_line(tmp_path: Path, ar
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     with open(tmp_path / "out", "w") as out:
         done = subprocess.run(
-            list(map(str, args)), stdout=out, stderr=subprocess.PIPE, text=True, env=env,
-            preexec_fn=_limit_file_size, timeout=60, check=False,
+            [sys.executable, "-c", _WITH_FILES_OF_10_BYTES, *map(str, args)],
+            stdout=out, stderr=subprocess.PIPE, text=True, env=env, timeout=60, check=False,
         )  # fmt: skip
     program = Path(args[0]).name
     assert (done.returncode, done.stderr) == (
