@@ -103,7 +103,8 @@ class DirWatch:
         self._masks: dict[Path, Mask] = {}
         self._ids: dict[Path, tuple[int, int] | None] = {}  # the directory each watch is on
         self._sharing: dict[int, set[Path]] = {}  # watch descriptor -> the paths watched by it
-        #: Watches removed, until the kernel says so (IGNORED): their queued events still count.
+        #: Watches removed, until the kernel says so (IGNORED): their queued events still count. A
+        #: queue overflow loses the IGNORED of a watch removed while the queue was full: forgotten then.
         self._dropped: dict[int, set[Path]] = {}
         self._mounts: tuple[int, select.epoll] | None = None
         self._reader: asyncio.Task[None] | None = None
@@ -259,7 +260,8 @@ class DirWatch:
         paths: list[Path] = []
         if watch is not None:
             paths = sorted(self._sharing.get(watch.wd) or self._dropped.get(watch.wd) or ())
-        if Mask.Q_OVERFLOW in mask:
+        if Mask.Q_OVERFLOW in mask:  # all is looked at again; a removed watch's IGNORED may be lost
+            self._dropped.clear()
             self._replan()
             return True
         if Mask.IGNORED in mask:  # the kernel dropped the watch: every path on it lost it

@@ -254,3 +254,30 @@ def test_out_of_descriptors_for_the_mount_table_the_directories_are_watched_all_
     assert done.returncode == 0, done.stderr
     assert done.stdout == "0\n"  # no descriptor left open
     assert done.stderr == "WARNING spec dirs: cannot follow mounts: Too many open files\n"
+
+
+def test_an_overflow_keeps_nothing_of_the_watches_removed_before_it(tmp_path: Path) -> None:
+    """A watch removed while the queue is full: the kernel's IGNORED for it is lost with the
+    overflow, so the watch's bookkeeping must go with the overflow, not wait for that event."""
+    flooded, kept = tmp_path / "flooded", tmp_path / "kept"
+    flooded.mkdir()
+    kept.mkdir()
+    queue = int(Path("/proc/sys/fs/inotify/max_queued_events").read_text())
+    seen = Seen(tmp_path / "marks", ".json")
+
+    async def scenario() -> None:
+        async with DirWatch([flooded, kept, seen.marks], name="t", events=FILES, relevant=seen.relevant) as w:
+            before = w.pulse.count
+            name = flooded / "f"
+            for _ in range(queue // 2 + 1):  # a create and a delete each, none read meanwhile
+                name.touch()
+                name.unlink()
+            w.set_dirs([kept, seen.marks])  # removes the flooded directory's watch
+            assert await w.pulse.wait_after(before, 60.0), "the overflow was not reported"
+            await seen.drained(w)
+            assert w._dropped == {}  # nothing outside shows the entry kept
+            (kept / "a.json").write_text("{}")
+            await seen.drained(w)
+            assert "a.json" in seen.names
+
+    run(scenario())
