@@ -2,7 +2,8 @@
 
 One line per batch says which files were written or removed and which devices came and went
 (INFO when something changed, else DEBUG); a scan's warnings are logged once until they go away
-(a full rescan forgets the ones it no longer reports). The structured fields of the line (events,
+(a full rescan forgets the ones it no longer reports), but those of another configuration's files
+removed at every scan that removes some. The structured fields of the line (events,
 kinds rescanned, files, device counts, milliseconds) go to the JSON log too.
 """
 
@@ -71,7 +72,7 @@ class BatchLog:
         for warning in report.warnings:
             if warning not in self._warned:
                 log.warning("%s", warning)
-        self._warned |= set(report.warnings)
+        self._warned |= set(report.warnings) - set(report.removal_warnings)
         old_names = set().union(*before.values()) if before else set()
         new_names = set().union(*after.values()) if after else set()
         added, gone = sorted(new_names - old_names), sorted(old_names - new_names)

@@ -130,6 +130,13 @@ class ScanReport:
     devices: tuple[DiscoveredDevice, ...] = ()
 
     @property
+    def removal_warnings(self) -> tuple[str, ...]:
+        """The warnings of this scan's removals of another configuration's files: each such scan
+        says them again (a watcher too), unlike a warning of how things are."""
+        dry, out = self.options.dry_run, self.options.output_dir
+        return tuple(replaced_configuration_warning(out, r, dry) for r in self.plan.replaced)
+
+    @property
     def device_count(self) -> int:
         return sum(len(f.spec.devices) for f in self.files if f.spec is not None)
 
@@ -162,6 +169,14 @@ class ScanReport:
             "otherConfigurations": [
                 {"kinds": sorted(o.kinds), "files": [str(p) for p in o.paths]} for o in self.plan.others
             ],
+            "replacedConfigurations": [
+                {
+                    "kinds": sorted(r.kinds),
+                    "sharedKinds": sorted(r.shared),
+                    "removed": [str(p) for p in r.paths],
+                }
+                for r in self.plan.replaced
+            ],
             "warnings": list(self.warnings),
         }
 
@@ -189,6 +204,19 @@ def other_configuration_warning(output_dir: Path, other: OtherConfiguration) -> 
         f"by another configuration (kinds {first_few(sorted(other.kinds), 5)}), which shares no kind "
         f"with this one; left in place as another generator's: delete {them} if no generator uses "
         "that configuration any more"
+    )
+
+
+def replaced_configuration_warning(output_dir: Path, replaced: OtherConfiguration, dry_run: bool) -> str:
+    """The warning of a scan removing files another configuration sharing a kind with its own wrote."""
+    n, shared = len(replaced.paths), sorted(replaced.shared)
+    return (
+        f"{output_dir}: {'would remove' if dry_run else 'removed'} {plural(n, 'spec')} "
+        f"({first_few([p.name for p in replaced.paths])}) written by another configuration (kinds "
+        f"{first_few(sorted(replaced.kinds), 5)}), which shares {'kinds' if len(shared) > 1 else 'kind'} "
+        f"{first_few(shared, 5)} with this one: nothing to do if this one replaced it; if another "
+        "generator still uses it, the two remove each other's specs at every scan: give each its own "
+        "kinds or its own output directory"
     )
 
 
@@ -283,7 +311,10 @@ def run_scan(
             "(runtimes still read it): remove it if its devices are gone"
             for c in plan.left
         )
-        + tuple(other_configuration_warning(options.output_dir, o) for o in plan.others),
+        + tuple(other_configuration_warning(options.output_dir, o) for o in plan.others)
+        + tuple(
+            replaced_configuration_warning(options.output_dir, r, options.dry_run) for r in plan.replaced
+        ),
         applied,
         tuple(line for was_replaced, line in overridden if was_replaced),
         tuple(line for was_replaced, line in overridden if not was_replaced),

@@ -82,11 +82,12 @@ class KindConflict:
 
 @dataclass(frozen=True, slots=True)
 class OtherConfiguration:
-    """Files in the output directory that a configuration sharing no kind with the one scanning
-    wrote: left in place as another generator's (see :func:`plan_writes`)."""
+    """Files in the output directory that another configuration than the one scanning wrote (see
+    :func:`plan_writes`), and the kinds the two share."""
 
     kinds: frozenset[str]
     paths: tuple[Path, ...]
+    shared: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +127,9 @@ class Plan:
     adopted: tuple[Path, ...] = ()
     #: A full scan's: the files of each recorded configuration sharing no kind with its own.
     others: tuple[OtherConfiguration, ...] = ()
+    #: The files removed of each configuration sharing a kind with the one scanning, of kinds this
+    #: one does not have: an earlier form's of it, or another generator's still in use.
+    replaced: tuple[OtherConfiguration, ...] = ()
 
     @property
     def record_changed(self) -> bool:
@@ -276,7 +280,7 @@ def plan_writes(
     the directory, a file byte-identical to a spec of ``specs`` is taken as cdi-gen's again
     (``Plan.adopted``): nobody else's bytes are ever taken over. A full scan (without ``kinds``)
     names the files of each other configuration in ``Plan.others``: a generator whose configuration
-    changed every kind at once left them too. Raises
+    changed every kind at once left them too; ``Plan.replaced`` names those removed. Raises
     :class:`SpecWriteError` when a spec is invalid or a file cannot be read, and
     :class:`ConflictError` when a foreign spec in ``output_dir`` or ``spec_dirs`` defines a kind of
     ``specs`` (unless ``force``).
@@ -348,6 +352,11 @@ def plan_writes(
     )
     after = dict(kept)
     mark = frozenset(config) if config is not None else None
+    replaced = {
+        name: entry
+        for name, entry in owned.items()
+        if name not in wanted and mark is not None and entry.kind not in mark and entry.config != mark
+    }
     for change in changes:
         if change.data is not None:
             name = change.path.name
@@ -360,19 +369,23 @@ def plan_writes(
         tuple(conflicts),
         left,
         tuple(adopted),
-        _others(output_dir, kept) if kinds is None else (),
+        _by_config(output_dir, kept if kinds is None else {}, mark or frozenset()),
+        _by_config(output_dir, replaced, mark or frozenset()),
     )
 
 
-def _others(output_dir: Path, kept: Mapping[str, OwnedFile]) -> tuple[OtherConfiguration, ...]:
-    """The files of ``kept`` still in ``output_dir``, by the configuration that wrote them."""
+def _by_config(
+    output_dir: Path, entries: Mapping[str, OwnedFile], config: frozenset[str]
+) -> tuple[OtherConfiguration, ...]:
+    """The files of ``entries`` still in ``output_dir``, by the configuration that wrote them
+    (what it shares with ``config``); those of no recorded configuration are left out."""
     by_config: dict[frozenset[str], list[Path]] = {}
-    for name, entry in sorted(kept.items()):
+    for name, entry in sorted(entries.items()):
         if entry.config is not None and os.path.lexists(output_dir / name):
             by_config.setdefault(entry.config, []).append(output_dir / name)
     return tuple(
-        OtherConfiguration(config, tuple(paths))
-        for config, paths in sorted(by_config.items(), key=lambda item: sorted(item[0]))
+        OtherConfiguration(kinds, tuple(paths), kinds & config)
+        for kinds, paths in sorted(by_config.items(), key=lambda item: sorted(item[0]))
     )
 
 

@@ -107,3 +107,51 @@ def test_the_specs_of_another_configuration_are_warned_of_once(
         "configuration any more"
     ]
     assert device_names(out / "cdi-plugin.io-tun.json") == {"tun"}
+
+
+def test_each_rescan_removing_a_spec_of_a_configuration_sharing_a_kind_warns(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Two generators sharing a kind remove each other's specs: the watcher's log says so at each
+    full rescan that removes one (in the same words each time), and not at one that removes none."""
+    out = tmp_path / "out"
+    options = generators(tmp_path, out)
+    (tmp_path / "b" / "config.yaml").write_text(
+        KVM + "  - {vendor: cdi-plugin.io, class: fuse, match: {subsystem: misc, kernel: fuse}}\n"
+    )
+    tun = out / "cdi-plugin.io-tun.json"
+    caplog.set_level(logging.DEBUG, "cdi_plugin")
+
+    def rescans() -> int:
+        return sum(r.getMessage().startswith("rescanned every class") for r in caplog.records)
+
+    def warned() -> list[str]:  # by b, which removes tun's spec (a removes kvm's)
+        return [r.getMessage() for r in caplog.records if "spec (cdi-plugin.io-tun.json)" in r.getMessage()]
+
+    async def rescan_b() -> None:
+        done = rescans()
+        write_host(tmp_path / "b" / "host.json", WORKSTATION)
+        await eventually(lambda: rescans() > done, "b's full rescan")
+
+    async def scenario() -> None:
+        async with running(Watcher(options("a"))):
+            pass
+        async with running(Watcher(options("b"))):
+            assert not tun.exists()
+            assert len(warned()) == 1
+            async with running(Watcher(options("a"))):  # a writes tun's spec again
+                pass
+            assert tun.exists()
+            await rescan_b()
+            assert not tun.exists()
+            assert len(warned()) == 2
+            await rescan_b()
+            assert len(warned()) == 2, "a rescan that removes nothing says nothing"
+
+    run(scenario())
+    assert warned() == 2 * [
+        f"{out}: removed 1 spec (cdi-plugin.io-tun.json) written by another configuration (kinds "
+        "cdi-plugin.io/fuse, cdi-plugin.io/tun), which shares kind cdi-plugin.io/fuse with this one: "
+        "nothing to do if this one replaced it; if another generator still uses it, the two remove "
+        "each other's specs at every scan: give each its own kinds or its own output directory"
+    ]
