@@ -173,7 +173,7 @@ class ScanReport:
                 {
                     "kinds": sorted(r.kinds),
                     "sharedKinds": sorted(r.shared),
-                    "removed": [str(p) for p in r.paths],
+                    "files": [str(p) for p in r.paths],
                 }
                 for r in self.plan.replaced
             ],
