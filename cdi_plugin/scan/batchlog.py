@@ -2,9 +2,9 @@
 
 One line per batch says which files were written or removed and which devices came and went
 (INFO when something changed, else DEBUG); a scan's warnings are logged once until they go away
-(a full rescan forgets the ones it no longer reports), but those of another configuration's files
-removed at every scan that removes some. The structured fields of the line (events,
-kinds rescanned, files, device counts, milliseconds) go to the JSON log too.
+(a full rescan forgets the ones it no longer reports), except that of a scan removing another
+configuration's files, logged at every scan that removes some. The structured fields of the line
+(events, kinds rescanned, files, device counts, milliseconds) go to the JSON log too.
 """
 
 from __future__ import annotations

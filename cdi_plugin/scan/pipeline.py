@@ -128,13 +128,9 @@ class ScanReport:
     lock_wait: float = 0.0  # seconds spent waiting for another scan of the output directory
     #: Everything discovered, for the watcher's index of the specs (not kept beyond the batch).
     devices: tuple[DiscoveredDevice, ...] = ()
-
-    @property
-    def removal_warnings(self) -> tuple[str, ...]:
-        """The warnings of this scan's removals of another configuration's files: each such scan
-        says them again (a watcher too), unlike a warning of how things are."""
-        dry, out = self.options.dry_run, self.options.output_dir
-        return tuple(replaced_configuration_warning(out, r, dry) for r in self.plan.replaced)
+    #: Those of ``warnings`` on this scan's removals of another configuration's files: each such
+    #: scan says them again (a watcher too), unlike a warning of how things are.
+    removal_warnings: tuple[str, ...] = ()
 
     @property
     def device_count(self) -> int:
@@ -173,7 +169,7 @@ class ScanReport:
                 {
                     "kinds": sorted(r.kinds),
                     "sharedKinds": sorted(r.shared),
-                    "removed": [str(p) for p in r.paths],
+                    "files": [str(p) for p in r.paths],
                 }
                 for r in self.plan.replaced
             ],
@@ -296,8 +292,11 @@ def run_scan(
             "what cdi-gen writes there now",
             path,
         )
-    replaced = {c.path for c in plan.changes if c.replaces_foreign}
-    overridden = [(c.path in replaced, f"{c.kind}: {c.path} ({c.reason})") for c in plan.overridden]
+    forced = {c.path for c in plan.changes if c.replaces_foreign}
+    overridden = [(c.path in forced, f"{c.kind}: {c.path} ({c.reason})") for c in plan.overridden]
+    removals = tuple(
+        replaced_configuration_warning(options.output_dir, r, options.dry_run) for r in plan.replaced
+    )
     return ScanReport(
         options,
         config_source,
@@ -312,13 +311,12 @@ def run_scan(
             for c in plan.left
         )
         + tuple(other_configuration_warning(options.output_dir, o) for o in plan.others)
-        + tuple(
-            replaced_configuration_warning(options.output_dir, r, options.dry_run) for r in plan.replaced
-        ),
+        + removals,
         applied,
-        tuple(line for was_replaced, line in overridden if was_replaced),
-        tuple(line for was_replaced, line in overridden if not was_replaced),
+        tuple(line for was_forced, line in overridden if was_forced),
+        tuple(line for was_forced, line in overridden if not was_forced),
         len(build.refused),
         0.0 if held is None else held.waited,
         discovery.devices,
+        removals,
     )

@@ -112,7 +112,7 @@ def test_scan_json_lists_the_replaced_configurations(tmp_path: Path) -> None:
     assert first["replacedConfigurations"] == []
     report, _ = cli_scan(tmp_path, out, "b", "--json")
     assert report["replacedConfigurations"] == [
-        {"kinds": [FUSE, TUN], "sharedKinds": [FUSE], "removed": [str(out / name(TUN))]}
+        {"kinds": [FUSE, TUN], "sharedKinds": [FUSE], "files": [str(out / name(TUN))]}
     ]
     assert warning(out, name(TUN), (FUSE, TUN), FUSE) in report["warnings"]  # type: ignore[operator]
     assert not (out / name(TUN)).exists()
@@ -127,7 +127,7 @@ def test_a_dry_run_says_what_it_would_remove(tmp_path: Path) -> None:
     ]
     report, _ = cli_scan(tmp_path, out, "b", "--dry-run", "--json")
     assert report["replacedConfigurations"] == [
-        {"kinds": [FUSE, TUN], "sharedKinds": [FUSE], "removed": [str(out / name(TUN))]}
+        {"kinds": [FUSE, TUN], "sharedKinds": [FUSE], "files": [str(out / name(TUN))]}
     ]
     assert (out / name(TUN)).exists()
 
