@@ -161,7 +161,8 @@ class DevicePluginService:
         self._closing.set()
 
     async def ListAndWatch(self, request: api.Empty, context: Context) -> AsyncIterator[bytes]:
-        """The resource's devices, then again after every change: a serialized ListAndWatchResponse.
+        """The resource's devices, then again after every change: a serialized ListAndWatchResponse;
+        the stream ends after an empty list once the resource is gone.
 
         At most :data:`MAX_STREAMS` are open: one more is refused with RESOURCE_EXHAUSTED, as
         ending one that is open could end the kubelet's, which the kubelet takes as the plugin
@@ -188,7 +189,9 @@ class DevicePluginService:
                     seen, view, closed = waiting.result()
                     yield self._list(view)
                     if closed:
-                        return
+                        # The resource is gone, or came back on a board of its own before its
+                        # endpoint was stopped: the kubelet opens no other stream, so follow that.
+                        board, seen = self.state.board(self.resource), -1
             finally:
                 closing.cancel()
                 if waiting is not None:

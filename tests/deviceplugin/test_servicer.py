@@ -191,3 +191,19 @@ async def test_list_and_watch_ends_when_the_servicer_shuts_down(layout: Layout) 
     service.shutdown()
     with pytest.raises(StopAsyncIteration):
         await asyncio.wait_for(waiting, 60)
+
+
+async def test_list_and_watch_follows_a_resource_back_before_its_endpoint_stopped(layout: Layout) -> None:
+    # The kubelet opens ListAndWatch once per registration: a stream that ended while the
+    # endpoint stays registered would leave the resource without devices until the next one.
+    a = make_node(layout.dev / "a")
+    spec = write_spec(layout.etc, spec_of(KIND, {"a": [a]}))
+    state = _state(layout, grace_period=0.0)
+    stream = _service(state).ListAndWatch(EMPTY, FakeContext())
+    assert await _next(stream) == {"a": api.HEALTHY}
+    spec.unlink()
+    state.sync()  # gone...
+    write_spec(layout.etc, spec_of(KIND, {"a": [a]}))
+    state.sync()  # ...and back, before anything stopped the endpoint
+    assert await _next(stream) == {}
+    assert await _next(stream) == {"a": api.HEALTHY}
