@@ -32,8 +32,8 @@ _Prebuilt = tuple[api.AllocateResponse, list[ContainerAllocation], str]
 MAX_LOGGED = 1000
 #: ListAndWatch streams open at once per resource; one more is refused.
 MAX_STREAMS = 4
-#: GetPreferredAllocation takes as many IDs as the resource advertises, and at least this many
-#: (a kubelet's list may still hold devices removed since).
+#: GetPreferredAllocation and Allocate take as many IDs as the resource advertises, and at least
+#: this many (a kubelet's list may still hold devices removed since).
 MIN_OFFERED = 1024
 
 #: The thread GetPreferredAllocation works in, one shared by every resource: the kubelet waits for it
@@ -223,7 +223,7 @@ class DevicePluginService:
         await self.state.settled()
         board = self.state.board(self.resource)
         devices = board.view.devices if board else {}
-        bound = max(len(devices), MIN_OFFERED)
+        bound = self._bound()
         requests = request.container_requests
         for field, offered in (
             ("available", sum(len(r.available_deviceIDs) for r in requests)),
@@ -252,8 +252,15 @@ class DevicePluginService:
             response, answers, _ = found
             requests = [[key]]
         else:
-            requests = [list(c.devices_ids) for c in containers]
             try:
+                named, bound = sum(len(c.devices_ids) for c in containers), self._bound()
+                if named > bound:
+                    raise AllocationError(
+                        "invalid-argument",
+                        f"Allocate for {self.resource} names {named} device IDs, more than the {bound} "
+                        f"the plugin takes (it advertises {plural(self._advertised(), 'ID')})",
+                    )
+                requests = [list(c.devices_ids) for c in containers]
                 answers = allocate(self.resource, requests, self._lookup, self.state.problem, self.strategy)
                 response = api.allocate_response((a.cdi_devices, a.annotations) for a in answers)
                 if (size := response.ByteSize()) > self._max_bytes:
@@ -285,6 +292,14 @@ class DevicePluginService:
                 clipped(",".join(answer.cdi_devices or answer.annotations.values()), MAX_LOGGED),
                 extra=self._extra,
             )
+
+    def _advertised(self) -> int:
+        board = self.state.board(self.resource)
+        return len(board.view.devices) if board else 0
+
+    def _bound(self) -> int:
+        """How many device IDs a call takes: the kubelet names a subset of those advertised."""
+        return max(self._advertised(), MIN_OFFERED)
 
     def _lookup(self, device_id: str) -> Lookup | None:
         status = self.state.status(self.resource, device_id)

@@ -207,3 +207,23 @@ async def test_list_and_watch_follows_a_resource_back_before_its_endpoint_stoppe
     state.sync()  # ...and back, before anything stopped the endpoint
     assert await _next(stream) == {}
     assert await _next(stream) == {"a": api.HEALTHY}
+
+
+async def test_allocate_refuses_more_ids_than_the_resource_has_before_any_work(layout: Layout) -> None:
+    # The kubelet names each allocated ID once; a request naming one device a million times
+    # (4 MiB) held the event loop for seconds, a lookup and a check per ID.
+    write_spec(layout.etc, spec_of(KIND, {"a": [make_node(layout.dev / "a")]}))
+    state = _state(layout)
+    checked: list[str] = []
+    problem = state.problem
+    state.problem = lambda name: checked.append(name) or problem(name)  # type: ignore[method-assign]
+    service, context = _service(state), FakeContext()
+    with pytest.raises(Aborted) as refused:
+        await service.Allocate(_allocate(["a"] * 600, ["a"] * 600), context)
+    assert refused.value.code == grpc.StatusCode.INVALID_ARGUMENT
+    assert refused.value.details == (
+        f"Allocate for {KIND} names 1200 device IDs, more than the 1024 the plugin takes (it advertises 1 ID)"
+    )
+    assert checked == []
+    answer = await service.Allocate(_allocate(["a"] * 1024), context)  # duplicates, within the bound
+    assert [[d.name for d in c.cdi_devices] for c in answer.container_responses] == [[f"{KIND}=a"]]
