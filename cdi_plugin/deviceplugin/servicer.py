@@ -218,24 +218,21 @@ class DevicePluginService:
     ) -> api.PreferredAllocationResponse:
         """The preferred IDs of each container request, worked out in a thread of its own
         (:data:`_PREFERRING`): the event loop serves the other calls and streams meanwhile. A
-        request offering more IDs than the resource advertises (or :data:`MIN_OFFERED`) is refused
-        before any work: the kubelet offers a subset."""
+        request naming more IDs or container requests than the resource advertises (or
+        :data:`MIN_OFFERED`) is refused before any work (:meth:`_too_many`)."""
         await self.state.settled()
         board = self.state.board(self.resource)
         devices = board.view.devices if board else {}
-        bound = self._bound()
         requests = request.container_requests
-        for field, offered in (
-            ("available", sum(len(r.available_deviceIDs) for r in requests)),
-            ("must-include", sum(len(r.must_include_deviceIDs) for r in requests)),
-        ):
-            if offered > bound:
-                message = (
-                    f"GetPreferredAllocation for {self.resource} names {offered} {field} device IDs, "
-                    f"more than the {bound} the plugin takes (it advertises {plural(len(devices), 'ID')})"
-                )
-                log.warning("%s", message, extra=self._extra)
-                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, message)
+        too_many = self._too_many(
+            "GetPreferredAllocation",
+            ("container requests", len(requests)),
+            ("available device IDs", sum(len(r.available_deviceIDs) for r in requests)),
+            ("must-include device IDs", sum(len(r.must_include_deviceIDs) for r in requests)),
+        )
+        if too_many is not None:
+            log.warning("%s", too_many, extra=self._extra)
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, too_many)
         loop = asyncio.get_running_loop()
         answers = await loop.run_in_executor(_PREFERRING, _preferred, requests, devices)
         return api.preferred_response(answers)
@@ -253,13 +250,13 @@ class DevicePluginService:
             requests = [[key]]
         else:
             try:
-                named, bound = sum(len(c.devices_ids) for c in containers), self._bound()
-                if named > bound:
-                    raise AllocationError(
-                        "invalid-argument",
-                        f"Allocate for {self.resource} names {named} device IDs, more than the {bound} "
-                        f"the plugin takes (it advertises {plural(self._advertised(), 'ID')})",
-                    )
+                too_many = self._too_many(
+                    "Allocate",
+                    ("container requests", len(containers)),
+                    ("device IDs", sum(len(c.devices_ids) for c in containers)),
+                )
+                if too_many is not None:
+                    raise AllocationError("invalid-argument", too_many)
                 requests = [list(c.devices_ids) for c in containers]
                 answers = allocate(self.resource, requests, self._lookup, self.state.problem, self.strategy)
                 response = api.allocate_response((a.cdi_devices, a.annotations) for a in answers)
@@ -293,13 +290,20 @@ class DevicePluginService:
                 extra=self._extra,
             )
 
-    def _advertised(self) -> int:
+    def _too_many(self, call: str, *counts: tuple[str, int]) -> str | None:
+        """Why a call naming these counts of things is refused, or None: the kubelet names a subset
+        of the advertised IDs for one container at a time, so none may exceed their number (or
+        :data:`MIN_OFFERED`); checked before any work, whose cost would follow the count."""
         board = self.state.board(self.resource)
-        return len(board.view.devices) if board else 0
-
-    def _bound(self) -> int:
-        """How many device IDs a call takes: the kubelet names a subset of those advertised."""
-        return max(self._advertised(), MIN_OFFERED)
+        advertised = len(board.view.devices) if board else 0
+        bound = max(advertised, MIN_OFFERED)
+        for what, count in counts:
+            if count > bound:
+                return (
+                    f"{call} for {self.resource} names {count} {what}, more than the {bound} "
+                    f"the plugin takes (it advertises {plural(advertised, 'ID')})"
+                )
+        return None
 
     def _lookup(self, device_id: str) -> Lookup | None:
         status = self.state.status(self.resource, device_id)

@@ -227,3 +227,25 @@ async def test_allocate_refuses_more_ids_than_the_resource_has_before_any_work(l
     assert checked == []
     answer = await service.Allocate(_allocate(["a"] * 1024), context)  # duplicates, within the bound
     assert [[d.name for d in c.cdi_devices] for c in answer.container_responses] == [[f"{KIND}=a"]]
+
+
+async def test_more_container_requests_than_the_bound_are_refused_before_any_work(layout: Layout) -> None:
+    # The kubelet sends one container request a call; 600,000 empty ones (2.4 MB) kept the
+    # preferred-allocation thread, which the kubelet's own calls wait for, busy for seconds.
+    write_spec(layout.etc, spec_of(KIND, {"a": [make_node(layout.dev / "a")]}))
+    service = _service(_state(layout))
+    many = api.PreferredAllocationRequest(
+        container_requests=[api.ContainerPreferredAllocationRequest(allocation_size=1)] * 1025
+    )
+    allocation = api.AllocateRequest(container_requests=[api.ContainerAllocateRequest()] * 1025)
+    for call, request in (("GetPreferredAllocation", many), ("Allocate", allocation)):
+        with pytest.raises(Aborted) as refused:
+            await getattr(service, call)(request, FakeContext())
+        assert refused.value.code == grpc.StatusCode.INVALID_ARGUMENT
+        assert refused.value.details == (
+            f"{call} for {KIND} names 1025 container requests, more than the 1024 the plugin takes "
+            "(it advertises 1 ID)"
+        )
+    del many.container_requests[1024]
+    answer = await service.GetPreferredAllocation(many, FakeContext())
+    assert len(answer.container_responses) == 1024
