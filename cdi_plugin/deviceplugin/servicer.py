@@ -32,8 +32,8 @@ _Prebuilt = tuple[api.AllocateResponse, list[ContainerAllocation], str]
 MAX_LOGGED = 1000
 #: ListAndWatch streams open at once per resource; one more is refused.
 MAX_STREAMS = 4
-#: GetPreferredAllocation and Allocate take as many IDs as the resource advertises, and at least
-#: this many (a kubelet's list may still hold devices removed since).
+#: GetPreferredAllocation and Allocate take as many IDs (and container requests) as the resource
+#: advertises, and at least this many (a kubelet's list may still hold devices removed since).
 MIN_OFFERED = 1024
 
 #: The thread GetPreferredAllocation works in, one shared by every resource: the kubelet waits for it
@@ -291,9 +291,9 @@ class DevicePluginService:
             )
 
     def _too_many(self, call: str, *counts: tuple[str, int]) -> str | None:
-        """Why a call naming these counts of things is refused, or None: the kubelet names a subset
-        of the advertised IDs for one container at a time, so none may exceed their number (or
-        :data:`MIN_OFFERED`); checked before any work, whose cost would follow the count."""
+        """Why a call naming ``counts`` (what, how many) is refused, or None: the kubelet names a
+        subset of the advertised IDs for one container at a time, so no count may exceed their
+        number (or :data:`MIN_OFFERED`); checked before any work, whose cost would follow it."""
         board = self.state.board(self.resource)
         advertised = len(board.view.devices) if board else 0
         bound = max(advertised, MIN_OFFERED)
