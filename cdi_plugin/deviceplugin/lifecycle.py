@@ -15,7 +15,6 @@ The endpoint unlinks only the socket it bound itself, recognised by its inode.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import stat
@@ -153,8 +152,14 @@ class Endpoint:
                     "pod this one replaces, during an update?); taking it over once it is gone"
                 )
             self._log(logging.INFO, "removing stale socket %s (nothing listens on it)", self.path)
-            with contextlib.suppress(FileNotFoundError):
+            try:
                 os.unlink(self.path)
+            except FileNotFoundError:
+                pass
+            except OSError as exc:  # a read-only directory, say
+                raise EndpointError(
+                    f"cannot remove the stale socket {self.path}: {exc.strerror or exc}"
+                ) from None
         server = grpc.aio.server(
             options=[
                 ("grpc.max_receive_message_length", self.settings.max_message_bytes),

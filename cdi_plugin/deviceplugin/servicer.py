@@ -32,8 +32,8 @@ _Prebuilt = tuple[api.AllocateResponse, list[ContainerAllocation], str]
 MAX_LOGGED = 1000
 #: ListAndWatch streams open at once per resource; one more is refused.
 MAX_STREAMS = 4
-#: GetPreferredAllocation takes as many IDs as the resource advertises, and at least this many
-#: (a kubelet's list may still hold devices removed since).
+#: GetPreferredAllocation and Allocate take as many IDs (and container requests) as the resource
+#: advertises, and at least this many (a kubelet's list may still hold devices removed since).
 MIN_OFFERED = 1024
 
 #: The thread GetPreferredAllocation works in, one shared by every resource: the kubelet waits for it
@@ -161,7 +161,8 @@ class DevicePluginService:
         self._closing.set()
 
     async def ListAndWatch(self, request: api.Empty, context: Context) -> AsyncIterator[bytes]:
-        """The resource's devices, then again after every change: a serialized ListAndWatchResponse.
+        """The resource's devices, then again after every change: a serialized ListAndWatchResponse;
+        the stream ends after an empty list once the resource is gone.
 
         At most :data:`MAX_STREAMS` are open: one more is refused with RESOURCE_EXHAUSTED, as
         ending one that is open could end the kubelet's, which the kubelet takes as the plugin
@@ -188,7 +189,9 @@ class DevicePluginService:
                     seen, view, closed = waiting.result()
                     yield self._list(view)
                     if closed:
-                        return
+                        # The resource is gone, or came back on a board of its own before its
+                        # endpoint was stopped: the kubelet opens no other stream, so follow that.
+                        board, seen = self.state.board(self.resource), -1
             finally:
                 closing.cancel()
                 if waiting is not None:
@@ -215,24 +218,21 @@ class DevicePluginService:
     ) -> api.PreferredAllocationResponse:
         """The preferred IDs of each container request, worked out in a thread of its own
         (:data:`_PREFERRING`): the event loop serves the other calls and streams meanwhile. A
-        request offering more IDs than the resource advertises (or :data:`MIN_OFFERED`) is refused
-        before any work: the kubelet offers a subset."""
+        request naming more IDs or container requests than the resource advertises (or
+        :data:`MIN_OFFERED`) is refused before any work (:meth:`_too_many`)."""
         await self.state.settled()
         board = self.state.board(self.resource)
         devices = board.view.devices if board else {}
-        bound = max(len(devices), MIN_OFFERED)
         requests = request.container_requests
-        for field, offered in (
-            ("available", sum(len(r.available_deviceIDs) for r in requests)),
-            ("must-include", sum(len(r.must_include_deviceIDs) for r in requests)),
-        ):
-            if offered > bound:
-                message = (
-                    f"GetPreferredAllocation for {self.resource} names {offered} {field} device IDs, "
-                    f"more than the {bound} the plugin takes (it advertises {plural(len(devices), 'ID')})"
-                )
-                log.warning("%s", message, extra=self._extra)
-                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, message)
+        too_many = self._too_many(
+            "GetPreferredAllocation",
+            ("container requests", len(requests)),
+            ("available device IDs", sum(len(r.available_deviceIDs) for r in requests)),
+            ("must-include device IDs", sum(len(r.must_include_deviceIDs) for r in requests)),
+        )
+        if too_many is not None:
+            log.warning("%s", too_many, extra=self._extra)
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, too_many)
         loop = asyncio.get_running_loop()
         answers = await loop.run_in_executor(_PREFERRING, _preferred, requests, devices)
         return api.preferred_response(answers)
@@ -249,8 +249,15 @@ class DevicePluginService:
             response, answers, _ = found
             requests = [[key]]
         else:
-            requests = [list(c.devices_ids) for c in containers]
             try:
+                too_many = self._too_many(
+                    "Allocate",
+                    ("container requests", len(containers)),
+                    ("device IDs", sum(len(c.devices_ids) for c in containers)),
+                )
+                if too_many is not None:
+                    raise AllocationError("invalid-argument", too_many)
+                requests = [list(c.devices_ids) for c in containers]
                 answers = allocate(self.resource, requests, self._lookup, self.state.problem, self.strategy)
                 response = api.allocate_response((a.cdi_devices, a.annotations) for a in answers)
                 if (size := response.ByteSize()) > self._max_bytes:
@@ -282,6 +289,21 @@ class DevicePluginService:
                 clipped(",".join(answer.cdi_devices or answer.annotations.values()), MAX_LOGGED),
                 extra=self._extra,
             )
+
+    def _too_many(self, call: str, *counts: tuple[str, int]) -> str | None:
+        """Why a call naming ``counts`` (what, how many) is refused, or None: the kubelet names a
+        subset of the advertised IDs for one container at a time, so no count may exceed their
+        number (or :data:`MIN_OFFERED`); checked before any work, whose cost would follow it."""
+        board = self.state.board(self.resource)
+        advertised = len(board.view.devices) if board else 0
+        bound = max(advertised, MIN_OFFERED)
+        for what, count in counts:
+            if count > bound:
+                return (
+                    f"{call} for {self.resource} names {count} {what}, more than the {bound} "
+                    f"the plugin takes (it advertises {plural(advertised, 'ID')})"
+                )
+        return None
 
     def _lookup(self, device_id: str) -> Lookup | None:
         status = self.state.status(self.resource, device_id)

@@ -10,6 +10,7 @@ import re
 import shutil
 import socket
 import stat
+import subprocess
 import tempfile
 from pathlib import Path
 
@@ -329,6 +330,38 @@ def test_a_socket_that_cannot_be_probed_is_reported_and_retried(
                     )
                     datagram.close()
                     await kubelet.wait_registered(KIND)
+        assert not [r for r in caplog.records if r.exc_info]
+
+    run(scenario())
+
+
+def test_a_stale_socket_that_cannot_be_removed_is_reported_and_retried(
+    layout: Layout, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A stale socket in a directory where nothing can be removed (immutable here; read-only, say,
+    on a node): one warning naming it and the reason, retried (never the endpoint failing with a
+    traceback); once it can be removed, it is replaced."""
+    caplog.set_level(logging.INFO, "cdi_plugin")
+    write_spec(layout.etc, spec_of(KIND, {"a": [make_node(layout.dev / "n1")]}))
+    path = layout.plugin_dir / sock(layout, KIND)
+    refusal = f"cannot remove the stale socket {path}: Operation not permitted; retrying in"
+
+    async def scenario() -> None:
+        async with FakeKubelet(layout.plugin_dir) as kubelet:
+            with socket.socket(socket.AF_UNIX) as stale:
+                stale.bind(str(path))
+            immutable = subprocess.run(["chattr", "+i", layout.plugin_dir], check=False, capture_output=True)
+            if immutable.returncode:
+                pytest.skip("the file system of the test directory has no immutable attribute")
+            try:
+                async with running_plugin(layout.settings()):
+                    await eventually(
+                        lambda: any(refusal in r.getMessage() for r in caplog.records), "the refusal"
+                    )
+                    subprocess.run(["chattr", "-i", layout.plugin_dir], check=True)
+                    await kubelet.wait_registered(KIND)
+            finally:
+                subprocess.run(["chattr", "-i", layout.plugin_dir], check=True)
         assert not [r for r in caplog.records if r.exc_info]
 
     run(scenario())

@@ -191,3 +191,61 @@ async def test_list_and_watch_ends_when_the_servicer_shuts_down(layout: Layout) 
     service.shutdown()
     with pytest.raises(StopAsyncIteration):
         await asyncio.wait_for(waiting, 60)
+
+
+async def test_list_and_watch_follows_a_resource_back_before_its_endpoint_stopped(layout: Layout) -> None:
+    # The kubelet opens ListAndWatch once per registration: a stream that ended while the
+    # endpoint stays registered would leave the resource without devices until the next one.
+    a = make_node(layout.dev / "a")
+    spec = write_spec(layout.etc, spec_of(KIND, {"a": [a]}))
+    state = _state(layout, grace_period=0.0)
+    stream = _service(state).ListAndWatch(EMPTY, FakeContext())
+    assert await _next(stream) == {"a": api.HEALTHY}
+    spec.unlink()
+    state.sync()  # gone...
+    write_spec(layout.etc, spec_of(KIND, {"a": [a]}))
+    state.sync()  # ...and back, before anything stopped the endpoint
+    assert await _next(stream) == {}
+    assert await _next(stream) == {"a": api.HEALTHY}
+
+
+async def test_allocate_refuses_more_ids_than_the_resource_has_before_any_work(layout: Layout) -> None:
+    # The kubelet names each allocated ID once; a request naming one device a million times
+    # (4 MiB) held the event loop for seconds, a lookup and a check per ID.
+    write_spec(layout.etc, spec_of(KIND, {"a": [make_node(layout.dev / "a")]}))
+    state = _state(layout)
+    checked: list[str] = []
+    problem = state.problem
+    state.problem = lambda name: checked.append(name) or problem(name)  # type: ignore[method-assign]
+    service, context = _service(state), FakeContext()
+    with pytest.raises(Aborted) as refused:
+        await service.Allocate(_allocate(["a"] * 600, ["a"] * 600), context)
+    assert refused.value.code == grpc.StatusCode.INVALID_ARGUMENT
+    assert refused.value.details == (
+        f"Allocate for {KIND} names 1200 device IDs, more than the 1024 the plugin takes (it advertises 1 ID)"
+    )
+    assert checked == []
+    answer = await service.Allocate(_allocate(["a"] * 1024), context)  # duplicates, within the bound
+    assert [[d.name for d in c.cdi_devices] for c in answer.container_responses] == [[f"{KIND}=a"]]
+
+
+async def test_more_container_requests_than_the_bound_are_refused_before_any_work(layout: Layout) -> None:
+    # The kubelet sends one container request a call; 600,000 empty ones (2.4 MB) kept the
+    # preferred-allocation thread, which the kubelet's own calls wait for, busy for seconds.
+    write_spec(layout.etc, spec_of(KIND, {"a": [make_node(layout.dev / "a")]}))
+    service = _service(_state(layout))
+    many = api.PreferredAllocationRequest(
+        container_requests=[api.ContainerPreferredAllocationRequest(allocation_size=1)] * 1025
+    )
+    allocation = api.AllocateRequest(container_requests=[api.ContainerAllocateRequest()] * 1025)
+    for call, request in (("GetPreferredAllocation", many), ("Allocate", allocation)):
+        with pytest.raises(Aborted) as refused:
+            await getattr(service, call)(request, FakeContext())
+        assert refused.value.code == grpc.StatusCode.INVALID_ARGUMENT
+        assert refused.value.details == (
+            f"{call} for {KIND} names 1025 container requests, more than the 1024 the plugin takes "
+            "(it advertises 1 ID)"
+        )
+    del many.container_requests[1024]
+    answer = await service.GetPreferredAllocation(many, FakeContext())
+    assert len(answer.container_responses) == 1024
