@@ -65,6 +65,7 @@ def test_a_changed_host_rewrites_only_the_changed_spec(
             before = snapshot(out)
             write_host(host, without("tun"))
             await eventually(lambda: not (out / TUN).exists(), "tun's spec removed")
+            await watcher.idle()  # the record is written after the removal: the batch is done
             after = snapshot(out)
             assert after[FUSE] == before[FUSE], "untouched: same bytes, same mtime"
             assert after[KVM] == before[KVM]
@@ -106,11 +107,13 @@ def test_configuration_edits_apply_without_a_restart_and_bad_ones_are_ignored(
             await eventually(lambda: specs(out) == {FUSE, TUN, BINDER}, "kvm dropped, binder added")
             assert device_names(out / BINDER) == {"binder", "hwbinder", "vndbinder"}
             # an invalid edit, written in place: logged, the last good classes stay
+            await watcher.idle()  # the batch is done, its record written
             before = snapshot(out)
             config.write_text(edited.replace("kernel: tun", "kernel: '[tun'"))
             await eventually(lambda: any(r.levelno == logging.ERROR for r in caplog.records), "error logged")
             write_host(host, without("fuse"))  # a host change is still handled with the good classes
             await eventually(lambda: specs(out) == {TUN, BINDER}, "fuse removed")
+            await watcher.idle()
             assert snapshot(out)[TUN] == before[TUN]
             config.write_text(MISC3)  # fixed
             await eventually(lambda: specs(out) == {TUN, KVM}, "kvm back, binder gone")
