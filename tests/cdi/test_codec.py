@@ -165,7 +165,8 @@ def test_uint32_fields_accept_their_range(field: str, value: int) -> None:
     [
         (-1, "-1 is out of range for an unsigned 32-bit integer (0 to 4294967295)"),
         (UINT32_MAX + 1, "4294967296 is out of range for an unsigned 32-bit integer (0 to 4294967295)"),
-        (1.0, "expected an unsigned 32-bit integer, got number 1.0"),
+        (1.5, "expected an unsigned 32-bit integer, got number 1.5"),
+        (-0.0, "expected an unsigned 32-bit integer, got number -0.0"),
         (True, "expected an unsigned 32-bit integer, got boolean True"),
         ("0644", "expected an unsigned 32-bit integer, got string '0644'"),
         ([1], "expected an unsigned 32-bit integer, got array [1]"),
@@ -181,6 +182,36 @@ def test_uint32_fields_reject_other_values(field: str, value: Any, message: str)
 def test_int64_fields_accept_their_range(field: str, value: int) -> None:
     s = codec.spec_from_obj(node_doc(**{field: value}))
     assert getattr(s.devices[0].container_edits.device_nodes[0], field) == value  # type: ignore[index]
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "read"),
+    [
+        ("major", 1.0, 1),
+        ("minor", 1e2, 100),
+        ("minor", -0.0, 0),
+        ("uid", 1e3, 1000),
+        ("fileMode", 420.0, 420),
+    ],
+)
+def test_integer_fields_read_an_integral_number_as_its_integer(field: str, value: float, read: int) -> None:
+    """The CDI Go library reads a number through YAML and Go's JSON encoder, which writes 1.0 as 1
+    and 1e2 as 100: an integer field takes it (but -0, as written, no unsigned one)."""
+    s = codec.spec_from_obj(node_doc(**{field: value}))
+    got = getattr(s.devices[0].container_edits.device_nodes[0], {"fileMode": "file_mode"}.get(field, field))  # type: ignore[index]
+    assert (got, type(got)) == (read, int)
+
+
+def test_an_integral_yaml_number_out_of_range_is_still_out_of_range() -> None:
+    text = (
+        "cdiVersion: 0.3.0\nkind: example.com/dev\ndevices:\n- name: a\n  containerEdits:\n"
+        "    deviceNodes: [{path: /dev/a, uid: 1e10}]\n"
+    )
+    with pytest.raises(SpecLoadError) as caught:
+        codec.decode(text.encode(), "spec.yaml", "yaml")
+    assert caught.value.message.endswith(
+        "10000000000 is out of range for an unsigned 32-bit integer (0 to 4294967295)"
+    )
 
 
 @pytest.mark.parametrize("field", ["major", "minor"])
