@@ -2,9 +2,10 @@
 
 As strict as the CDI library's loader (``yaml.UnmarshalStrict``): a duplicate key is an error
 that names where it is. JSON that is not strict JSON but is valid YAML is accepted, as runtimes
-read JSON through YAML. Only what JSON can hold is accepted (a YAML date stays a string; binary
-data, sets and unpaired surrogates are errors); a spec is also refused what the YAML reader of
-runtimes refuses in JSON. An error in a YAML file names its line.
+read JSON through YAML; a spec is the first YAML document, all that runtimes read. Only what
+JSON can hold is accepted (a YAML date stays a string; binary data, sets and unpaired surrogates
+are errors); a spec is also refused what the YAML reader of runtimes refuses in JSON. An error
+in a YAML file names its line.
 
 The work done is bounded by the size of the text, so a hostile file is one more bad file:
 
@@ -327,7 +328,8 @@ def _parse_yaml(text: str, source: str, document: str, syntax_error: str = "") -
 
     loader = _yaml_loader(document == "spec")(text)
     try:
-        obj = loader.get_single_data()
+        # runtimes decode a spec's first document (go-yaml v2 parses no further); others are one
+        obj = loader.get_data() if document == "spec" else loader.get_single_data()
     except _YamlRefused as exc:
         if exc.rule == "too-deep":
             raise SpecLoadError(source, "", "syntax", f"line {exc.line}: {_too_deep(document)}") from None
@@ -396,6 +398,26 @@ def parse(
     return _parse_yaml(text, source, document, json_error), "yaml"
 
 
+def extra_document_line(data: bytes) -> int | None:
+    """The line where a YAML stream goes on after its first document (which is all runtimes
+    read of a spec), or None. Call it only on a document :func:`parse` accepted."""
+    import yaml
+
+    loader = _yaml_loader()(data.decode("utf-8-sig"))
+    try:
+        while not isinstance(event := loader.get_event(), (yaml.DocumentEndEvent, yaml.StreamEndEvent)):
+            pass
+        if isinstance(event, yaml.StreamEndEvent):
+            return None
+        following = loader.peek_event()
+        return None if isinstance(following, yaml.StreamEndEvent) else following.start_mark.line + 1
+    except yaml.MarkedYAMLError as exc:  # what follows is no YAML document: runtimes never see it
+        mark = exc.problem_mark or exc.context_mark
+        return mark.line + 1 if mark is not None else 1
+    finally:
+        loader.dispose()
+
+
 def yaml_lines(data: bytes, pointers: Iterable[str]) -> dict[str, int]:
     """The 1-based line each JSON pointer points at in a YAML document (for messages).
 
@@ -404,7 +426,11 @@ def yaml_lines(data: bytes, pointers: Iterable[str]) -> dict[str, int]:
     """
     import yaml
 
-    root = yaml.compose(data.decode("utf-8-sig"), Loader=_yaml_loader())
+    loader = _yaml_loader()(data.decode("utf-8-sig"))
+    try:
+        root = loader.get_node() if loader.check_node() else None  # the first document, as parse
+    finally:
+        loader.dispose()
     out: dict[str, int] = {}
     for pointer in pointers:
         node, line = root, None

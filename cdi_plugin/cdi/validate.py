@@ -447,6 +447,12 @@ def validate_bytes(
             replace(p, message=f"line {lines[p.pointer]}: {p.message}") if p.pointer in lines else p
             for p in result.problems
         ]
+    extra = codec.extra_document_line(data) if parsed_as == "yaml" else None
+    if extra is not None:
+        result.problems.append(
+            _warning("", "extra-document", f"line {extra}: runtimes read only the first YAML document "
+                     "of a file and ignore the rest", "one spec per file")
+        )  # fmt: skip
     if parsed_as != fmt:
         result.problems.append(
             Problem("", "not-strict-json", "the file is not strict JSON, only YAML",

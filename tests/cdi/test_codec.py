@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from cdi_plugin.cdi import codec, model
+from cdi_plugin.cdi import codec, model, validate
+from cdi_plugin.cdi.problems import Severity
 from cdi_plugin.errors import SpecLoadError
 from tests.cdi.helpers import doc
 
@@ -137,6 +138,48 @@ def test_duplicate_yaml_key_names_the_key_and_its_line(text: str, line: int, key
     err = caught.value
     assert err.rule == "duplicate-key"
     assert err.message == f"line {line}: duplicate key {key!r}"
+
+
+SPEC_YAML = (
+    "cdiVersion: 0.3.0\nkind: example.com/dev\ndevices:\n- name: a\n  containerEdits:\n    env: [A=1]\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("rest", "line"),
+    [
+        ("---\ncdiVersion: 0.3.0\nkind: example.com/other\n", 7),
+        ("...\n---\n[unclosed\n", 8),  # go-yaml never parses past the first document
+        ("---\n", 7),
+    ],
+)
+def test_a_yaml_spec_is_its_first_document(rest: str, line: int) -> None:
+    """The CDI Go library (go-yaml v2's Unmarshal) decodes the first document of a file only."""
+    data = (SPEC_YAML + rest).encode()
+    assert codec.decode(data, "spec.yaml", "yaml").kind == "example.com/dev"
+    result = validate.validate_bytes(data, "spec.yaml", "yaml")
+    assert result.valid
+    assert [(p.rule, p.severity, p.message) for p in result.problems] == [
+        ("extra-document", Severity.WARNING,
+         f"line {line}: runtimes read only the first YAML document of a file and ignore the rest"),
+    ]  # fmt: skip
+
+
+def test_a_single_yaml_document_has_no_extra_document() -> None:
+    for data in (SPEC_YAML, "---\n" + SPEC_YAML + "...\n# end\n"):
+        assert validate.validate_bytes(data.encode(), "spec.yaml", "yaml").problems == []
+
+
+def test_problems_of_a_first_yaml_document_name_their_lines() -> None:
+    data = (SPEC_YAML.replace("A=1", "A") + "---\nfoo: 1\n").encode()
+    problems = validate.validate_bytes(data, "spec.yaml", "yaml").problems
+    assert [(p.rule, p.message) for p in problems] == [
+        ("env-format", "line 6: invalid env entry 'A'"),
+        (
+            "extra-document",
+            "line 7: runtimes read only the first YAML document of a file and ignore the rest",
+        ),
+    ]
 
 
 def test_yaml_key_that_is_not_a_string() -> None:

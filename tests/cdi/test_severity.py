@@ -30,6 +30,7 @@ GOLDEN = upstream.REPO / "tests" / "generate" / "golden"
 WARN_RULES = {
     "version-prefix", "permissions-none", "empty-field", "removed-field", "relative-host-path",
     "annotation-key", "annotation-size", "integer-format",
+    "extra-document",
 }  # fmt: skip
 #: What a warning must name: the runtime or library version it concerns.
 RUNTIMES = ("CDI Go library", "iSulad", "containerd", "runtimes")
