@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import re
 from collections.abc import Callable, Iterable
 from typing import Any, Literal
@@ -390,11 +391,16 @@ def parse(
     if fmt == "yaml":
         return _parse_yaml(text, source, document), "yaml"
     try:
-        return _json_loads(text, source, document), "json"
+        obj = _json_loads(text, source, document)
     except json.JSONDecodeError as exc:
         json_error = f"invalid JSON: line {exc.lineno} column {exc.colno}: {exc.msg}"
     except RecursionError:
         raise SpecLoadError(source, "", "syntax", _too_deep(document)) from None
+    else:
+        if document != "spec" or not _find(obj, lambda v: isinstance(v, float) and not math.isfinite(v)):
+            return obj, "json"
+        # Python's json reads NaN, Infinity and 1e999 as numbers; runtimes' YAML reads them as text
+        json_error = "invalid JSON: NaN, Infinity or a number beyond a float's range"
     return _parse_yaml(text, source, document, json_error), "yaml"
 
 

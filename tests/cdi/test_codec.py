@@ -3,6 +3,7 @@ trips: test_encoding.py)."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from typing import Any
@@ -180,6 +181,17 @@ def test_problems_of_a_first_yaml_document_name_their_lines() -> None:
             "line 7: runtimes read only the first YAML document of a file and ignore the rest",
         ),
     ]
+
+
+@pytest.mark.parametrize("word", ["NaN", "Infinity", "-Infinity", "1e999"])
+def test_nan_and_infinity_in_json_are_text_as_runtimes_read_them(word: str) -> None:
+    """Python's json module takes NaN and Infinity for numbers (they are no JSON), and 1e999 for
+    infinity: runtimes read the file through YAML, which makes text of them all."""
+    text = json.dumps(doc("0.6.0", annotations={"a": "WORD"})).replace('"WORD"', word)
+    obj, parsed_as = codec.parse(text.encode(), "spec.json", "json")
+    assert (obj["annotations"], parsed_as) == ({"a": word}, "yaml")
+    result = validate.validate_bytes(text.encode(), "spec.json", "json")
+    assert [(p.rule, p.severity) for p in result.problems] == [("not-strict-json", Severity.WARNING)]
 
 
 def test_yaml_key_that_is_not_a_string() -> None:
