@@ -26,7 +26,7 @@ import re
 from collections.abc import Callable, Iterable
 from typing import Any, Literal
 
-from cdi_plugin.cdi.goyaml import go_yaml_scalar
+from cdi_plugin.cdi.goyaml import read_as_go_yaml
 from cdi_plugin.cdi.problems import pointer_join, pointer_parts
 from cdi_plugin.errors import CdiPluginError, SpecLoadError
 from cdi_plugin.wording import shown
@@ -210,9 +210,9 @@ _NON_JSON_TAGS = ("binary", "set", "omap", "pairs", "timestamp")
 def _yaml_loader(spec: bool = False) -> Any:
     """A safe YAML loader for documents without anchors, aliases or oversize numbers, nested at
     most :data:`MAX_DEPTH` deep, that rejects duplicate and non-string keys (go-yaml's strict mode).
-    With ``spec``, plain scalars are resolved as the YAML reader of runtimes resolves them
-    (:func:`go_yaml_scalar`: ``y`` and ``1e3`` are no text, ``1:20`` and ``=`` are), so that a
-    spec is read as they read it.
+    With ``spec``, the document is read as the YAML reader of runtimes reads it
+    (:func:`~cdi_plugin.cdi.goyaml.read_as_go_yaml`: ``y`` and ``1e3`` are no text, ``1:20`` and
+    ``=`` are, an unknown tag is ignored).
 
     libyaml (when present) still scans and parses; composing is PyYAML's, so that an anchor, an
     alias or deep nesting is refused event by event, before a node or a value exists. Like the
@@ -286,7 +286,7 @@ def _yaml_loader(spec: bool = False) -> Any:
 
     StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, construct_mapping)
     if spec:
-        _go_scalars(StrictLoader)
+        read_as_go_yaml(StrictLoader)
     for kind in ("bool", "int", "float"):
         construct = StrictLoader.yaml_constructors[f"tag:yaml.org,2002:{kind}"]
         StrictLoader.add_constructor(f"tag:yaml.org,2002:{kind}", bounded_number(kind, construct))
@@ -295,32 +295,6 @@ def _yaml_loader(spec: bool = False) -> Any:
     # YAML 1.1's "value" type: a plain "=" is text (go-yaml reads it so), not a parse failure
     StrictLoader.add_constructor("tag:yaml.org,2002:value", lambda loader, node: node.value)
     return StrictLoader
-
-
-def _go_scalars(loader: Any) -> None:
-    """Make ``loader`` resolve plain scalars as go-yaml v2 does (:func:`go_yaml_scalar`)."""
-    import yaml
-
-    tag = "tag:yaml.org,2002:"
-    resolve = loader.resolve
-
-    def go_resolve(self: Any, kind: Any, value: str, implicit: tuple[bool, bool]) -> Any:
-        if kind is yaml.ScalarNode and implicit[0]:
-            return tag + go_yaml_scalar(value)[0]
-        return resolve(self, kind, value, implicit)
-
-    loader.resolve = go_resolve
-    for kind in ("bool", "int", "float"):
-        loader.add_constructor(tag + kind, _go_constructor(kind, loader.yaml_constructors[tag + kind]))
-    loader.add_constructor(tag + "merge", lambda self, node: node.value)  # "<<" but as a key
-
-
-def _go_constructor(kind: str, construct: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
-    def build(loader: Any, node: Any) -> Any:
-        found, value = go_yaml_scalar(node.value)
-        return value if found == kind else construct(loader, node)  # an explicit tag: PyYAML's reading
-
-    return build
 
 
 def _parse_yaml(text: str, source: str, document: str, syntax_error: str = "") -> Any:

@@ -345,6 +345,24 @@ def test_yaml_reads_as_text_what_the_yaml_reader_of_runtimes_takes_for_text(text
     assert s.devices[0].container_edits.hooks[0].args == (text,)
 
 
+def test_a_yaml_tag_runtimes_do_not_know_is_ignored_as_they_ignore_it() -> None:
+    """go-yaml v2 reads a scalar with a tag it does not know as its text, unresolved (``!x 010``
+    is '010'), and ignores such a tag on a sequence or a mapping."""
+    spec = (
+        "cdiVersion: !v 0.3.0\nkind: !local example.com/dev\ndevices: !list\n- !dev\n  name: !n 010\n"
+        "  containerEdits: !!foo\n    env: !e [A=1]\n"
+    )
+    s = codec.decode(spec.encode(), "spec.yaml", "yaml")
+    assert (s.cdi_version, s.kind, s.devices[0].name) == ("0.3.0", "example.com/dev", "010")
+    assert s.devices[0].container_edits.env == ("A=1",)
+
+
+def test_a_configuration_still_refuses_a_tag_it_does_not_know() -> None:
+    with pytest.raises(SpecLoadError) as caught:
+        codec.parse(b"a: !foo x\n", "config.yaml", "yaml", "configuration")
+    assert caught.value.rule == "syntax"
+
+
 @pytest.mark.parametrize("text", ["!!int x", "!!bool x", "!!float x", "!!int 0x_"])
 def test_yaml_explicit_tag_on_other_text_is_a_one_line_refusal(text: str) -> None:
     with pytest.raises(SpecLoadError) as caught:
