@@ -15,6 +15,7 @@ from __future__ import annotations
 import difflib
 import functools
 import json
+import math
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -28,6 +29,7 @@ from cdi_plugin.cdi.textparse import (
     MAX_DEPTH,
     UNPAIRED_SURROGATE,
     Format,
+    extra_document_line,
     find_unencodable,
     parse,
     yaml_lines,
@@ -41,6 +43,7 @@ __all__ = [
     "Format",
     "decode",
     "encode",
+    "extra_document_line",
     "find_unencodable",
     "parse",
     "spec_from_obj",
@@ -100,7 +103,12 @@ def _bool(value: Any, ptr: str) -> bool:
 
 
 def _integer(bounds: IntRange, lenient: bool) -> Callable[[Any, str], int]:
+    """A Go integer field, which the CDI Go library also fills from an integral number written
+    as 1.0 or 1e2 (not from -0.0 for an unsigned one: Go's encoder writes it "-0")."""
+
     def decode(value: Any, ptr: str) -> int:
+        if isinstance(value, float) and value.is_integer() and math.copysign(1, value) >= bounds.lo:
+            value = int(value)  # as Go's JSON encoder writes it for the decoder: 1.0 as 1, 1e2 as 100
         if isinstance(value, bool) or not isinstance(value, int):
             raise _Err(ptr, "type", f"expected {bounds.what}, got {_type_name(value)} {shown(value)}")
         wrong = None if lenient else bounds.out_of_range(value)

@@ -1,11 +1,13 @@
 """How go-yaml v2, the YAML reader of the CDI library (under sigs.k8s.io/yaml), resolves a plain
-scalar: the text a spec's YAML must quote, and the values a spec is read with."""
+scalar: the text a spec's YAML must quote, and the values a spec is read with; and a PyYAML
+loader made to read as it does."""
 
 from __future__ import annotations
 
 import contextlib
 import math
 import re
+from collections.abc import Callable
 from typing import Any
 
 #: go-yaml v2's resolve.go: its YAML 1.1 booleans with y and n; integers as Go's ParseInt or ParseUint read
@@ -62,3 +64,39 @@ def go_yaml_scalar(text: str) -> tuple[str, Any]:
         if math.isfinite(real):  # ParseFloat fails out of range
             return "float", real
     return "str", text
+
+
+def read_as_go_yaml(loader: Any) -> None:
+    """Make the PyYAML ``loader`` class read as go-yaml v2 does: plain scalars resolved by
+    :func:`go_yaml_scalar`, and a tag it does not know ignored (``!x 010`` is the text '010')."""
+    import yaml
+
+    tag = "tag:yaml.org,2002:"
+    resolve = loader.resolve
+    construct_mapping = loader.yaml_constructors[tag + "map"]
+
+    def go_resolve(self: Any, kind: Any, value: str, implicit: tuple[bool, bool]) -> Any:
+        if kind is yaml.ScalarNode and implicit[0]:
+            return tag + go_yaml_scalar(value)[0]
+        return resolve(self, kind, value, implicit)
+
+    def unknown_tag(self: Any, node: Any) -> Any:
+        if isinstance(node, yaml.ScalarNode):
+            return node.value
+        if isinstance(node, yaml.SequenceNode):
+            return self.construct_sequence(node, deep=True)
+        return construct_mapping(self, node)
+
+    loader.resolve = go_resolve
+    for kind in ("bool", "int", "float"):
+        loader.add_constructor(tag + kind, _go_constructor(kind, loader.yaml_constructors[tag + kind]))
+    loader.add_constructor(tag + "merge", lambda self, node: node.value)  # "<<" but as a key
+    loader.add_constructor(None, unknown_tag)
+
+
+def _go_constructor(kind: str, construct: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
+    def build(loader: Any, node: Any) -> Any:
+        found, value = go_yaml_scalar(node.value)
+        return value if found == kind else construct(loader, node)  # an explicit tag: PyYAML's reading
+
+    return build

@@ -2,9 +2,10 @@
 
 As strict as the CDI library's loader (``yaml.UnmarshalStrict``): a duplicate key is an error
 that names where it is. JSON that is not strict JSON but is valid YAML is accepted, as runtimes
-read JSON through YAML. Only what JSON can hold is accepted (a YAML date stays a string; binary
-data, sets and unpaired surrogates are errors); a spec is also refused what the YAML reader of
-runtimes refuses in JSON. An error in a YAML file names its line.
+read JSON through YAML; a spec is the first YAML document, all that runtimes read. Only what
+JSON can hold is accepted (a YAML date stays a string; binary data, sets and unpaired surrogates
+are errors); a spec is also refused what the YAML reader of runtimes refuses in JSON. An error
+in a YAML file names its line.
 
 The work done is bounded by the size of the text, so a hostile file is one more bad file:
 
@@ -20,11 +21,12 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import re
 from collections.abc import Callable, Iterable
 from typing import Any, Literal
 
-from cdi_plugin.cdi.goyaml import go_yaml_scalar
+from cdi_plugin.cdi.goyaml import read_as_go_yaml
 from cdi_plugin.cdi.problems import pointer_join, pointer_parts
 from cdi_plugin.errors import CdiPluginError, SpecLoadError
 from cdi_plugin.wording import shown
@@ -208,9 +210,9 @@ _NON_JSON_TAGS = ("binary", "set", "omap", "pairs", "timestamp")
 def _yaml_loader(spec: bool = False) -> Any:
     """A safe YAML loader for documents without anchors, aliases or oversize numbers, nested at
     most :data:`MAX_DEPTH` deep, that rejects duplicate and non-string keys (go-yaml's strict mode).
-    With ``spec``, plain scalars are resolved as the YAML reader of runtimes resolves them
-    (:func:`go_yaml_scalar`: ``y`` and ``1e3`` are no text, ``1:20`` and ``=`` are), so that a
-    spec is read as they read it.
+    With ``spec``, the document is read as the YAML reader of runtimes reads it
+    (:func:`~cdi_plugin.cdi.goyaml.read_as_go_yaml`: ``y`` and ``1e3`` are no text, ``1:20`` and
+    ``=`` are, an unknown tag is ignored).
 
     libyaml (when present) still scans and parses; composing is PyYAML's, so that an anchor, an
     alias or deep nesting is refused event by event, before a node or a value exists. Like the
@@ -284,7 +286,7 @@ def _yaml_loader(spec: bool = False) -> Any:
 
     StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, construct_mapping)
     if spec:
-        _go_scalars(StrictLoader)
+        read_as_go_yaml(StrictLoader)
     for kind in ("bool", "int", "float"):
         construct = StrictLoader.yaml_constructors[f"tag:yaml.org,2002:{kind}"]
         StrictLoader.add_constructor(f"tag:yaml.org,2002:{kind}", bounded_number(kind, construct))
@@ -295,39 +297,14 @@ def _yaml_loader(spec: bool = False) -> Any:
     return StrictLoader
 
 
-def _go_scalars(loader: Any) -> None:
-    """Make ``loader`` resolve plain scalars as go-yaml v2 does (:func:`go_yaml_scalar`)."""
-    import yaml
-
-    tag = "tag:yaml.org,2002:"
-    resolve = loader.resolve
-
-    def go_resolve(self: Any, kind: Any, value: str, implicit: tuple[bool, bool]) -> Any:
-        if kind is yaml.ScalarNode and implicit[0]:
-            return tag + go_yaml_scalar(value)[0]
-        return resolve(self, kind, value, implicit)
-
-    loader.resolve = go_resolve
-    for kind in ("bool", "int", "float"):
-        loader.add_constructor(tag + kind, _go_constructor(kind, loader.yaml_constructors[tag + kind]))
-    loader.add_constructor(tag + "merge", lambda self, node: node.value)  # "<<" but as a key
-
-
-def _go_constructor(kind: str, construct: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
-    def build(loader: Any, node: Any) -> Any:
-        found, value = go_yaml_scalar(node.value)
-        return value if found == kind else construct(loader, node)  # an explicit tag: PyYAML's reading
-
-    return build
-
-
 def _parse_yaml(text: str, source: str, document: str, syntax_error: str = "") -> Any:
     """The YAML document in ``text``; ``syntax_error`` replaces the message of a YAML syntax error."""
     import yaml
 
     loader = _yaml_loader(document == "spec")(text)
     try:
-        obj = loader.get_single_data()
+        # runtimes decode a spec's first document (go-yaml v2 parses no further); others are one
+        obj = loader.get_data() if document == "spec" else loader.get_single_data()
     except _YamlRefused as exc:
         if exc.rule == "too-deep":
             raise SpecLoadError(source, "", "syntax", f"line {exc.line}: {_too_deep(document)}") from None
@@ -388,12 +365,37 @@ def parse(
     if fmt == "yaml":
         return _parse_yaml(text, source, document), "yaml"
     try:
-        return _json_loads(text, source, document), "json"
+        obj = _json_loads(text, source, document)
     except json.JSONDecodeError as exc:
         json_error = f"invalid JSON: line {exc.lineno} column {exc.colno}: {exc.msg}"
     except RecursionError:
         raise SpecLoadError(source, "", "syntax", _too_deep(document)) from None
+    else:
+        if document != "spec" or not _find(obj, lambda v: isinstance(v, float) and not math.isfinite(v)):
+            return obj, "json"
+        # Python's json reads NaN, Infinity and 1e999 as numbers; runtimes' YAML reads them as text
+        json_error = "invalid JSON: NaN, Infinity or a number beyond a float's range"
     return _parse_yaml(text, source, document, json_error), "yaml"
+
+
+def extra_document_line(data: bytes) -> int | None:
+    """The line where a YAML stream goes on after its first document (which is all runtimes
+    read of a spec), or None. Call it only on a document :func:`parse` accepted."""
+    import yaml
+
+    loader = _yaml_loader()(data.decode("utf-8-sig"))
+    try:
+        while not isinstance(event := loader.get_event(), (yaml.DocumentEndEvent, yaml.StreamEndEvent)):
+            pass
+        if isinstance(event, yaml.StreamEndEvent):
+            return None
+        following = loader.peek_event()
+        return None if isinstance(following, yaml.StreamEndEvent) else following.start_mark.line + 1
+    except yaml.MarkedYAMLError as exc:  # what follows is no YAML document: runtimes never see it
+        mark = exc.problem_mark or exc.context_mark
+        return mark.line + 1 if mark is not None else 1
+    finally:
+        loader.dispose()
 
 
 def yaml_lines(data: bytes, pointers: Iterable[str]) -> dict[str, int]:
@@ -404,7 +406,11 @@ def yaml_lines(data: bytes, pointers: Iterable[str]) -> dict[str, int]:
     """
     import yaml
 
-    root = yaml.compose(data.decode("utf-8-sig"), Loader=_yaml_loader())
+    loader = _yaml_loader()(data.decode("utf-8-sig"))
+    try:
+        root = loader.get_node() if loader.check_node() else None  # the first document, as parse
+    finally:
+        loader.dispose()
     out: dict[str, int] = {}
     for pointer in pointers:
         node, line = root, None

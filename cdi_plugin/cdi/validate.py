@@ -359,10 +359,22 @@ def _validate_object(obj: Any, max_version: str | None, source: str) -> Validati
         problems += _semantic_problems(checked, max_version, ranges=spec is None)
     problems = dedupe(problems)
     taken = {p.pointer for p in problems}
+    if checked is not None:
+        problems += [p for p in _integral_numbers(obj) if p.pointer not in taken]
     from cdi_plugin.cdi import schema  # here, so that the plugin and the spec writer never load it
 
     problems += dedupe([p for p in schema.problems(obj) if p.pointer not in taken])
     return Validation(spec, problems)
+
+
+def _integral_numbers(value: Any, ptr: str = "") -> list[Problem]:
+    """Integers written as 1.0 or 1e2 in a parsed document (a spec holds no other numbers)."""
+    if isinstance(value, float) and value.is_integer():
+        why = "the CDI Go library reads it as one, a reader that takes it as written may not"
+        what = f"integer {int(value)} written with a fraction or an exponent"
+        return [_warning(ptr, "integer-format", f"{what}: {why}", f"write {int(value)}")]
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    return [p for key, item in items for p in _integral_numbers(item, pointer_join(ptr, key))]
 
 
 def _semantic_problems(spec: Spec, max_version: str | None, ranges: bool) -> list[Problem]:
@@ -435,6 +447,12 @@ def validate_bytes(
             replace(p, message=f"line {lines[p.pointer]}: {p.message}") if p.pointer in lines else p
             for p in result.problems
         ]
+    extra = codec.extra_document_line(data) if parsed_as == "yaml" else None
+    if extra is not None:
+        result.problems.append(
+            _warning("", "extra-document", f"line {extra}: runtimes read only the first YAML document "
+                     "of a file and ignore the rest", "one spec per file")
+        )  # fmt: skip
     if parsed_as != fmt:
         result.problems.append(
             Problem("", "not-strict-json", "the file is not strict JSON, only YAML",

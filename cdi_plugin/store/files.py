@@ -47,9 +47,16 @@ def spec_dirs() -> tuple[Path, ...]:
     return parse_spec_dirs(os.environ.get(SPEC_DIRS_ENV, "")) or DEFAULT_SPEC_DIRS
 
 
+def file_suffix(path: Path) -> str:
+    """The suffix as the CDI Go library takes it (``filepath.Ext``): from the last dot of the
+    name on, so ``.json`` is the suffix of a file named ``.json`` (``Path.suffix`` is empty)."""
+    dot = path.name.rfind(".")
+    return path.name[dot:] if dot >= 0 else ""
+
+
 def spec_format(path: Path) -> codec.Format | None:
     """The format runtimes parse a file as, or None if they ignore the file."""
-    return SPEC_SUFFIXES.get(path.suffix)
+    return SPEC_SUFFIXES.get(file_suffix(path))
 
 
 def spec_file_name(kind: Kind, fmt: codec.Format = "json") -> str:

@@ -19,7 +19,7 @@ from cdi_plugin.cdi.problems import Problem
 from cdi_plugin.cdi.runtime_checks import reason, refusals
 from cdi_plugin.cdi.runtimes import Runtime
 from cdi_plugin.errors import SpecLoadError
-from cdi_plugin.store.files import read_spec_bytes
+from cdi_plugin.store.files import file_suffix, read_spec_bytes
 from cdi_plugin.store.registry import Snapshot, SpecFile, resolve
 
 
@@ -69,12 +69,12 @@ def runtime_views(snapshot: Snapshot, runtimes: Sequence[Runtime]) -> list[Runti
     syntax = {
         f.path: _syntax(f.path)
         for f in loaded
-        if f.path.suffix == ".json" and any(not r.yaml_in_json for r in runtimes)
+        if file_suffix(f.path) == ".json" and any(not r.yaml_in_json for r in runtimes)
     }
     views = []
     for runtime in runtimes:
         found = {
-            f.path: refusals(runtime, f.spec, f.path.suffix, syntax.get(f.path, "json"))
+            f.path: refusals(runtime, f.spec, file_suffix(f.path), syntax.get(f.path, "json"))
             for f in loaded
             if f.spec
         }

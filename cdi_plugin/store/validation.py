@@ -15,7 +15,14 @@ from cdi_plugin.cdi.runtime_checks import refusals
 from cdi_plugin.cdi.runtimes import Runtime
 from cdi_plugin.cdi.validate import runtime_problems, validate_bytes
 from cdi_plugin.errors import SpecLoadError
-from cdi_plugin.store.files import is_linked_dir, read_spec_bytes, scan_spec_dir, spec_dirs, spec_format
+from cdi_plugin.store.files import (
+    file_suffix,
+    is_linked_dir,
+    read_spec_bytes,
+    scan_spec_dir,
+    spec_dirs,
+    spec_format,
+)
 from cdi_plugin.store.registry import SpecFile, resolve, shared_nodes
 from cdi_plugin.wording import some
 
@@ -107,13 +114,14 @@ def _check_file(
     except SpecLoadError as exc:
         report.problems.insert(0, from_error(exc))
         return report
-    guessed: codec.Format = fmt or ("yaml" if path.suffix == ".yml" else "json")
+    guessed: codec.Format = fmt or ("yaml" if file_suffix(path) == ".yml" else "json")
     result = validate_bytes(data, str(path), guessed, max_version)
     report.spec = result.spec
     report.problems = result.problems + report.problems
     if result.spec is not None:
+        suffix = file_suffix(path)
         for runtime in runtimes:
-            found = report.runtimes[runtime.name] = refusals(runtime, result.spec, path.suffix, result.syntax)
+            found = report.runtimes[runtime.name] = refusals(runtime, result.spec, suffix, result.syntax)
             report.problems += found
     return report
 

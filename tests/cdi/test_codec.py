@@ -3,13 +3,15 @@ trips: test_encoding.py)."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from typing import Any
 
 import pytest
 
-from cdi_plugin.cdi import codec, model
+from cdi_plugin.cdi import codec, model, validate
+from cdi_plugin.cdi.problems import Severity
 from cdi_plugin.errors import SpecLoadError
 from tests.cdi.helpers import doc
 
@@ -139,6 +141,59 @@ def test_duplicate_yaml_key_names_the_key_and_its_line(text: str, line: int, key
     assert err.message == f"line {line}: duplicate key {key!r}"
 
 
+SPEC_YAML = (
+    "cdiVersion: 0.3.0\nkind: example.com/dev\ndevices:\n- name: a\n  containerEdits:\n    env: [A=1]\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("rest", "line"),
+    [
+        ("---\ncdiVersion: 0.3.0\nkind: example.com/other\n", 7),
+        ("...\n---\n[unclosed\n", 8),  # go-yaml never parses past the first document
+        ("---\n", 7),
+    ],
+)
+def test_a_yaml_spec_is_its_first_document(rest: str, line: int) -> None:
+    """The CDI Go library (go-yaml v2's Unmarshal) decodes the first document of a file only."""
+    data = (SPEC_YAML + rest).encode()
+    assert codec.decode(data, "spec.yaml", "yaml").kind == "example.com/dev"
+    result = validate.validate_bytes(data, "spec.yaml", "yaml")
+    assert result.valid
+    assert [(p.rule, p.severity, p.message) for p in result.problems] == [
+        ("extra-document", Severity.WARNING,
+         f"line {line}: runtimes read only the first YAML document of a file and ignore the rest"),
+    ]  # fmt: skip
+
+
+def test_a_single_yaml_document_has_no_extra_document() -> None:
+    for data in (SPEC_YAML, "---\n" + SPEC_YAML + "...\n# end\n"):
+        assert validate.validate_bytes(data.encode(), "spec.yaml", "yaml").problems == []
+
+
+def test_problems_of_a_first_yaml_document_name_their_lines() -> None:
+    data = (SPEC_YAML.replace("A=1", "A") + "---\nfoo: 1\n").encode()
+    problems = validate.validate_bytes(data, "spec.yaml", "yaml").problems
+    assert [(p.rule, p.message) for p in problems] == [
+        ("env-format", "line 6: invalid env entry 'A'"),
+        (
+            "extra-document",
+            "line 7: runtimes read only the first YAML document of a file and ignore the rest",
+        ),
+    ]
+
+
+@pytest.mark.parametrize("word", ["NaN", "Infinity", "-Infinity", "1e999"])
+def test_nan_and_infinity_in_json_are_text_as_runtimes_read_them(word: str) -> None:
+    """Python's json module takes NaN and Infinity for numbers (they are no JSON), and 1e999 for
+    infinity: runtimes read the file through YAML, which makes text of them all."""
+    text = json.dumps(doc("0.6.0", annotations={"a": "WORD"})).replace('"WORD"', word)
+    obj, parsed_as = codec.parse(text.encode(), "spec.json", "json")
+    assert (obj["annotations"], parsed_as) == ({"a": word}, "yaml")
+    result = validate.validate_bytes(text.encode(), "spec.json", "json")
+    assert [(p.rule, p.severity) for p in result.problems] == [("not-strict-json", Severity.WARNING)]
+
+
 def test_yaml_key_that_is_not_a_string() -> None:
     with pytest.raises(SpecLoadError) as caught:
         codec.parse(b"cdiVersion: 0.3.0\n7: x\n", "spec.yaml", "yaml")
@@ -165,7 +220,8 @@ def test_uint32_fields_accept_their_range(field: str, value: int) -> None:
     [
         (-1, "-1 is out of range for an unsigned 32-bit integer (0 to 4294967295)"),
         (UINT32_MAX + 1, "4294967296 is out of range for an unsigned 32-bit integer (0 to 4294967295)"),
-        (1.0, "expected an unsigned 32-bit integer, got number 1.0"),
+        (1.5, "expected an unsigned 32-bit integer, got number 1.5"),
+        (-0.0, "expected an unsigned 32-bit integer, got number -0.0"),
         (True, "expected an unsigned 32-bit integer, got boolean True"),
         ("0644", "expected an unsigned 32-bit integer, got string '0644'"),
         ([1], "expected an unsigned 32-bit integer, got array [1]"),
@@ -181,6 +237,36 @@ def test_uint32_fields_reject_other_values(field: str, value: Any, message: str)
 def test_int64_fields_accept_their_range(field: str, value: int) -> None:
     s = codec.spec_from_obj(node_doc(**{field: value}))
     assert getattr(s.devices[0].container_edits.device_nodes[0], field) == value  # type: ignore[index]
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "read"),
+    [
+        ("major", 1.0, 1),
+        ("minor", 1e2, 100),
+        ("minor", -0.0, 0),
+        ("uid", 1e3, 1000),
+        ("fileMode", 420.0, 420),
+    ],
+)
+def test_integer_fields_read_an_integral_number_as_its_integer(field: str, value: float, read: int) -> None:
+    """The CDI Go library reads a number through YAML and Go's JSON encoder, which writes 1.0 as 1
+    and 1e2 as 100: an integer field takes it (but -0, as written, no unsigned one)."""
+    s = codec.spec_from_obj(node_doc(**{field: value}))
+    got = getattr(s.devices[0].container_edits.device_nodes[0], {"fileMode": "file_mode"}.get(field, field))  # type: ignore[index]
+    assert (got, type(got)) == (read, int)
+
+
+def test_an_integral_yaml_number_out_of_range_is_still_out_of_range() -> None:
+    text = (
+        "cdiVersion: 0.3.0\nkind: example.com/dev\ndevices:\n- name: a\n  containerEdits:\n"
+        "    deviceNodes: [{path: /dev/a, uid: 1e10}]\n"
+    )
+    with pytest.raises(SpecLoadError) as caught:
+        codec.decode(text.encode(), "spec.yaml", "yaml")
+    assert caught.value.message.endswith(
+        "10000000000 is out of range for an unsigned 32-bit integer (0 to 4294967295)"
+    )
 
 
 @pytest.mark.parametrize("field", ["major", "minor"])
@@ -257,6 +343,24 @@ def test_yaml_reads_as_text_what_the_yaml_reader_of_runtimes_takes_for_text(text
     )
     s = codec.decode(spec.encode(), "spec.yaml", "yaml")
     assert s.devices[0].container_edits.hooks[0].args == (text,)
+
+
+def test_a_yaml_tag_runtimes_do_not_know_is_ignored_as_they_ignore_it() -> None:
+    """go-yaml v2 reads a scalar with a tag it does not know as its text, unresolved (``!x 010``
+    is '010'), and ignores such a tag on a sequence or a mapping."""
+    spec = (
+        "cdiVersion: !v 0.3.0\nkind: !local example.com/dev\ndevices: !list\n- !dev\n  name: !n 010\n"
+        "  containerEdits: !!foo\n    env: !e [A=1]\n"
+    )
+    s = codec.decode(spec.encode(), "spec.yaml", "yaml")
+    assert (s.cdi_version, s.kind, s.devices[0].name) == ("0.3.0", "example.com/dev", "010")
+    assert s.devices[0].container_edits.env == ("A=1",)
+
+
+def test_a_configuration_still_refuses_a_tag_it_does_not_know() -> None:
+    with pytest.raises(SpecLoadError) as caught:
+        codec.parse(b"a: !foo x\n", "config.yaml", "yaml", "configuration")
+    assert caught.value.rule == "syntax"
 
 
 @pytest.mark.parametrize("text", ["!!int x", "!!bool x", "!!float x", "!!int 0x_"])

@@ -29,7 +29,8 @@ GOLDEN = upstream.REPO / "tests" / "generate" / "golden"
 #: Every rule that gives a warning; ``removed-field`` is an error at cdiVersion 1.1.0.
 WARN_RULES = {
     "version-prefix", "permissions-none", "empty-field", "removed-field", "relative-host-path",
-    "annotation-key", "annotation-size",
+    "annotation-key", "annotation-size", "integer-format",
+    "extra-document",
 }  # fmt: skip
 #: What a warning must name: the runtime or library version it concerns.
 RUNTIMES = ("CDI Go library", "iSulad", "containerd", "runtimes")

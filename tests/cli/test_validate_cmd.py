@@ -292,6 +292,22 @@ def test_files_runtimes_never_read_conflict_with_no_other(cli: Invoke, tmp_path:
     ]
 
 
+def test_a_file_named_only_a_suffix_is_read_as_runtimes_read_it(cli: Invoke, tmp_path: Path) -> None:
+    """The CDI Go library reads ``/etc/cdi/.yaml`` (its suffix is ``.yaml``): the file is checked
+    as YAML and takes part in conflicts, like any other."""
+    (tmp_path / ".yaml").write_text(
+        "cdiVersion: 0.3.0\nkind: example.com/widget\ndevices:\n- name: w0\n"
+        "  containerEdits:\n    env: [A=1]\n"
+    )
+    write_spec(tmp_path, "a.json", "example.com/widget", "w0")
+    result = cli("validate", "--json", tmp_path)
+    assert result.exit_code == 1, result.output
+    assert [(Path(f["path"]).name, [p["rule"] for p in f["problems"]]) for f in report(result)["files"]] == [
+        (".yaml", ["conflict"]),
+        ("a.json", ["conflict"]),
+    ]
+
+
 def test_directories_read_only_what_runtimes_read(cli: Invoke, tmp_path: Path) -> None:
     write_spec(tmp_path, "a.json", "example.com/widget", "w0")
     (tmp_path / "b.yml").write_text("{")

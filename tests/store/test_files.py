@@ -61,6 +61,11 @@ def test_the_suite_never_sees_the_host_spec_dirs(private_spec_dirs: tuple[Path, 
         ("a.JSON", None),
         ("a.json.bak", None),
         ("a", None),
+        # the CDI Go library takes the suffix from the last dot on (filepath.Ext): a name that
+        # is only a suffix is read too
+        (".json", "json"),
+        (".yaml", "yaml"),
+        (".yml", None),
     ],
 )
 def test_spec_format(name: str, fmt: str | None) -> None:
