@@ -61,10 +61,12 @@ class IntRange:
     what: str
 
     def out_of_range(self, value: int) -> str | None:
-        """Why ``value`` does not fit, or None."""
+        """Why ``value`` does not fit, or None (a value of over 24 digits, 1e300 read as an
+        integer, say, is shown as 1.000e+300)."""
         if self.lo <= value <= self.hi:
             return None
-        return f"{value} is out of range for {self.what} ({self.lo} to {self.hi})"
+        written = f"{value:.3e}" if abs(value) >= 10**24 else str(value)
+        return f"{written} is out of range for {self.what} ({self.lo} to {self.hi})"
 
 
 INT64 = IntRange(-(2**63), 2**63 - 1, "an integer")

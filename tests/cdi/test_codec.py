@@ -269,6 +269,15 @@ def test_an_integral_yaml_number_out_of_range_is_still_out_of_range() -> None:
     )
 
 
+@pytest.mark.parametrize(
+    ("value", "shown"), [(1e300, "1.000e+300"), (-1e300, "-1.000e+300"), (10**30, "1.000e+30")]
+)
+def test_a_huge_integer_out_of_range_is_named_in_a_few_characters(value: float, shown: str) -> None:
+    """1e300 read as an integer has 301 digits: the message shows it as 1.000e+300."""
+    err = load_error(node_doc(major=value))
+    assert err.message == f"{shown} is out of range for an integer ({INT64_MIN} to {INT64_MAX})"
+
+
 @pytest.mark.parametrize("field", ["major", "minor"])
 @pytest.mark.parametrize("value", [INT64_MIN - 1, INT64_MAX + 1, 1.5, float("nan"), False, "7"])
 def test_int64_fields_reject_other_values(field: str, value: Any) -> None:
