@@ -6,7 +6,7 @@ export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
 apt-get install -y -qq --no-install-recommends \
     python3-venv podman runc busybox-static util-linux systemd \
-    umockdev gir1.2-umockdev-1.0 libumockdev0 python3-gi mmdebstrap >/dev/null
+    umockdev gir1.2-umockdev-1.0 libumockdev0 python3-gi mmdebstrap e2fsprogs >/dev/null
 python3 -m venv .venv
 .venv/bin/pip install -q --upgrade pip
 # the runtime dependencies as the image has them (deploy/requirements.lock), then the rest
