@@ -161,8 +161,10 @@ class DevicePluginService:
         self._closing.set()
 
     async def ListAndWatch(self, request: api.Empty, context: Context) -> AsyncIterator[bytes]:
-        """The resource's devices, then again after every change: a serialized ListAndWatchResponse;
-        the stream ends after an empty list once the resource is gone.
+        """The resource's devices, then again after every change: a serialized ListAndWatchResponse.
+        Once the resource is gone, an empty list; the stream then stays open until its endpoint
+        stops, and goes on with the resource if it comes back first (the kubelet opens a stream
+        only when the plugin registers, and the endpoint of a resource back stays registered).
 
         At most :data:`MAX_STREAMS` are open: one more is refused with RESOURCE_EXHAUSTED, as
         ending one that is open could end the kubelet's, which the kubelet takes as the plugin
@@ -189,13 +191,24 @@ class DevicePluginService:
                     seen, view, closed = waiting.result()
                     yield self._list(view)
                     if closed:
-                        # The resource is gone, or came back on a board of its own before its
-                        # endpoint was stopped: the kubelet opens no other stream, so follow that.
-                        board, seen = self.state.board(self.resource), -1
+                        board, seen = await self._back(closing), -1
             finally:
                 closing.cancel()
                 if waiting is not None:
                     waiting.cancel()
+
+    async def _back(self, closing: asyncio.Future[Any]) -> Board | None:
+        """The resource's board once it is back (a new one), or None once the servicer closes."""
+        while not closing.done():
+            seen = self.state.pulse.count  # boards change before the pulse fires
+            if (board := self.state.board(self.resource)) is not None:
+                return board
+            changed = asyncio.ensure_future(self.state.pulse.wait_after(seen))
+            try:
+                await asyncio.wait((changed, closing), return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                changed.cancel()
+        return None
 
     def _list(self, view: ResourceView) -> bytes:
         if log.isEnabledFor(logging.DEBUG):

@@ -163,7 +163,7 @@ async def _next(stream: AsyncIterator[bytes]) -> dict[str, str]:
     return _listed(await asyncio.wait_for(anext(stream), 60))
 
 
-async def test_list_and_watch_follows_the_state_then_ends(layout: Layout) -> None:
+async def test_list_and_watch_follows_the_state_then_ends_with_its_endpoint(layout: Layout) -> None:
     a, b = make_node(layout.dev / "a"), make_node(layout.dev / "b")
     spec = write_spec(layout.etc, spec_of(KIND, {"a": [a], "b": [b]}))
     state = _state(layout, grace_period=0.0)
@@ -174,10 +174,14 @@ async def test_list_and_watch_follows_the_state_then_ends(layout: Layout) -> Non
     state.recheck_health()
     assert await _next(stream) == {"a": api.HEALTHY, "b": api.UNHEALTHY}
     spec.unlink()
-    state.sync()  # the resource is gone: one empty list, then the stream ends
+    state.sync()  # the resource is gone: one empty list, then open until the endpoint stops
     assert await _next(stream) == {}
+    waiting = asyncio.ensure_future(anext(stream))
+    await asyncio.sleep(0)
+    assert not waiting.done()
+    service.shutdown()
     with pytest.raises(StopAsyncIteration):
-        await anext(stream)
+        await asyncio.wait_for(waiting, 60)
 
 
 async def test_list_and_watch_ends_when_the_servicer_shuts_down(layout: Layout) -> None:
@@ -207,6 +211,25 @@ async def test_list_and_watch_follows_a_resource_back_before_its_endpoint_stoppe
     state.sync()  # ...and back, before anything stopped the endpoint
     assert await _next(stream) == {}
     assert await _next(stream) == {"a": api.HEALTHY}
+
+
+async def test_list_and_watch_looking_while_the_resource_is_gone_follows_it_back(layout: Layout) -> None:
+    # The stream looks for the resource while it is gone (the daemon, busy stopping another
+    # endpoint, has not stopped this one yet): it waits for it instead of ending.
+    a = make_node(layout.dev / "a")
+    spec = write_spec(layout.etc, spec_of(KIND, {"a": [a]}))
+    state = _state(layout, grace_period=0.0)
+    stream = _service(state).ListAndWatch(EMPTY, FakeContext())
+    assert await _next(stream) == {"a": api.HEALTHY}
+    spec.unlink()
+    state.sync()
+    assert await _next(stream) == {}
+    following = asyncio.ensure_future(anext(stream))
+    await asyncio.sleep(0)  # the stream finds no resource, and waits
+    assert not following.done()
+    write_spec(layout.etc, spec_of(KIND, {"a": [a]}))
+    state.sync()
+    assert _listed(await asyncio.wait_for(following, 60)) == {"a": api.HEALTHY}
 
 
 async def test_allocate_refuses_more_ids_than_the_resource_has_before_any_work(layout: Layout) -> None:
