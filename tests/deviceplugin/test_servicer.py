@@ -197,38 +197,46 @@ async def test_list_and_watch_ends_when_the_servicer_shuts_down(layout: Layout) 
         await asyncio.wait_for(waiting, 60)
 
 
+class _OneDevice:
+    """A resource of one device, and a ListAndWatch stream of it."""
+
+    def __init__(self, layout: Layout) -> None:
+        self.layout, self.node = layout, make_node(layout.dev / "a")
+        self.spec = write_spec(layout.etc, spec_of(KIND, {"a": [self.node]}))
+        self.state = _state(layout, grace_period=0.0)
+        self.stream = _service(self.state).ListAndWatch(EMPTY, FakeContext())
+
+    def gone(self) -> None:
+        self.spec.unlink()
+        self.state.sync()
+
+    def back(self) -> None:
+        write_spec(self.layout.etc, spec_of(KIND, {"a": [self.node]}))
+        self.state.sync()
+
+
 async def test_list_and_watch_follows_a_resource_back_before_its_endpoint_stopped(layout: Layout) -> None:
     # The kubelet opens ListAndWatch once per registration: a stream that ended while the
     # endpoint stays registered would leave the resource without devices until the next one.
-    a = make_node(layout.dev / "a")
-    spec = write_spec(layout.etc, spec_of(KIND, {"a": [a]}))
-    state = _state(layout, grace_period=0.0)
-    stream = _service(state).ListAndWatch(EMPTY, FakeContext())
-    assert await _next(stream) == {"a": api.HEALTHY}
-    spec.unlink()
-    state.sync()  # gone...
-    write_spec(layout.etc, spec_of(KIND, {"a": [a]}))
-    state.sync()  # ...and back, before anything stopped the endpoint
-    assert await _next(stream) == {}
-    assert await _next(stream) == {"a": api.HEALTHY}
+    one = _OneDevice(layout)
+    assert await _next(one.stream) == {"a": api.HEALTHY}
+    one.gone()
+    one.back()  # before anything stopped the endpoint
+    assert await _next(one.stream) == {}
+    assert await _next(one.stream) == {"a": api.HEALTHY}
 
 
 async def test_list_and_watch_looking_while_the_resource_is_gone_follows_it_back(layout: Layout) -> None:
     # The stream looks for the resource while it is gone (the daemon, busy stopping another
     # endpoint, has not stopped this one yet): it waits for it instead of ending.
-    a = make_node(layout.dev / "a")
-    spec = write_spec(layout.etc, spec_of(KIND, {"a": [a]}))
-    state = _state(layout, grace_period=0.0)
-    stream = _service(state).ListAndWatch(EMPTY, FakeContext())
-    assert await _next(stream) == {"a": api.HEALTHY}
-    spec.unlink()
-    state.sync()
-    assert await _next(stream) == {}
-    following = asyncio.ensure_future(anext(stream))
+    one = _OneDevice(layout)
+    assert await _next(one.stream) == {"a": api.HEALTHY}
+    one.gone()
+    assert await _next(one.stream) == {}
+    following = asyncio.ensure_future(anext(one.stream))
     await asyncio.sleep(0)  # the stream finds no resource, and waits
     assert not following.done()
-    write_spec(layout.etc, spec_of(KIND, {"a": [a]}))
-    state.sync()
+    one.back()
     assert _listed(await asyncio.wait_for(following, 60)) == {"a": api.HEALTHY}
 
 
