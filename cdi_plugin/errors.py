@@ -37,6 +37,7 @@ CdiPluginError
  ├── _TooBig               (dra.rest) internal: an answer passed its size bound
  ├── _Wrong                (dra.preparedstate) internal: a wrong field before the file is attached
  ├── _YamlRefused          (cdi.textparse) internal: a YAML construct a spec may not use
+ ├── _NotFinite            (cdi.textparse) internal: a spec's JSON number that is not finite
  └── _Invalid              (generate.config) internal: a config problem before the source is attached
 """
 

@@ -104,9 +104,15 @@ def _oversize_error(obj: Any, source: str, line: int | None = None) -> SpecLoadE
     return SpecLoadError(source, ptr or "/", "syntax", where + value.message)
 
 
+class _NotFinite(CdiPluginError):
+    """A spec's JSON holds NaN, Infinity or a number beyond a float's range: Python's json reads
+    them as numbers, the YAML reader of runtimes as text."""
+
+
 def _json_loads(text: str, source: str, document: str) -> Any:
-    """``json.loads`` that refuses repeated keys and oversize numbers, naming where they are."""
-    repeated = oversize = False
+    """``json.loads`` that refuses repeated keys and oversize numbers, naming where they are (and
+    a spec's numbers that are not finite: :class:`_NotFinite`)."""
+    repeated = oversize = not_finite = False
 
     def pairs_hook(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
         nonlocal repeated
@@ -133,7 +139,14 @@ def _json_loads(text: str, source: str, document: str) -> Any:
 
         return parse
 
-    obj = json.loads(text, object_pairs_hook=pairs_hook, parse_int=number(int), parse_float=number(float))
+    def real(literal: str) -> float:
+        nonlocal not_finite
+        value = float(literal)
+        not_finite = not_finite or not math.isfinite(value)
+        return value
+
+    hooks: dict[str, Any] = {"parse_int": number(int), "parse_float": number(real), "parse_constant": real}
+    obj = json.loads(text, object_pairs_hook=pairs_hook, **hooks)
     _check_depth(obj, source, document)
     if oversize:
         raise _oversize_error(obj, source)
@@ -156,6 +169,8 @@ def _json_loads(text: str, source: str, document: str) -> Any:
                 f"line {line} column {column}: a UTF-16 surrogate escape ({paired.group(1)}), which the YAML "
                 "reader of runtimes refuses even in a pair; write the character itself",
             )  # fmt: skip
+    if not_finite and document == "spec":
+        raise _NotFinite
     return obj
 
 
@@ -365,16 +380,13 @@ def parse(
     if fmt == "yaml":
         return _parse_yaml(text, source, document), "yaml"
     try:
-        obj = _json_loads(text, source, document)
+        return _json_loads(text, source, document), "json"
     except json.JSONDecodeError as exc:
         json_error = f"invalid JSON: line {exc.lineno} column {exc.colno}: {exc.msg}"
+    except _NotFinite:
+        json_error = "invalid JSON: NaN, Infinity or a number beyond a float's range"
     except RecursionError:
         raise SpecLoadError(source, "", "syntax", _too_deep(document)) from None
-    else:
-        if document != "spec" or not _find(obj, lambda v: isinstance(v, float) and not math.isfinite(v)):
-            return obj, "json"
-        # Python's json reads NaN, Infinity and 1e999 as numbers; runtimes' YAML reads them as text
-        json_error = "invalid JSON: NaN, Infinity or a number beyond a float's range"
     return _parse_yaml(text, source, document, json_error), "yaml"
 
 
